@@ -1,0 +1,93 @@
+// Package natstest starts in-process nats-server instances with JetStream for
+// tests: storage under t.TempDir(), no listening socket, everything stopped by
+// t.Cleanup. Tests talk to a real server, never to a mock.
+package natstest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Server is a running in-process server and one client connection to it.
+type Server struct {
+	*server.Server
+	Dir  string
+	Conn *nats.Conn
+	JS   jetstream.JetStream
+}
+
+// Options tune Start.
+type Options struct {
+	// Dir is the JetStream store directory; empty means a new t.TempDir().
+	// Passing the Dir of a stopped server restarts on its data.
+	Dir string
+	// Listen makes the server accept TCP clients on a random loopback port
+	// (for tests of code that dials a URL).
+	Listen bool
+}
+
+// Start runs a JetStream server with default options.
+func Start(t testing.TB) *Server { return StartWith(t, Options{}) }
+
+// StartWith runs a JetStream server with opts.
+func StartWith(t testing.TB, opts Options) *Server {
+	t.Helper()
+	dir := opts.Dir
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	o := &server.Options{
+		ServerName: "torpor-test",
+		JetStream:  true,
+		StoreDir:   dir,
+		NoLog:      true,
+		NoSigs:     true,
+		DontListen: !opts.Listen,
+		Host:       "127.0.0.1",
+		Port:       -1,
+	}
+	s, err := server.NewServer(o)
+	if err != nil {
+		t.Fatalf("nats-server: %v", err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		t.Fatal("nats-server not ready in 10s")
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(s))
+	if err != nil {
+		s.Shutdown()
+		t.Fatalf("connect: %v", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	srv := &Server{Server: s, Dir: dir, Conn: nc, JS: js}
+	t.Cleanup(srv.Stop)
+	return srv
+}
+
+// Connect opens another in-process client connection, closed at cleanup.
+func (s *Server) Connect(t testing.TB) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect("", nats.InProcessServer(s.Server))
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// Stop closes the client and shuts the server down, waiting for it; safe to
+// call twice.
+func (s *Server) Stop() {
+	s.Conn.Close()
+	s.Shutdown()
+	s.WaitForShutdown()
+}

@@ -1,0 +1,60 @@
+package events
+
+// ResumeRequested: a resume command was accepted (intent). It mints
+// Generation, the generation the restored workload runs under.
+type ResumeRequested struct {
+	Generation            int64  `json:"generation"`
+	RestoreRef            string `json:"restore_ref"`
+	RestartIfRestoreFails bool   `json:"restart_if_restore_fails"`
+}
+
+// RetainedStateConsumed: the driver consumed the retained state behind
+// RestoreRef; the point of no return of a resume.
+type RetainedStateConsumed struct {
+	Generation int64  `json:"generation"`
+	RestoreRef string `json:"restore_ref"`
+}
+
+// RetainedStateDiscarded: the retained state was dropped on purpose (an
+// explicit start of a suspended sandbox is cold).
+type RetainedStateDiscarded struct {
+	RestoreRef string `json:"restore_ref"`
+}
+
+// RetainedStateInvalidated: the restore reference can no longer be used
+// (delete, resource loss).
+type RetainedStateInvalidated struct {
+	RestoreRef string `json:"restore_ref"`
+}
+
+// ResumeFailed: the restore failed before the retained state was consumed; the
+// sandbox is suspended again and the resume may be retried.
+type ResumeFailed struct {
+	Generation int64  `json:"generation"`
+	Message    string `json:"message,omitempty"`
+}
+
+// Resumed: the driver restored (or, after a fallback, cold-started) the
+// workload under Generation. Outcome is restored or cold_start_fallback.
+type Resumed struct {
+	Generation int64  `json:"generation"`
+	Outcome    string `json:"outcome"`
+}
+
+func (ResumeRequested) Type() string          { return "sandbox.resume_requested" }
+func (RetainedStateConsumed) Type() string    { return "sandbox.retained_state_consumed" }
+func (RetainedStateDiscarded) Type() string   { return "sandbox.retained_state_discarded" }
+func (RetainedStateInvalidated) Type() string { return "sandbox.retained_state_invalidated" }
+func (ResumeFailed) Type() string             { return "sandbox.resume_failed" }
+func (Resumed) Type() string                  { return "sandbox.resumed" }
+
+func init() {
+	register(
+		func() Event { return &ResumeRequested{} },
+		func() Event { return &RetainedStateConsumed{} },
+		func() Event { return &RetainedStateDiscarded{} },
+		func() Event { return &RetainedStateInvalidated{} },
+		func() Event { return &ResumeFailed{} },
+		func() Event { return &Resumed{} },
+	)
+}

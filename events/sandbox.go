@@ -1,0 +1,51 @@
+package events
+
+// Reasons say why a phase is what it is (CONTRACT §6), CamelCase.
+const (
+	ReasonMainProcessExited      = "MainProcessExited"
+	ReasonRetainedStateLost      = "RetainedStateLost"
+	ReasonSuspendRejected        = "SuspendRejected"
+	ReasonDeadlineExceeded       = "DeadlineExceeded"
+	ReasonComputeResourceMissing = "ComputeResourceMissing"
+	ReasonStartFailed            = "StartFailed"
+)
+
+// Outcomes of the last suspend or resume (CONTRACT §6).
+const (
+	OutcomeRestored          = "restored"
+	OutcomeColdStartFallback = "cold_start_fallback"
+	OutcomeRestoreFailed     = "restore_failed"
+	OutcomeSuspendRejected   = "suspend_rejected"
+	OutcomeSuspendTimedOut   = "suspend_timed_out"
+)
+
+// Created: a create command was accepted. Generation is the first supervisor
+// generation, minted with the sandbox.
+type Created struct {
+	Name          string            `json:"name"`
+	Driver        string            `json:"driver"`
+	Node          string            `json:"node"`
+	DriverOptions map[string]string `json:"driver_options,omitempty"`
+	Command       []string          `json:"command,omitempty"`
+	Env           map[string]string `json:"env,omitempty"`
+	Labels        map[string]string `json:"labels,omitempty"`
+	Generation    int64             `json:"generation"`
+}
+
+// DeleteRequested: a delete command was accepted (intent).
+type DeleteRequested struct{}
+
+// Deleted: the driver released every resource of the sandbox.
+type Deleted struct{}
+
+func (Created) Type() string         { return "sandbox.created" }
+func (DeleteRequested) Type() string { return "sandbox.delete_requested" }
+func (Deleted) Type() string         { return "sandbox.deleted" }
+
+func init() {
+	register(
+		func() Event { return &Created{} },
+		func() Event { return &DeleteRequested{} },
+		func() Event { return &Deleted{} },
+	)
+}

@@ -1,0 +1,99 @@
+package events
+
+import "time"
+
+// Restore says whether a sandbox holds a retained state and whether the last
+// one was consumed by a restore.
+type Restore struct {
+	Held     bool `json:"held"`
+	Consumed bool `json:"consumed"`
+}
+
+// View is the phase view of one sandbox (CONTRACT §6): what the KV bucket
+// torpor_phases holds, what get/list/wait return and what every lifecycle
+// command answers with.
+type View struct {
+	ID          string            `json:"id"`
+	Name        string            `json:"name"`
+	Phase       Phase             `json:"phase"`
+	Generation  int64             `json:"generation"`
+	Driver      string            `json:"driver"`
+	Node        string            `json:"node"`
+	Labels      map[string]string `json:"labels"`
+	Restore     Restore           `json:"restore"`
+	LastOutcome string            `json:"last_outcome"`
+	ExitCode    *int              `json:"exit_code"`
+	Reason      string            `json:"reason"`
+	UpdatedAt   time.Time         `json:"updated_at"`
+	Seq         uint64            `json:"seq"`
+}
+
+// Fold folds env into v and reports whether it changed v. An event at or below
+// v.Seq is skipped (a view never goes back), and so is an event of a type this
+// build does not know: projections skip unknown types.
+func (v *View) Fold(env Envelope) bool {
+	if env.Seq != 0 && env.Seq <= v.Seq {
+		return false
+	}
+	e, err := env.Decode()
+	if err != nil {
+		return false
+	}
+	if env.Phase != PhaseNone {
+		v.Phase = env.Phase
+	}
+	v.Seq = env.Seq
+	v.UpdatedAt = env.Time
+	if v.ID == "" {
+		v.ID = env.SandboxID
+	}
+	switch e := e.(type) {
+	case *Created:
+		v.Name, v.Driver, v.Node, v.Labels, v.Generation = e.Name, e.Driver, e.Node, e.Labels, e.Generation
+		if v.Labels == nil {
+			v.Labels = map[string]string{}
+		}
+	case *StartRequested:
+		v.Generation, v.Reason, v.ExitCode = e.Generation, "", nil
+		if e.Fallback {
+			v.LastOutcome = OutcomeColdStartFallback
+		}
+	case *StartFailed:
+		v.Reason = ReasonStartFailed
+	case *StopRequested, *SuspendRequested, *DeleteRequested:
+		v.Reason = ""
+	case *Stopped:
+		v.Reason = e.Reason
+	case *Suspended:
+		v.Restore = Restore{Held: true}
+	case *SuspendRejected:
+		v.LastOutcome, v.Reason = OutcomeSuspendRejected, e.Reason
+		if e.Reason == ReasonDeadlineExceeded {
+			v.LastOutcome = OutcomeSuspendTimedOut
+		}
+		if v.Reason == "" {
+			v.Reason = ReasonSuspendRejected
+		}
+	case *ResumeRequested:
+		v.Generation, v.Reason = e.Generation, ""
+	case *RetainedStateConsumed:
+		v.Restore = Restore{Consumed: true}
+	case *RetainedStateDiscarded, *RetainedStateInvalidated:
+		v.Restore.Held = false
+	case *ResumeFailed:
+		v.LastOutcome = OutcomeRestoreFailed
+	case *Resumed:
+		v.Generation, v.LastOutcome = e.Generation, e.Outcome
+	case *Exited:
+		if v.ExitCode == nil {
+			code := e.Code
+			v.ExitCode = &code
+		}
+		v.Reason = ReasonMainProcessExited
+	case *ResourceLost:
+		v.Reason = ReasonComputeResourceMissing
+	case *DeadlinePassed:
+		v.Reason = ReasonDeadlineExceeded
+	}
+	return true
+}

@@ -1,0 +1,34 @@
+package compute
+
+import "context"
+
+// ReportSubject is the subject a supervisor of sandbox id reports on.
+func ReportSubject(id string) string { return "torpor.supervisor." + id }
+
+// Kinds of supervisor report.
+const (
+	ReportAttached = "attached"
+	ReportDetached = "detached"
+	ReportExited   = "exited"
+)
+
+// Report is what a supervisor sends on ReportSubject: who it is (generation
+// and credential) and what happened. ExitCode is set for ReportExited.
+type Report struct {
+	SandboxID  string `json:"sandbox_id"`
+	Generation int64  `json:"generation"`
+	Credential string `json:"credential"`
+	Kind       string `json:"kind"`
+	ExitCode   int    `json:"exit_code,omitempty"`
+}
+
+// Reporter delivers supervisor reports (over the bus in production).
+type Reporter interface {
+	Report(ctx context.Context, r Report) error
+}
+
+// ReporterFunc adapts a function to Reporter.
+type ReporterFunc func(ctx context.Context, r Report) error
+
+// Report calls f.
+func (f ReporterFunc) Report(ctx context.Context, r Report) error { return f(ctx, r) }

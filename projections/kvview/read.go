@@ -1,0 +1,187 @@
+package kvview
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/torpor/torpor/events"
+)
+
+// Page sizes of List.
+const (
+	DefaultLimit = 100
+	MaxLimit     = 1000
+)
+
+// Query selects the views List returns. The zero value lists everything,
+// deleted sandboxes included, DefaultLimit at a time.
+type Query struct {
+	// Phase keeps views in that phase; empty keeps all.
+	Phase events.Phase
+	// Label keeps views carrying label "k=v"; empty keeps all.
+	Label string
+	// Limit is the page size: 0 means DefaultLimit, above MaxLimit means MaxLimit.
+	Limit int
+	// Cursor is the Next of the previous page; empty starts at the oldest.
+	Cursor string
+}
+
+// Page is one page of List, in creation order.
+type Page struct {
+	Items []events.View `json:"items"`
+	// Next is the cursor of the following page; empty when there is none.
+	Next string `json:"next"`
+}
+
+// List returns the views q selects in creation order: ids are uuid v7, so
+// the lexical order of ids is the order of creation. A malformed cursor,
+// label or phase is an INVALID_ARGUMENT error.
+func (v *View) List(ctx context.Context, q Query) (Page, error) {
+	after, err := decodeCursor(q.Cursor)
+	if err != nil {
+		return Page{}, err
+	}
+	lk, lv, err := parseLabel(q.Label)
+	if err != nil {
+		return Page{}, err
+	}
+	if q.Phase != events.PhaseNone && !q.Phase.Known() {
+		return Page{}, events.Errorf(events.CodeInvalidArgument, "phase %q: not a phase", q.Phase)
+	}
+	limit := q.Limit
+	switch {
+	case limit < 0:
+		return Page{}, events.Errorf(events.CodeInvalidArgument, "limit %d: must not be negative", limit)
+	case limit == 0:
+		limit = DefaultLimit
+	case limit > MaxLimit:
+		limit = MaxLimit
+	}
+
+	keys, err := v.kv.Keys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return Page{Items: []events.View{}}, nil
+	}
+	if err != nil {
+		return Page{}, fmt.Errorf("list: keys: %w", err)
+	}
+	sort.Strings(keys)
+	keys = keys[sort.Search(len(keys), func(i int) bool { return keys[i] > after }):]
+
+	page := Page{Items: make([]events.View, 0, min(limit, len(keys)))}
+	for _, id := range keys {
+		view, err := v.Get(ctx, id)
+		if errors.Is(err, events.ErrNotFound) {
+			continue // purged since the keys were listed
+		}
+		if err != nil {
+			return Page{}, fmt.Errorf("list: %w", err)
+		}
+		if q.Phase != events.PhaseNone && view.Phase != q.Phase {
+			continue
+		}
+		if lk != "" {
+			if got, ok := view.Labels[lk]; !ok || got != lv {
+				continue
+			}
+		}
+		if len(page.Items) == limit { // one more matches: there is a next page
+			page.Next = encodeCursor(page.Items[limit-1].ID)
+			break
+		}
+		page.Items = append(page.Items, view)
+	}
+	return page, nil
+}
+
+func encodeCursor(id string) string { return base64.RawURLEncoding.EncodeToString([]byte(id)) }
+
+// decodeCursor returns the last id of the previous page; "" for no cursor.
+func decodeCursor(c string) (string, error) {
+	if c == "" {
+		return "", nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil || !validKey(string(b)) {
+		return "", events.Errorf(events.CodeInvalidArgument, "cursor %q: not a cursor of this list", c)
+	}
+	return string(b), nil
+}
+
+// parseLabel splits a "k=v" label filter; "" means none.
+func parseLabel(s string) (k, v string, err error) {
+	if s == "" {
+		return "", "", nil
+	}
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return "", "", events.Errorf(events.CodeInvalidArgument, "label %q: want key=value", s)
+	}
+	return k, v, nil
+}
+
+// Counts returns how many sandboxes are in each phase; every phase of the
+// contract is present, zero or not.
+func (v *View) Counts(ctx context.Context) (map[events.Phase]int, error) {
+	counts := make(map[events.Phase]int, len(events.Phases))
+	for _, p := range events.Phases {
+		counts[p] = 0
+	}
+	err := v.scan(ctx, func(view events.View) { counts[view.Phase]++ })
+	if err != nil {
+		return nil, fmt.Errorf("counts: %w", err)
+	}
+	return counts, nil
+}
+
+// Checkpoint is the highest seq of any view in the bucket: where a restarted
+// projection stands (projections.Checkpointer).
+func (v *View) Checkpoint(ctx context.Context) (uint64, error) {
+	var last uint64
+	err := v.scan(ctx, func(view events.View) { last = max(last, view.Seq) })
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint: %w", err)
+	}
+	return last, nil
+}
+
+// scan calls fn with the current view of every key.
+func (v *View) scan(ctx context.Context, fn func(events.View)) error {
+	w, err := v.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", v.cfg.Bucket, err)
+	}
+	defer stop(w)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return fmt.Errorf("watch %s: closed", v.cfg.Bucket)
+			}
+			if e == nil { // every current value delivered
+				return nil
+			}
+			view, err := decode(e)
+			if err != nil {
+				return err
+			}
+			fn(view)
+		}
+	}
+}
+
+// stop ends a watcher and drains it until the library closes its channel, so
+// that no delivery stays blocked on a full channel.
+func stop(w jetstream.KeyWatcher) {
+	_ = w.Stop()
+	for range w.Updates() {
+	}
+}

@@ -1,0 +1,146 @@
+// Package kvview keeps the phase view of every sandbox in the NATS KV bucket
+// torpor_phases (CONTRACT §4, §6): key the sandbox id, value the JSON of
+// events.View. It is both the projection that writes the bucket and the
+// reader the gateway serves get, list, wait, watch and phase counts from.
+package kvview
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/torpor/torpor/events"
+)
+
+// Config says where the view lives.
+type Config struct {
+	// Bucket is the KV bucket; default torpor_phases.
+	Bucket string
+	// Replicas of the bucket's stream; default 1.
+	Replicas int
+	// CacheSize bounds the views the writer keeps in memory; default 100000.
+	CacheSize int
+}
+
+// Validate reports a config that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.Replicas < 0 || c.Replicas > 5:
+		return fmt.Errorf("replicas %d: want 1 to 5", c.Replicas)
+	case c.CacheSize < 0:
+		return fmt.Errorf("cache size %d: must not be negative", c.CacheSize)
+	case c.Bucket != "" && !validKey(c.Bucket):
+		return fmt.Errorf("bucket %q: not a valid bucket name", c.Bucket)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Bucket == "" {
+		c.Bucket = "torpor_phases"
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.CacheSize == 0 {
+		c.CacheSize = 100000
+	}
+	return c
+}
+
+// View is the phase view in a KV bucket. Apply is meant for one writer (the
+// projection runner); the readers are safe for any number of goroutines.
+type View struct {
+	kv  jetstream.KeyValue
+	cfg Config
+
+	mu    sync.Mutex
+	cache map[string]entry // id → the last view written and its revision
+}
+
+// entry is a view as the writer last stored it under revision rev.
+type entry struct {
+	view events.View
+	rev  uint64
+}
+
+// New creates the bucket, or binds to it when it exists.
+func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*View, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("kv view: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      cfg.Bucket,
+		Description: "torpor phase view: sandbox id → view",
+		History:     1,
+		Replicas:    cfg.Replicas,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kv view: bucket %s: %w", cfg.Bucket, err)
+	}
+	return &View{kv: kv, cfg: cfg, cache: make(map[string]entry)}, nil
+}
+
+// Name is the projection's name, also its durable consumer's.
+func (v *View) Name() string { return "kvview" }
+
+// Get returns the view of sandbox id, or an error wrapping events.ErrNotFound.
+func (v *View) Get(ctx context.Context, id string) (events.View, error) {
+	view, _, err := v.load(ctx, id)
+	if err != nil {
+		return events.View{}, err
+	}
+	return view, nil
+}
+
+// load reads the view of id and its revision from the bucket.
+func (v *View) load(ctx context.Context, id string) (events.View, uint64, error) {
+	if !validKey(id) {
+		return events.View{}, 0, fmt.Errorf("sandbox %q: %w", id, events.ErrNotFound)
+	}
+	e, err := v.kv.Get(ctx, id)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+		return events.View{}, 0, fmt.Errorf("sandbox %s: %w", id, events.ErrNotFound)
+	case err != nil:
+		return events.View{}, 0, fmt.Errorf("get %s: %w", id, err)
+	}
+	view, err := decode(e)
+	if err != nil {
+		return events.View{}, 0, err
+	}
+	return view, e.Revision(), nil
+}
+
+func decode(e jetstream.KeyValueEntry) (events.View, error) {
+	var view events.View
+	if err := json.Unmarshal(e.Value(), &view); err != nil {
+		return events.View{}, fmt.Errorf("decode view %s rev %d: %w", e.Key(), e.Revision(), err)
+	}
+	return view, nil
+}
+
+// validKey reports whether s can be a KV key without being a wildcard: the
+// characters NATS allows in a key, no empty tokens.
+func validKey(s string) bool {
+	if s == "" || s[0] == '.' || s[len(s)-1] == '.' {
+		return false
+	}
+	prev := byte(0)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '-' || c == '_' || c == '/' || c == '=' || c == '.'
+		if !ok || c == '.' && prev == '.' {
+			return false
+		}
+		prev = c
+	}
+	return true
+}

@@ -1,0 +1,94 @@
+package kvview
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/torpor/torpor/events"
+)
+
+// Wait returns the view of sandbox id as soon as its phase is phase. A view
+// in a terminal phase other than phase comes back with a FAILED_PRECONDITION
+// error: it will never get there. An id the bucket does not hold yet may not
+// be projected yet, so Wait keeps waiting for it. When ctx ends, Wait returns
+// the last view it saw (zero if none) and an error wrapping ctx.Err(), which
+// is context.DeadlineExceeded at a timeout.
+func (v *View) Wait(ctx context.Context, id string, phase events.Phase) (events.View, error) {
+	if !validKey(id) {
+		return events.View{}, fmt.Errorf("sandbox %q: %w", id, events.ErrNotFound)
+	}
+	// The watch delivers the current value first, then every change: no
+	// change between a read and a watch can be missed.
+	w, err := v.kv.Watch(ctx, id, jetstream.IgnoreDeletes())
+	if err != nil {
+		return events.View{}, fmt.Errorf("wait for %s: watch: %w", id, err)
+	}
+	defer stop(w)
+	var last events.View
+	for {
+		select {
+		case <-ctx.Done():
+			return last, fmt.Errorf("wait for %s to be %s (is %q): %w", id, phase, last.Phase, ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return last, fmt.Errorf("wait for %s: watch closed", id)
+			}
+			if e == nil {
+				continue // end of current values; the rest are changes
+			}
+			view, err := decode(e)
+			if err != nil {
+				return last, fmt.Errorf("wait for %s: %w", id, err)
+			}
+			last = view
+			switch {
+			case view.Phase == phase:
+				return view, nil
+			case view.Phase.Terminal():
+				return view, events.Errorf(events.CodeFailedPrecondition,
+					"sandbox %s is %s; it will never be %s", id, view.Phase, phase)
+			}
+		}
+	}
+}
+
+// Watch streams every view change: first the current view of every sandbox,
+// then each change as it is stored, leaving out views whose seq is at or
+// below afterSeq (a resume after the last seq a client saw). The channel is
+// closed when ctx ends.
+func (v *View) Watch(ctx context.Context, afterSeq uint64) (<-chan events.View, error) {
+	w, err := v.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", v.cfg.Bucket, err)
+	}
+	out := make(chan events.View, 64)
+	go func() {
+		defer close(out)
+		defer stop(w)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil {
+					continue
+				}
+				view, err := decode(e)
+				if err != nil || view.Seq <= afterSeq {
+					continue // a value this build cannot read is no change to show
+				}
+				select {
+				case out <- view:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}

@@ -1,0 +1,179 @@
+// Package projections folds the event log into read models. A Runner feeds
+// every event of one durable subscription to a Projection, retrying a failed
+// apply with backoff, and tells how far behind the log the projection is.
+package projections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/torpor/torpor/events"
+)
+
+// Source delivers the log to a durable consumer; events.Store satisfies it.
+type Source interface {
+	Subscribe(ctx context.Context, name string, h events.Handler) error
+}
+
+// Head tells the sequence of the newest event in the log; events.Store
+// satisfies it. A Source that is also a Head lets Runner.Lag work.
+type Head interface {
+	LastSeq(ctx context.Context) (uint64, error)
+}
+
+// Projection is one read model. Apply must be idempotent: delivery is at
+// least once, so an event may come again after it was applied.
+type Projection interface {
+	Name() string
+	Apply(ctx context.Context, env events.Envelope) error
+}
+
+// Checkpointer is a Projection that knows the last sequence it holds, so a
+// restarted Runner reports its lag before the first new event arrives.
+type Checkpointer interface {
+	Checkpoint(ctx context.Context) (uint64, error)
+}
+
+// Config tunes a Runner. The zero value is usable.
+type Config struct {
+	// Attempts is how often one delivery is applied before the error goes
+	// back to the source, which delivers the event again later. Default 5.
+	Attempts int
+	// MinBackoff is the wait after the first failed apply; it doubles on each
+	// further failure up to MaxBackoff. Defaults 50ms and 5s.
+	MinBackoff time.Duration
+	MaxBackoff time.Duration
+	// Logger receives apply failures; the zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+// Validate reports a config that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.Attempts < 0:
+		return fmt.Errorf("attempts %d: must not be negative", c.Attempts)
+	case c.MinBackoff < 0 || c.MaxBackoff < 0:
+		return errors.New("backoff must not be negative")
+	case c.MaxBackoff != 0 && c.MinBackoff > c.MaxBackoff:
+		return fmt.Errorf("min backoff %s above max backoff %s", c.MinBackoff, c.MaxBackoff)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Attempts == 0 {
+		c.Attempts = 5
+	}
+	if c.MinBackoff == 0 {
+		c.MinBackoff = 50 * time.Millisecond
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = 5 * time.Second
+	}
+	if c.MinBackoff > c.MaxBackoff {
+		c.MinBackoff = c.MaxBackoff
+	}
+	return c
+}
+
+// Runner applies the log to one Projection through a durable subscription
+// named after the projection.
+type Runner struct {
+	src  Source
+	head Head
+	p    Projection
+	cfg  Config
+	pos  atomic.Uint64
+}
+
+// NewRunner returns a runner of p over src.
+func NewRunner(src Source, p Projection, cfg Config) (*Runner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("projection %s: %w", p.Name(), err)
+	}
+	r := &Runner{src: src, p: p, cfg: cfg.withDefaults()}
+	r.head, _ = src.(Head)
+	return r, nil
+}
+
+// Run subscribes and applies events until ctx ends; then it returns nil.
+func (r *Runner) Run(ctx context.Context) error {
+	if cp, ok := r.p.(Checkpointer); ok {
+		seq, err := cp.Checkpoint(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("projection %s: checkpoint: %w", r.p.Name(), err)
+		}
+		r.advance(seq)
+	}
+	err := r.src.Subscribe(ctx, r.p.Name(), r.apply)
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("projection %s: %w", r.p.Name(), err)
+	}
+	return nil
+}
+
+// apply is the subscription handler: Apply with bounded retries. The last
+// error goes back to the source so the event is delivered again later.
+func (r *Runner) apply(ctx context.Context, env events.Envelope) error {
+	wait := r.cfg.MinBackoff
+	for attempt := 1; ; attempt++ {
+		err := r.p.Apply(ctx, env)
+		if err == nil {
+			r.advance(env.Seq)
+			return nil
+		}
+		log := r.cfg.Logger.With().Str("projection", r.p.Name()).Str("sandbox_id", env.SandboxID).
+			Str("event_type", env.Type).Uint64("seq", env.Seq).Int("attempt", attempt).Logger()
+		if attempt >= r.cfg.Attempts || ctx.Err() != nil {
+			log.Error().Err(err).Msg("apply failed; event goes back to the log")
+			return fmt.Errorf("apply %s seq %d: %w", env.Type, env.Seq, err)
+		}
+		log.Warn().Err(err).Dur("backoff", wait).Msg("apply failed; retrying")
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("apply %s seq %d: %w", env.Type, env.Seq, err)
+		case <-t.C:
+		}
+		wait = min(2*wait, r.cfg.MaxBackoff)
+	}
+}
+
+// advance moves the position forward to seq, never back.
+func (r *Runner) advance(seq uint64) {
+	for {
+		cur := r.pos.Load()
+		if seq <= cur || r.pos.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
+}
+
+// Position is the highest sequence applied (or held at start, for a
+// Checkpointer); 0 before any.
+func (r *Runner) Position() uint64 { return r.pos.Load() }
+
+// Lag is how many sequences the log is ahead of Position. It needs a Source
+// that is also a Head.
+func (r *Runner) Lag(ctx context.Context) (uint64, error) {
+	if r.head == nil {
+		return 0, fmt.Errorf("projection %s: lag: source has no last sequence", r.p.Name())
+	}
+	last, err := r.head.LastSeq(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("projection %s: lag: %w", r.p.Name(), err)
+	}
+	if pos := r.Position(); last > pos {
+		return last - pos, nil
+	}
+	return 0, nil
+}

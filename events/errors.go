@@ -88,15 +88,27 @@ type ErrorBody struct {
 	Error *Error `json:"error"`
 }
 
+// coded is an error of another package that knows its contract code (the
+// gateway's transition errors, say).
+type coded interface {
+	error
+	ContractCode() Code
+}
+
 // CodeOf maps any error to its contract code; this is the one place where
 // errors become codes.
 func CodeOf(err error) Code {
-	var e *Error
+	var (
+		e  *Error
+		cc coded
+	)
 	switch {
 	case err == nil:
 		return ""
 	case errors.As(err, &e):
 		return e.Code
+	case errors.As(err, &cc):
+		return cc.ContractCode()
 	case errors.Is(err, ErrNotFound):
 		return CodeNotFound
 	case errors.Is(err, ErrConflict):

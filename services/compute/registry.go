@@ -30,3 +30,20 @@ func (r Registry) Capabilities(name string, opts map[string]string) (Capabilitie
 	}
 	return d.Capabilities(opts), nil
 }
+
+// OptionValidator is a driver that checks the options of a create.
+type OptionValidator interface {
+	ValidateOptions(opts map[string]string) error
+}
+
+// Validate checks that driver name exists and, if it can, that it accepts opts.
+func (r Registry) Validate(name string, opts map[string]string) error {
+	d, err := r.Driver(name)
+	if err != nil {
+		return err
+	}
+	if v, ok := d.(OptionValidator); ok {
+		return v.ValidateOptions(opts)
+	}
+	return nil
+}

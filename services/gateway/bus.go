@@ -1,0 +1,201 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/rs/zerolog"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/services/compute"
+)
+
+// Bus headers.
+const (
+	HeaderIdempotencyKey = "Torpor-Idempotency-Key"
+	HeaderActor          = "Torpor-Actor"
+)
+
+// BusRequest is the body of a command on torpor.cmd.<verb> other than create:
+// the HTTP body plus the sandbox id.
+type BusRequest struct {
+	ID                    string `json:"id"`
+	RestartIfRestoreFails bool   `json:"restart_if_restore_fails,omitempty"`
+}
+
+// Bus serves the commands as the NATS micro service "torpor" on
+// torpor.cmd.<verb>, and takes supervisor reports on torpor.supervisor.<id>.
+type Bus struct {
+	nc       *nats.Conn
+	svc      *Service
+	log      zerolog.Logger
+	inflight chan struct{}
+	wg       sync.WaitGroup
+}
+
+// NewBus returns the bus front of svc; at most parallel commands run at once.
+func NewBus(nc *nats.Conn, svc *Service, parallel int, log zerolog.Logger) *Bus {
+	if parallel < 1 {
+		parallel = 256
+	}
+	return &Bus{nc: nc, svc: svc, log: log, inflight: make(chan struct{}, parallel)}
+}
+
+// Version is the micro service version.
+const Version = "0.1.0"
+
+// Run serves until ctx ends, then stops taking requests and waits for the ones
+// under way.
+func (b *Bus) Run(ctx context.Context) error {
+	srv, err := micro.AddService(b.nc, micro.Config{
+		Name: "torpor", Version: Version, Description: "sandbox lifecycle commands",
+		QueueGroup: "torpor",
+	})
+	if err != nil {
+		return fmt.Errorf("micro service: %w", err)
+	}
+	g := srv.AddGroup("torpor.cmd")
+	for _, verb := range Verbs {
+		if err := g.AddEndpoint(verb, b.handler(ctx, verb)); err != nil {
+			_ = srv.Stop()
+			return fmt.Errorf("endpoint %s: %w", verb, err)
+		}
+	}
+	sub, err := b.nc.QueueSubscribe(compute.ReportSubject("*"), "torpor", func(m *nats.Msg) {
+		b.spawn(ctx, func(ctx context.Context) { b.report(ctx, m) })
+	})
+	if err != nil {
+		_ = srv.Stop()
+		return fmt.Errorf("supervisor reports: %w", err)
+	}
+	<-ctx.Done()
+	_ = sub.Drain()
+	_ = srv.Stop()
+	b.wg.Wait()
+	return nil
+}
+
+// spawn runs f in a goroutine under the concurrency bound; Run waits for it.
+func (b *Bus) spawn(ctx context.Context, f func(context.Context)) {
+	select {
+	case b.inflight <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	b.wg.Add(1)
+	go func() {
+		defer func() { <-b.inflight; b.wg.Done() }()
+		// Finish the request under way even while shutting down.
+		f(context.WithoutCancel(ctx))
+	}()
+}
+
+func (b *Bus) handler(ctx context.Context, verb string) micro.HandlerFunc {
+	return func(req micro.Request) {
+		b.spawn(ctx, func(ctx context.Context) {
+			v, err := b.command(ctx, verb, req)
+			if err != nil {
+				e := events.AsError(err)
+				body, _ := json.Marshal(events.ErrorBody{Error: e})
+				_ = req.Error(string(e.Code), e.Message, body)
+				return
+			}
+			_ = req.RespondJSON(v)
+		})
+	}
+}
+
+func (b *Bus) command(ctx context.Context, verb string, req micro.Request) (events.View, error) {
+	data := req.Data()
+	if int64(len(data)) > b.svc.cfg.MaxBody {
+		return events.View{}, events.Errorf(events.CodeInvalidArgument, "body exceeds %d bytes", b.svc.cfg.MaxBody)
+	}
+	c := Command{Verb: verb, Actor: "bus", IdempotencyKey: req.Headers().Get(HeaderIdempotencyKey)}
+	if a := req.Headers().Get(HeaderActor); a != "" {
+		c.Actor = a
+	}
+	if verb == VerbCreate {
+		if err := decodeJSON(data, &c.Create); err != nil {
+			return events.View{}, err
+		}
+	} else {
+		var br BusRequest
+		if err := decodeJSON(data, &br); err != nil {
+			return events.View{}, err
+		}
+		if br.ID == "" {
+			return events.View{}, events.Errorf(events.CodeInvalidArgument, "%s needs \"id\"", verb)
+		}
+		if br.RestartIfRestoreFails && verb != VerbResume {
+			return events.View{}, events.Errorf(events.CodeInvalidArgument, "restart_if_restore_fails is an option of resume, not %s", verb)
+		}
+		c.ID, c.RestartIfRestoreFails = br.ID, br.RestartIfRestoreFails
+	}
+	return b.svc.Handle(ctx, c)
+}
+
+// report records one supervisor report, if its credential is that of the
+// generation it claims; a reply, when asked for, says whether it was taken.
+func (b *Bus) report(ctx context.Context, m *nats.Msg) {
+	err := b.svc.Report(ctx, strings.TrimPrefix(m.Subject, "torpor.supervisor."), m.Data)
+	if err != nil {
+		b.log.Debug().Err(err).Str("subject", m.Subject).Msg("supervisor report refused")
+	}
+	if m.Reply == "" {
+		return
+	}
+	if err != nil {
+		body, _ := json.Marshal(events.ErrorBody{Error: events.AsError(err)})
+		_ = m.Respond(body)
+		return
+	}
+	_ = m.Respond([]byte(`{"ok":true}`))
+}
+
+// Report records a supervisor report on sandbox id (the JSON of a
+// compute.Report). Reports of other generations are fenced: refused with
+// FAILED_PRECONDITION, nothing recorded.
+func (s *Service) Report(ctx context.Context, id string, data []byte) error {
+	var r compute.Report
+	if err := decodeJSON(data, &r); err != nil {
+		return err
+	}
+	if r.SandboxID != "" && r.SandboxID != id {
+		return events.Errorf(events.CodeInvalidArgument, "report for %s sent on the subject of %s", r.SandboxID, id)
+	}
+	if err := ParseID(id); err != nil {
+		return err
+	}
+	if s.creds == nil || !s.creds.Verify(id, r.Generation, r.Credential) {
+		return events.Errorf(events.CodeUnauthenticated, "sandbox %s generation %d: bad supervisor credential", id, r.Generation)
+	}
+	var e events.Event
+	switch r.Kind {
+	case compute.ReportAttached:
+		e = &events.SupervisorAttached{Generation: r.Generation}
+	case compute.ReportDetached:
+		e = &events.SupervisorDetached{Generation: r.Generation}
+	case compute.ReportExited:
+		e = &events.Exited{Generation: r.Generation, Code: r.ExitCode}
+	default:
+		return events.Errorf(events.CodeInvalidArgument, "unknown report kind %q", r.Kind)
+	}
+	err := s.Record(ctx, events.Envelope{SandboxID: id}, fmt.Sprintf("supervisor:%d", r.Generation), e)
+	if r.Kind == compute.ReportAttached && events.CodeOf(err) == events.CodeFailedPrecondition {
+		// A repeated attach of the generation that is already attached is fine.
+		if sb, lerr := s.Sandbox(ctx, id); lerr == nil && sb.Phase == phReady && sb.Generation == r.Generation {
+			return nil
+		}
+	}
+	var te *TransitionError
+	if errors.As(err, &te) {
+		return events.Errorf(events.CodeFailedPrecondition, "sandbox %s: %v", id, err)
+	}
+	return err
+}

@@ -1,0 +1,336 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/torpor/torpor/events"
+)
+
+// HTTP serves the API of CONTRACT §5 over a Service and a Views projection.
+type HTTP struct {
+	svc   *Service
+	views Views
+	ready func(context.Context) error
+	log   zerolog.Logger
+	mux   *http.ServeMux
+}
+
+// NewHTTP returns the handler. ready reports whether the service may take
+// traffic (for /readyz).
+func NewHTTP(svc *Service, views Views, ready func(context.Context) error, log zerolog.Logger) *HTTP {
+	h := &HTTP{svc: svc, views: views, ready: ready, log: log, mux: http.NewServeMux()}
+	h.mux.HandleFunc("POST /v1/sandboxes", h.create)
+	h.mux.HandleFunc("GET /v1/sandboxes", h.list)
+	h.mux.HandleFunc("GET /v1/sandboxes/{ref}", h.get)
+	h.mux.HandleFunc("DELETE /v1/sandboxes/{id}", h.lifecycle(VerbDelete))
+	for _, verb := range []string{VerbStart, VerbStop, VerbSuspend, VerbResume} {
+		h.mux.HandleFunc("POST /v1/sandboxes/{id}/"+verb, h.lifecycle(verb))
+	}
+	h.mux.HandleFunc("GET /v1/sandboxes/{id}/events", h.history)
+	h.mux.HandleFunc("GET /v1/sandboxes/{id}/wait", h.wait)
+	h.mux.HandleFunc("GET /v1/watch", h.watch)
+	h.mux.HandleFunc("GET /v1/phases", h.phases)
+	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, map[string]string{"status": "ok"}) })
+	h.mux.HandleFunc("GET /readyz", h.readyz)
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, events.Errorf(events.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+	})
+	return h
+}
+
+func (h *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeError writes the contract error body with the code's status.
+func writeError(w http.ResponseWriter, err error) {
+	e := events.AsError(err)
+	writeJSON(w, e.Code.HTTPStatus(), events.ErrorBody{Error: e})
+}
+
+// decodeBody reads a JSON body of at most max bytes into v, refusing unknown
+// fields and trailing data. An empty body leaves v as it is.
+func decodeBody(r io.Reader, max int64, v any) error {
+	data, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return events.Errorf(events.CodeInvalidArgument, "body exceeds %d bytes", max)
+		}
+		return events.Errorf(events.CodeInvalidArgument, "read body: %v", err)
+	}
+	if int64(len(data)) > max {
+		return events.Errorf(events.CodeInvalidArgument, "body exceeds %d bytes", max)
+	}
+	return decodeJSON(data, v)
+}
+
+func decodeJSON(data []byte, v any) error {
+	if len(strings.TrimSpace(string(data))) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return events.Errorf(events.CodeInvalidArgument, "malformed JSON body: %v", err)
+	}
+	if dec.More() {
+		return events.Errorf(events.CodeInvalidArgument, "malformed JSON body: data after the object")
+	}
+	return nil
+}
+
+func actor(r *http.Request) string {
+	if a := r.Header.Get("Torpor-Actor"); a != "" {
+		return a
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return "http:" + host
+}
+
+func (h *HTTP) create(w http.ResponseWriter, r *http.Request) {
+	var req CreateRequest
+	if err := decodeBody(http.MaxBytesReader(w, r.Body, h.svc.cfg.MaxBody), h.svc.cfg.MaxBody, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	v, err := h.svc.Handle(r.Context(), Command{Verb: VerbCreate, Actor: actor(r), IdempotencyKey: r.Header.Get("Idempotency-Key"), Create: req})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, v)
+}
+
+// lifecycleBody is the body of start, stop, suspend, resume and delete.
+type lifecycleBody struct {
+	ID                    string `json:"id,omitempty"`
+	RestartIfRestoreFails bool   `json:"restart_if_restore_fails,omitempty"`
+}
+
+func (h *HTTP) lifecycle(verb string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var body lifecycleBody
+		if err := decodeBody(http.MaxBytesReader(w, r.Body, h.svc.cfg.MaxBody), h.svc.cfg.MaxBody, &body); err != nil {
+			writeError(w, err)
+			return
+		}
+		id := r.PathValue("id")
+		if body.ID != "" && body.ID != id {
+			writeError(w, events.Errorf(events.CodeInvalidArgument, "body id %q differs from path id %q", body.ID, id))
+			return
+		}
+		if body.RestartIfRestoreFails && verb != VerbResume {
+			writeError(w, events.Errorf(events.CodeInvalidArgument, "restart_if_restore_fails is an option of resume, not %s", verb))
+			return
+		}
+		c := Command{Verb: verb, ID: id, Actor: actor(r), IdempotencyKey: r.Header.Get("Idempotency-Key"), RestartIfRestoreFails: body.RestartIfRestoreFails}
+		v, err := h.svc.Handle(r.Context(), c)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusAccepted, v)
+	}
+}
+
+func (h *HTTP) get(w http.ResponseWriter, r *http.Request) {
+	id, err := h.svc.Resolve(r.Context(), r.PathValue("ref"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if at := r.URL.Query().Get("at"); at != "" {
+		var (
+			seq uint64
+			t   time.Time
+		)
+		if seq, err = strconv.ParseUint(at, 10, 64); err != nil {
+			if t, err = time.Parse(time.RFC3339Nano, at); err != nil {
+				writeError(w, events.Errorf(events.CodeInvalidArgument, "at=%q: want a sequence number or an RFC 3339 time", at))
+				return
+			}
+		}
+		v, err := h.svc.ViewAt(r.Context(), id, seq, t)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+		return
+	}
+	v, err := h.views.Get(r.Context(), id)
+	if errors.Is(err, events.ErrNotFound) || events.CodeOf(err) == events.CodeNotFound {
+		// Not projected yet: answer from the log, so a create is readable at once.
+		var sb *Sandbox
+		if sb, err = h.svc.Sandbox(r.Context(), id); err == nil {
+			v = sb.View
+		}
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (h *HTTP) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	lq := ListQuery{Phase: events.Phase(q.Get("phase")), Label: q.Get("label"), Cursor: q.Get("cursor")}
+	if lq.Phase != "" && !lq.Phase.Known() {
+		writeError(w, events.Errorf(events.CodeInvalidArgument, "unknown phase %q", lq.Phase))
+		return
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 1000 {
+			writeError(w, events.Errorf(events.CodeInvalidArgument, "limit=%q: want 1 to 1000", l))
+			return
+		}
+		lq.Limit = n
+	}
+	page, err := h.views.List(r.Context(), lq)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if page.Items == nil {
+		page.Items = []events.View{}
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// HistoryEntry is one event of the audit history (CONTRACT §3).
+type HistoryEntry struct {
+	Seq       uint64          `json:"seq"`
+	Type      string          `json:"type"`
+	Time      time.Time       `json:"time"`
+	Actor     string          `json:"actor"`
+	CommandID string          `json:"command_id"`
+	Phase     events.Phase    `json:"phase,omitempty"`
+	Data      json.RawMessage `json:"data"`
+}
+
+func (h *HTTP) history(w http.ResponseWriter, r *http.Request) {
+	var after uint64
+	if a := r.URL.Query().Get("after"); a != "" {
+		var err error
+		if after, err = strconv.ParseUint(a, 10, 64); err != nil {
+			writeError(w, events.Errorf(events.CodeInvalidArgument, "after=%q: want a sequence number", a))
+			return
+		}
+	}
+	envs, err := h.svc.History(r.Context(), r.PathValue("id"), after)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	items := make([]HistoryEntry, len(envs))
+	for i, e := range envs {
+		items[i] = HistoryEntry{Seq: e.Seq, Type: e.Type, Time: e.Time, Actor: e.Actor, CommandID: e.CommandID, Phase: e.Phase, Data: e.Data}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": items})
+}
+
+func (h *HTTP) wait(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	q := r.URL.Query()
+	phase := events.Phase(q.Get("phase"))
+	if !phase.Known() {
+		writeError(w, events.Errorf(events.CodeInvalidArgument, "phase=%q: want one of %v", phase, events.Phases))
+		return
+	}
+	timeout := 30 * time.Second
+	if t := q.Get("timeout"); t != "" {
+		d, err := time.ParseDuration(t)
+		if err != nil || d <= 0 || d > 10*time.Minute {
+			writeError(w, events.Errorf(events.CodeInvalidArgument, "timeout=%q: want a duration up to 10m", t))
+			return
+		}
+		timeout = d
+	}
+	if _, err := h.svc.Sandbox(r.Context(), id); err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	v, err := h.views.Wait(ctx, id, phase)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = events.Errorf(events.CodeDeadlineExceeded, "sandbox %s did not reach %s in %s (it is %s)", id, phase, timeout, v.Phase)
+		}
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (h *HTTP) watch(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, events.Errorf(events.CodeInternal, "streaming unsupported"))
+		return
+	}
+	var after uint64
+	if last := r.Header.Get("Last-Event-ID"); last != "" {
+		var err error
+		if after, err = strconv.ParseUint(last, 10, 64); err != nil {
+			writeError(w, events.Errorf(events.CodeInvalidArgument, "Last-Event-ID %q: want a sequence number", last))
+			return
+		}
+	}
+	ch, err := h.views.Watch(r.Context(), after)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	fl.Flush()
+	for v := range ch {
+		data, _ := json.Marshal(v)
+		if _, err := fmt.Fprintf(w, "id: %d\ndata: %s\n\n", v.Seq, data); err != nil {
+			return
+		}
+		fl.Flush()
+	}
+}
+
+func (h *HTTP) phases(w http.ResponseWriter, r *http.Request) {
+	counts, err := h.views.Counts(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, counts)
+}
+
+func (h *HTTP) readyz(w http.ResponseWriter, r *http.Request) {
+	if h.ready != nil {
+		if err := h.ready(r.Context()); err != nil {
+			writeError(w, events.Errorf(events.CodeUnavailable, "not ready: %v", err))
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}

@@ -1,0 +1,126 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/torpor/torpor/events"
+)
+
+// KVNames keeps name reservations in the KV bucket torpor_names (key = name,
+// value = sandbox id) and create idempotency keys in torpor_create_keys, whose
+// entries expire after a day.
+type KVNames struct {
+	names jetstream.KeyValue
+	keys  jetstream.KeyValue
+}
+
+var _ Names = (*KVNames)(nil)
+
+// NewKVNames creates or binds the two buckets.
+func NewKVNames(ctx context.Context, js jetstream.JetStream, replicas int) (*KVNames, error) {
+	if replicas < 1 {
+		replicas = 1
+	}
+	names, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: "torpor_names", Description: "sandbox name → id, unique among sandboxes not deleted", Replicas: replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("names bucket: %w", err)
+	}
+	keys, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: "torpor_create_keys", Description: "create idempotency key → sandbox id", TTL: 24 * time.Hour, Replicas: replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create keys bucket: %w", err)
+	}
+	return &KVNames{names: names, keys: keys}, nil
+}
+
+// Reserve claims name for id.
+func (n *KVNames) Reserve(ctx context.Context, name, id string) (string, error) {
+	_, err := n.names.Create(ctx, name, []byte(id))
+	if err == nil {
+		return id, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return "", fmt.Errorf("reserve %s: %w", name, err)
+	}
+	holder, gerr := n.Lookup(ctx, name)
+	if gerr != nil {
+		return "", fmt.Errorf("reserve %s: %w", name, gerr)
+	}
+	if holder == id {
+		return id, nil
+	}
+	return holder, fmt.Errorf("%w: %s held by %s", ErrNameTaken, name, holder)
+}
+
+// Take moves name from holder to id, if holder still holds it.
+func (n *KVNames) Take(ctx context.Context, name, holder, id string) error {
+	e, err := n.names.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		_, err = n.names.Create(ctx, name, []byte(id))
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if string(e.Value()) != holder {
+		return fmt.Errorf("name %s changed hands", name)
+	}
+	_, err = n.names.Update(ctx, name, []byte(id), e.Revision())
+	return err
+}
+
+// Release frees name if id holds it.
+func (n *KVNames) Release(ctx context.Context, name, id string) error {
+	e, err := n.names.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("release %s: %w", name, err)
+	}
+	if string(e.Value()) != id {
+		return nil
+	}
+	if err := n.names.Delete(ctx, name, jetstream.LastRevision(e.Revision())); err != nil {
+		return fmt.Errorf("release %s: %w", name, err)
+	}
+	return nil
+}
+
+// Lookup returns the id holding name.
+func (n *KVNames) Lookup(ctx context.Context, name string) (string, error) {
+	e, err := n.names.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", fmt.Errorf("name %s: %w", name, events.ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("name %s: %w", name, err)
+	}
+	return string(e.Value()), nil
+}
+
+// Claim maps an idempotency key to id once.
+func (n *KVNames) Claim(ctx context.Context, key, id string) (string, error) {
+	sum := sha256.Sum256([]byte(key))
+	k := hex.EncodeToString(sum[:])
+	if _, err := n.keys.Create(ctx, k, []byte(id)); err == nil {
+		return id, nil
+	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		return "", fmt.Errorf("idempotency key: %w", err)
+	}
+	e, err := n.keys.Get(ctx, k)
+	if err != nil {
+		return "", fmt.Errorf("idempotency key: %w", err)
+	}
+	return string(e.Value()), nil
+}

@@ -1,0 +1,269 @@
+package gateway
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/services/compute"
+)
+
+// recentCommands is how many command ids a sandbox remembers, so that a retried
+// command is recognised after the bus's deduplication window has passed.
+const recentCommands = 32
+
+// Sandbox is the aggregate: the state folded from one sandbox's events, enough
+// to decide the next command. Its methods are pure; only apply moves it, and
+// only through the table.
+type Sandbox struct {
+	ID         string
+	Seq        uint64
+	Phase      events.Phase
+	Spec       events.Created
+	Generation int64
+	// RestoreRef is the retained state held, if any.
+	RestoreRef string
+	// Resuming is set from a resume request until the next suspend, stop or start,
+	// so that resume on a sandbox it made ready is a no-op.
+	Resuming bool
+	// Exited is set once an exit result is recorded; it is never overwritten.
+	Exited   bool
+	Commands []string
+	View     events.View
+}
+
+// Exists reports whether the sandbox has been created.
+func (s *Sandbox) Exists() bool { return s.Phase != events.PhaseNone }
+
+// seen reports whether the command id has already been applied.
+func (s *Sandbox) seen(commandID string) bool {
+	return commandID != "" && slices.Contains(s.Commands, commandID)
+}
+
+// apply folds one stored event into s, moving the phase through the table.
+// An unknown type or a pair the table refuses is an error: the aggregate does
+// not guess.
+func (s *Sandbox) apply(env events.Envelope) error {
+	e, err := env.Decode()
+	if err != nil {
+		return fmt.Errorf("sandbox %s seq %d: %w", env.SandboxID, env.Seq, err)
+	}
+	to, err := Next(s.Phase, env.Type)
+	if err != nil {
+		return fmt.Errorf("sandbox %s seq %d: %w", env.SandboxID, env.Seq, err)
+	}
+	if s.ID == "" {
+		s.ID = env.SandboxID
+	}
+	s.Phase = to
+	if env.Seq != 0 {
+		s.Seq = env.Seq
+	}
+	switch e := e.(type) {
+	case *events.Created:
+		s.Spec, s.Generation = *e, e.Generation
+	case *events.StartRequested:
+		s.Generation, s.Resuming, s.Exited = e.Generation, false, false
+	case *events.SuspendRequested, *events.StopRequested:
+		s.Resuming = false
+	case *events.Suspended:
+		s.RestoreRef = e.RestoreRef
+	case *events.ResumeRequested:
+		s.Generation, s.Resuming, s.Exited = e.Generation, true, false
+	case *events.RetainedStateConsumed, *events.RetainedStateDiscarded, *events.RetainedStateInvalidated:
+		s.RestoreRef = ""
+	case *events.Exited:
+		s.Exited = true
+	}
+	if env.CommandID != "" && !slices.Contains(s.Commands, env.CommandID) {
+		s.Commands = append(s.Commands, env.CommandID)
+		if len(s.Commands) > recentCommands {
+			s.Commands = s.Commands[len(s.Commands)-recentCommands:]
+		}
+	}
+	env.Phase = to
+	s.View.Fold(env)
+	return nil
+}
+
+// Command is one lifecycle command, as the bus and HTTP hand it in.
+type Command struct {
+	Verb string
+	ID   string
+	// Actor is who asked (the HTTP remote, the bus client), for the audit.
+	Actor string
+	// IdempotencyKey makes a retried command land once.
+	IdempotencyKey string
+	// CommandID identifies the command; derived from the idempotency key when
+	// there is one (see CommandID), else fresh.
+	CommandID string
+	Create    CreateRequest
+	// Node is the node a created sandbox belongs to.
+	Node string
+	// RestartIfRestoreFails is resume's option.
+	RestartIfRestoreFails bool
+}
+
+// Verbs of commands.
+const (
+	VerbCreate  = "create"
+	VerbStart   = "start"
+	VerbStop    = "stop"
+	VerbSuspend = "suspend"
+	VerbResume  = "resume"
+	VerbDelete  = "delete"
+)
+
+// Verbs lists the command verbs, in the order of the contract.
+var Verbs = []string{VerbCreate, VerbStart, VerbStop, VerbSuspend, VerbResume, VerbDelete}
+
+// CreateRequest is the body of a create (CONTRACT §5).
+type CreateRequest struct {
+	Name          string            `json:"name,omitempty"`
+	Driver        string            `json:"driver,omitempty"`
+	DriverOptions map[string]string `json:"driver_options,omitempty"`
+	Command       []string          `json:"command,omitempty"`
+	Env           map[string]string `json:"env,omitempty"`
+	Labels        map[string]string `json:"labels,omitempty"`
+}
+
+func precondition(s *Sandbox, verb string, want ...events.Phase) error {
+	return events.Errorf(events.CodeFailedPrecondition, "sandbox %s is %s; %s needs %s", s.ID, s.Phase, verb, joinPhases(want))
+}
+
+func joinPhases(ps []events.Phase) string {
+	out := ""
+	for i, p := range ps {
+		switch {
+		case i == 0:
+		case i == len(ps)-1:
+			out += " or "
+		default:
+			out += ", "
+		}
+		out += string(p)
+	}
+	return out
+}
+
+// decide is the pure heart of the gateway: given the state, a command and the
+// driver's capabilities, the events the command causes. No events and no
+// error means the command is an idempotent repeat.
+func decide(s *Sandbox, c Command, caps compute.Capabilities) ([]events.Event, error) {
+	if c.Verb != VerbCreate && !s.Exists() {
+		return nil, events.Errorf(events.CodeNotFound, "sandbox %s not found", c.ID)
+	}
+	if s.seen(c.CommandID) {
+		return nil, nil
+	}
+	switch c.Verb {
+	case VerbCreate:
+		if s.Exists() {
+			return nil, events.Errorf(events.CodeAlreadyExists, "sandbox %s already exists", s.ID)
+		}
+		r := c.Create
+		return []events.Event{&events.Created{
+			Name: r.Name, Driver: r.Driver, Node: c.Node, DriverOptions: r.DriverOptions,
+			Command: r.Command, Env: r.Env, Labels: r.Labels, Generation: 1,
+		}}, nil
+	case VerbStart:
+		switch s.Phase {
+		case phReady, phStarting:
+			return nil, nil
+		case phStopped:
+			return []events.Event{&events.StartRequested{Generation: s.Generation + 1}}, nil
+		case phSuspended:
+			return []events.Event{
+				&events.StartRequested{Generation: s.Generation + 1},
+				&events.RetainedStateDiscarded{RestoreRef: s.RestoreRef},
+			}, nil
+		}
+		return nil, precondition(s, c.Verb, phStopped, phSuspended)
+	case VerbStop:
+		switch s.Phase {
+		case phStopped, phStopping:
+			return nil, nil
+		case phReady:
+			return []events.Event{&events.StopRequested{Generation: s.Generation}}, nil
+		}
+		return nil, precondition(s, c.Verb, phReady)
+	case VerbSuspend:
+		switch s.Phase {
+		case phSuspended, phSuspending:
+			return nil, nil
+		}
+		if !caps.Suspend {
+			return nil, events.Errorf(events.CodeUnimplemented, "driver %s cannot suspend sandbox %s", s.Spec.Driver, s.ID)
+		}
+		if s.Phase == phReady {
+			return []events.Event{&events.SuspendRequested{Generation: s.Generation}}, nil
+		}
+		return nil, precondition(s, c.Verb, phReady)
+	case VerbResume:
+		switch {
+		case s.Phase == phSuspended:
+			return []events.Event{&events.ResumeRequested{
+				Generation: s.Generation + 1, RestoreRef: s.RestoreRef, RestartIfRestoreFails: c.RestartIfRestoreFails,
+			}}, nil
+		case s.Resuming && (s.Phase == phReady || s.Phase == phStarting):
+			return nil, nil
+		}
+		return nil, precondition(s, c.Verb, phSuspended)
+	case VerbDelete:
+		switch s.Phase {
+		case phDeleting, phDeleted:
+			return nil, nil
+		}
+		return []events.Event{&events.DeleteRequested{}}, nil
+	}
+	return nil, events.Errorf(events.CodeInvalidArgument, "unknown command %q", c.Verb)
+}
+
+// generation returns the supervisor generation an event speaks for.
+func generation(e events.Event) (int64, bool) {
+	switch e := e.(type) {
+	case *events.Started:
+		return e.Generation, true
+	case *events.StartFailed:
+		return e.Generation, true
+	case *events.Stopped:
+		return e.Generation, true
+	case *events.StopRejected:
+		return e.Generation, true
+	case *events.Suspended:
+		return e.Generation, true
+	case *events.SuspendRejected:
+		return e.Generation, true
+	case *events.RetainedStateConsumed:
+		return e.Generation, true
+	case *events.ResumeFailed:
+		return e.Generation, true
+	case *events.Resumed:
+		return e.Generation, true
+	case *events.Exited:
+		return e.Generation, true
+	case *events.ResourceLost:
+		return e.Generation, true
+	case *events.SupervisorAttached:
+		return e.Generation, true
+	case *events.SupervisorDetached:
+		return e.Generation, true
+	}
+	return 0, false
+}
+
+// fence refuses a reported event (from a saga or a supervisor) that speaks for
+// another generation than the current one, or that would overwrite an exit
+// result: reports from older generations change nothing.
+func fence(s *Sandbox, e events.Event) error {
+	if gen, ok := generation(e); ok && gen != s.Generation {
+		return events.Errorf(events.CodeFailedPrecondition, "sandbox %s: %s speaks for generation %d, current is %d", s.ID, e.Type(), gen, s.Generation)
+	}
+	if sr, ok := e.(*events.StartRequested); ok && sr.Generation != s.Generation+1 {
+		return events.Errorf(events.CodeFailedPrecondition, "sandbox %s: start_requested mints generation %d, want %d", s.ID, sr.Generation, s.Generation+1)
+	}
+	if _, ok := e.(*events.Exited); ok && s.Exited {
+		return events.Errorf(events.CodeFailedPrecondition, "sandbox %s: exit result already recorded", s.ID)
+	}
+	return nil
+}

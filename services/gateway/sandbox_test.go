@@ -1,0 +1,181 @@
+package gateway
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/services/compute"
+)
+
+const sid = "0193b0a4-0000-7000-8000-000000000001"
+
+// given folds evs into a fresh aggregate, as the log would.
+func given(t *testing.T, evs ...events.Event) *Sandbox {
+	t.Helper()
+	sb := &Sandbox{ID: sid}
+	for i, e := range evs {
+		env, err := events.NewEnvelope(sid, e, events.Meta{CommandID: "c" + string(rune('a'+i))}, time.Unix(int64(i), 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.Seq = uint64(i + 1)
+		if err := sb.apply(env); err != nil {
+			t.Fatalf("given event %d %s: %v", i, e.Type(), err)
+		}
+	}
+	return sb
+}
+
+var (
+	created    = &events.Created{Name: "a", Driver: "sim", Node: "local", Generation: 1}
+	attached1  = &events.SupervisorAttached{Generation: 1}
+	ready      = []events.Event{created, &events.Started{Generation: 1}, attached1}
+	suspending = append(ready[:3:3], &events.SuspendRequested{Generation: 1})
+	suspended  = append(suspending[:4:4], &events.Suspended{Generation: 1, RestoreRef: "ref-1"})
+	resuming   = append(suspended[:5:5], &events.ResumeRequested{Generation: 2, RestoreRef: "ref-1"})
+	resumed    = append(resuming[:6:6], &events.RetainedStateConsumed{Generation: 2, RestoreRef: "ref-1"}, &events.Resumed{Generation: 2, Outcome: "restored"}, &events.SupervisorAttached{Generation: 2})
+	stopping   = append(ready[:3:3], &events.StopRequested{Generation: 1})
+	stopped    = append(stopping[:4:4], &events.Stopped{Generation: 1})
+	exited     = append(ready[:3:3], &events.Exited{Generation: 1, Code: 3})
+	deleted    = append(ready[:3:3], &events.DeleteRequested{}, &events.Deleted{})
+	canSuspend = compute.Capabilities{Suspend: true}
+)
+
+// TestDecide reads given (events) / when (command) / then (events or error).
+func TestDecide(t *testing.T) {
+	cases := []struct {
+		name  string
+		given []events.Event
+		when  Command
+		caps  compute.Capabilities
+		then  []events.Event
+		code  events.Code
+	}{
+		{name: "create on nothing", when: Command{Verb: VerbCreate, Create: CreateRequest{Name: "a", Driver: "sim"}, Node: "n1"},
+			then: []events.Event{&events.Created{Name: "a", Driver: "sim", Node: "n1", Generation: 1}}},
+		{name: "create on an existing id", given: ready, when: Command{Verb: VerbCreate}, code: events.CodeAlreadyExists},
+		{name: "any verb on an unknown sandbox", when: Command{Verb: VerbSuspend, ID: sid}, caps: canSuspend, code: events.CodeNotFound},
+
+		{name: "suspend ready", given: ready, when: Command{Verb: VerbSuspend}, caps: canSuspend,
+			then: []events.Event{&events.SuspendRequested{Generation: 1}}},
+		{name: "suspend suspended is a no-op", given: suspended, when: Command{Verb: VerbSuspend}, caps: canSuspend},
+		{name: "suspend suspending is a no-op", given: suspending, when: Command{Verb: VerbSuspend}, caps: canSuspend},
+		{name: "suspend without the capability", given: ready, when: Command{Verb: VerbSuspend}, code: events.CodeUnimplemented},
+		{name: "suspend stopped", given: stopped, when: Command{Verb: VerbSuspend}, caps: canSuspend, code: events.CodeFailedPrecondition},
+		{name: "suspend provisioning", given: ready[:1], when: Command{Verb: VerbSuspend}, caps: canSuspend, code: events.CodeFailedPrecondition},
+
+		{name: "resume suspended", given: suspended, when: Command{Verb: VerbResume, RestartIfRestoreFails: true},
+			then: []events.Event{&events.ResumeRequested{Generation: 2, RestoreRef: "ref-1", RestartIfRestoreFails: true}}},
+		{name: "resume ready after a resume is a no-op", given: resumed, when: Command{Verb: VerbResume}},
+		{name: "resume while resuming is a no-op", given: resuming, when: Command{Verb: VerbResume}},
+		{name: "resume ready never suspended", given: ready, when: Command{Verb: VerbResume}, code: events.CodeFailedPrecondition},
+		{name: "resume stopped", given: stopped, when: Command{Verb: VerbResume}, code: events.CodeFailedPrecondition},
+		{name: "resume ready after a later stop and start", given: append(resumed[:9:9], &events.StopRequested{Generation: 2}, &events.Stopped{Generation: 2}, &events.StartRequested{Generation: 3}, &events.SupervisorAttached{Generation: 3}),
+			when: Command{Verb: VerbResume}, code: events.CodeFailedPrecondition},
+
+		{name: "stop ready", given: ready, when: Command{Verb: VerbStop}, then: []events.Event{&events.StopRequested{Generation: 1}}},
+		{name: "stop stopped is a no-op", given: stopped, when: Command{Verb: VerbStop}},
+		{name: "stop stopping is a no-op", given: stopping, when: Command{Verb: VerbStop}},
+		{name: "stop suspended", given: suspended, when: Command{Verb: VerbStop}, code: events.CodeFailedPrecondition},
+		{name: "stop error", given: exited, when: Command{Verb: VerbStop}, code: events.CodeFailedPrecondition},
+
+		{name: "start stopped mints a generation", given: stopped, when: Command{Verb: VerbStart}, then: []events.Event{&events.StartRequested{Generation: 2}}},
+		{name: "start ready is a no-op", given: ready, when: Command{Verb: VerbStart}},
+		{name: "start suspended discards the retained state", given: suspended, when: Command{Verb: VerbStart},
+			then: []events.Event{&events.StartRequested{Generation: 2}, &events.RetainedStateDiscarded{RestoreRef: "ref-1"}}},
+		{name: "start error", given: exited, when: Command{Verb: VerbStart}, code: events.CodeFailedPrecondition},
+		{name: "start deleted", given: deleted, when: Command{Verb: VerbStart}, code: events.CodeFailedPrecondition},
+
+		{name: "delete ready", given: ready, when: Command{Verb: VerbDelete}, then: []events.Event{&events.DeleteRequested{}}},
+		{name: "delete error", given: exited, when: Command{Verb: VerbDelete}, then: []events.Event{&events.DeleteRequested{}}},
+		{name: "delete suspended", given: suspended, when: Command{Verb: VerbDelete}, then: []events.Event{&events.DeleteRequested{}}},
+		{name: "delete deleted is a no-op", given: deleted, when: Command{Verb: VerbDelete}},
+
+		{name: "a repeated command id is a no-op", given: ready, when: Command{Verb: VerbStop, CommandID: "cb"}},
+		{name: "an unknown verb", given: ready, when: Command{Verb: "explode"}, code: events.CodeInvalidArgument},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sb := given(t, c.given...)
+			c.when.ID = sid
+			got, err := decide(sb, c.when, c.caps)
+			if code := events.CodeOf(err); code != c.code {
+				t.Fatalf("error %v (code %q), want code %q", err, code, c.code)
+			}
+			if len(got) != len(c.then) || (len(got) > 0 && !reflect.DeepEqual(got, c.then)) {
+				t.Fatalf("events %#v, want %#v", got, c.then)
+			}
+			// What decide returns must be accepted by the table.
+			phase := sb.Phase
+			for _, e := range got {
+				next, err := Next(phase, e.Type())
+				if err != nil {
+					t.Fatalf("decided %s that the table refuses: %v", e.Type(), err)
+				}
+				phase = next
+			}
+		})
+	}
+}
+
+// TestFence: reports from other generations change nothing, and an exit
+// result is never overwritten.
+func TestFence(t *testing.T) {
+	cases := []struct {
+		name  string
+		given []events.Event
+		e     events.Event
+		ok    bool
+	}{
+		{"attach of the current generation", ready[:2], attached1, true},
+		{"attach of an old generation", resuming, attached1, false},
+		{"exit of an old generation while suspended", resuming[:5], &events.Exited{Generation: 0}, false},
+		{"a second exit", exited, &events.Exited{Generation: 1, Code: 9}, false},
+		{"fallback start mints the next generation", append(resuming[:6:6], &events.RetainedStateConsumed{Generation: 2}), &events.StartRequested{Generation: 3, Fallback: true}, true},
+		{"a start that reuses a generation", stopped, &events.StartRequested{Generation: 1}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := fence(given(t, c.given...), c.e)
+			if (err == nil) != c.ok {
+				t.Fatalf("fence = %v, want ok=%v", err, c.ok)
+			}
+			if err != nil && events.CodeOf(err) != events.CodeFailedPrecondition {
+				t.Fatalf("code %s, want FAILED_PRECONDITION", events.CodeOf(err))
+			}
+		})
+	}
+}
+
+// TestApplyRefusesUnknownTypes: the aggregate does not guess.
+func TestApplyRefusesUnknownTypes(t *testing.T) {
+	sb := given(t, ready...)
+	env := events.Envelope{SandboxID: sid, Type: "sandbox.from_the_future", Data: []byte(`{}`), Seq: 9}
+	err := sb.apply(env)
+	if !errors.Is(err, events.ErrUnknownType) {
+		t.Fatalf("apply unknown type: %v, want ErrUnknownType", err)
+	}
+	if sb.Phase != events.PhaseReady || sb.Seq != 3 {
+		t.Fatalf("state moved on a refused event: %s seq %d", sb.Phase, sb.Seq)
+	}
+}
+
+// TestViewFollowsTheAggregate: the view folded with the aggregate carries the
+// contract's fields through a suspend/resume cycle.
+func TestViewFollowsTheAggregate(t *testing.T) {
+	sb := given(t, suspended...)
+	if v := sb.View; v.Phase != events.PhaseSuspended || !v.Restore.Held || v.Restore.Consumed || v.Seq != 5 {
+		t.Fatalf("suspended view %+v", v)
+	}
+	sb = given(t, resumed...)
+	if v := sb.View; v.Phase != events.PhaseReady || v.Restore.Held || !v.Restore.Consumed || v.Generation != 2 || v.LastOutcome != "restored" {
+		t.Fatalf("resumed view %+v", v)
+	}
+	sb = given(t, exited...)
+	if v := sb.View; v.Phase != events.PhaseError || v.ExitCode == nil || *v.ExitCode != 3 || v.Reason != events.ReasonMainProcessExited {
+		t.Fatalf("exited view %+v", v)
+	}
+}

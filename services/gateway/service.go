@@ -1,0 +1,454 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/services/compute"
+)
+
+// Drivers is what the gateway asks of the compute side before it accepts a
+// command (compute.Registry satisfies it).
+type Drivers interface {
+	Validate(name string, opts map[string]string) error
+	Capabilities(name string, opts map[string]string) (compute.Capabilities, error)
+}
+
+// Names reserves sandbox names, which must be unique among sandboxes that are
+// not deleted; no single subject can guard that.
+type Names interface {
+	// Reserve claims name for id; if another sandbox holds it, it returns that
+	// sandbox's id and an error wrapping ErrNameTaken.
+	Reserve(ctx context.Context, name, id string) (string, error)
+	// Take claims name for id from holder (a deleted sandbox).
+	Take(ctx context.Context, name, holder, id string) error
+	// Release frees name if id holds it.
+	Release(ctx context.Context, name, id string) error
+	// Lookup returns the id holding name, or an error wrapping events.ErrNotFound.
+	Lookup(ctx context.Context, name string) (string, error)
+	// Claim maps an idempotency key of a create to id, once; it returns the id
+	// the key is already mapped to, if any.
+	Claim(ctx context.Context, key, id string) (string, error)
+}
+
+// ErrNameTaken: the name is held by another sandbox.
+var ErrNameTaken = errors.New("name in use")
+
+// Config tunes the command service.
+type Config struct {
+	// Node is the node new sandboxes belong to.
+	Node string
+	// DefaultDriver is the driver of a create that names none.
+	DefaultDriver string
+	// Retries bounds the reload-and-retry loop on a concurrent change.
+	Retries int
+	// CacheSize bounds the sandboxes whose folded state is kept in memory.
+	CacheSize int
+	// MaxBody bounds a command's body, in bytes.
+	MaxBody int64
+}
+
+// Defaults fills zero fields.
+func (c *Config) Defaults() {
+	if c.Node == "" {
+		c.Node = "local"
+	}
+	if c.DefaultDriver == "" {
+		c.DefaultDriver = "sim"
+	}
+	if c.Retries == 0 {
+		c.Retries = 8
+	}
+	if c.CacheSize == 0 {
+		c.CacheSize = 100_000
+	}
+	if c.MaxBody == 0 {
+		c.MaxBody = 256 << 10
+	}
+}
+
+// Validate reports a config that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.Retries < 1:
+		return fmt.Errorf("gateway: retries %d, want 1 or more", c.Retries)
+	case c.CacheSize < 1:
+		return fmt.Errorf("gateway: cache size %d, want 1 or more", c.CacheSize)
+	case c.MaxBody < 1024:
+		return fmt.Errorf("gateway: max body %d bytes, want 1024 or more", c.MaxBody)
+	case !validName.MatchString(c.Node):
+		return fmt.Errorf("gateway: node name %q: want lower-case letters, digits, '-', '_' or '.'", c.Node)
+	}
+	return nil
+}
+
+// Service is the command service: load, decide, append, retry on conflict.
+type Service struct {
+	store   events.Store
+	names   Names
+	drivers Drivers
+	creds   *compute.Credentials
+	cfg     Config
+	log     zerolog.Logger
+	now     func() time.Time
+
+	locks [256]sync.Mutex
+	mu    sync.Mutex
+	cache map[string]*Sandbox
+}
+
+// NewService returns a command service over store.
+func NewService(store events.Store, names Names, drivers Drivers, creds *compute.Credentials, cfg Config, log zerolog.Logger) (*Service, error) {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Service{
+		store: store, names: names, drivers: drivers, creds: creds, cfg: cfg, log: log,
+		now: time.Now, cache: make(map[string]*Sandbox),
+	}, nil
+}
+
+var (
+	validName  = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
+	idempotent = uuid.MustParse("0193b0a4-7c1e-7a4e-9d0e-5f1f0c9e2a11")
+)
+
+// ParseID checks that id is a sandbox id (a uuid), so it is safe in a subject.
+func ParseID(id string) error {
+	u, err := uuid.Parse(id)
+	if err != nil || u.String() != id {
+		return events.Errorf(events.CodeInvalidArgument, "invalid sandbox id %q: want a lower-case uuid", id)
+	}
+	return nil
+}
+
+// CommandID is the id of a command: derived from the idempotency key when
+// there is one, so that a retry is recognised, else fresh.
+func CommandID(verb, id, key string) string {
+	if key == "" {
+		return uuid.Must(uuid.NewV7()).String()
+	}
+	return uuid.NewSHA1(idempotent, []byte(verb+"\x00"+id+"\x00"+key)).String()
+}
+
+func (s *Service) lock(id string) func() {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	m := &s.locks[h.Sum32()%uint32(len(s.locks))]
+	m.Lock()
+	return m.Unlock
+}
+
+// load returns the folded state of id: from the cache, else from the log.
+// The caller holds the sandbox's lock.
+func (s *Service) load(ctx context.Context, id string) (*Sandbox, error) {
+	s.mu.Lock()
+	sb, ok := s.cache[id]
+	s.mu.Unlock()
+	if ok {
+		return sb, nil
+	}
+	return s.refresh(ctx, &Sandbox{ID: id})
+}
+
+// refresh folds the events after sb.Seq into a copy of sb and caches it.
+func (s *Service) refresh(ctx context.Context, sb *Sandbox) (*Sandbox, error) {
+	envs, err := s.store.Load(ctx, sb.ID, sb.Seq)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", sb.ID, err)
+	}
+	next := sb.clone()
+	for _, env := range envs {
+		if err := next.apply(env); err != nil {
+			return nil, err
+		}
+	}
+	if next.Exists() {
+		s.put(next)
+	}
+	return next, nil
+}
+
+func (s *Service) put(sb *Sandbox) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.cache[sb.ID]; !ok && len(s.cache) >= s.cfg.CacheSize {
+		for k := range s.cache { // evict one at random
+			delete(s.cache, k)
+			break
+		}
+	}
+	s.cache[sb.ID] = sb
+}
+
+func (s *Service) forget(id string) {
+	s.mu.Lock()
+	delete(s.cache, id)
+	s.mu.Unlock()
+}
+
+func (sb *Sandbox) clone() *Sandbox {
+	c := *sb
+	c.Commands = append([]string(nil), sb.Commands...)
+	return &c
+}
+
+// Sandbox returns the folded state of id, read from the log (or the cache).
+func (s *Service) Sandbox(ctx context.Context, id string) (*Sandbox, error) {
+	if err := ParseID(id); err != nil {
+		return nil, err
+	}
+	defer s.lock(id)()
+	sb, err := s.load(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !sb.Exists() {
+		return nil, events.Errorf(events.CodeNotFound, "sandbox %s not found", id)
+	}
+	return sb, nil
+}
+
+// Handle runs one command and returns the view right after its events.
+func (s *Service) Handle(ctx context.Context, c Command) (events.View, error) {
+	if c.Verb == VerbCreate {
+		return s.create(ctx, c)
+	}
+	if err := ParseID(c.ID); err != nil {
+		return events.View{}, err
+	}
+	if c.CommandID == "" {
+		c.CommandID = CommandID(c.Verb, c.ID, c.IdempotencyKey)
+	}
+	defer s.lock(c.ID)()
+	meta := events.Meta{Actor: c.Actor, CommandID: c.CommandID, CorrelationID: c.CommandID}
+	sb, err := s.append(ctx, c.ID, meta, c.CommandID, func(sb *Sandbox) ([]events.Event, error) {
+		caps, err := s.drivers.Capabilities(sb.Spec.Driver, sb.Spec.DriverOptions)
+		if err != nil && sb.Exists() {
+			return nil, events.Errorf(events.CodeInternal, "sandbox %s: %v", sb.ID, err)
+		}
+		return decide(sb, c, caps)
+	})
+	if err != nil {
+		return events.View{}, err
+	}
+	return sb.View, nil
+}
+
+// Record appends events a saga or a supervisor reports about cause's sandbox,
+// through the table and the generation fence. Refused events come back as
+// FAILED_PRECONDITION: the sandbox has moved on.
+func (s *Service) Record(ctx context.Context, cause events.Envelope, actor string, evs ...events.Event) error {
+	if err := ParseID(cause.SandboxID); err != nil {
+		return err
+	}
+	defer s.lock(cause.SandboxID)()
+	dedup := ""
+	if cause.ID != "" {
+		dedup = "r:" + cause.ID + ":" + evs[0].Type()
+	}
+	sb, err := s.append(ctx, cause.SandboxID, cause.Caused(actor), dedup, func(sb *Sandbox) ([]events.Event, error) {
+		if !sb.Exists() {
+			return nil, events.Errorf(events.CodeNotFound, "sandbox %s not found", sb.ID)
+		}
+		for _, e := range evs {
+			if err := fence(sb, e); err != nil {
+				return nil, err
+			}
+		}
+		return evs, nil
+	})
+	if err == nil && sb.Phase == phDeleted {
+		if err := s.names.Release(ctx, sb.Spec.Name, sb.ID); err != nil {
+			// The name stays reserved; a create of the same name takes it over.
+			s.log.Warn().Err(err).Str("sandbox_id", sb.ID).Msg("release name")
+		}
+	}
+	return err
+}
+
+// append runs decide against the current state and appends what it returns,
+// stamping each event with the phase the table gives; on a concurrent change it
+// reloads and decides again. dedup, when set, derives the message ids so that a
+// retried command lands once. The caller holds the sandbox's lock.
+func (s *Service) append(ctx context.Context, id string, meta events.Meta, dedup string, decide func(*Sandbox) ([]events.Event, error)) (*Sandbox, error) {
+	sb, err := s.load(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		evs, err := decide(sb)
+		if err != nil || len(evs) == 0 {
+			return sb, err
+		}
+		next := sb.clone()
+		envs := make([]events.Envelope, len(evs))
+		now := s.now()
+		for i, e := range evs {
+			env, err := events.NewEnvelope(id, e, meta, now)
+			if err != nil {
+				return nil, err
+			}
+			if dedup != "" {
+				env.MsgID = dedup + "." + strconv.Itoa(i)
+			}
+			if err := next.apply(env); err != nil {
+				return nil, err
+			}
+			env.Phase = next.Phase
+			envs[i] = env
+		}
+		seq, err := s.store.Append(ctx, id, sb.Seq, envs...)
+		if err == nil {
+			// Stamp the stored sequences into the state and its view.
+			first := seq - uint64(len(envs)) + 1
+			done := sb.clone()
+			for i := range envs {
+				envs[i].Seq = first + uint64(i)
+				if err := done.apply(envs[i]); err != nil {
+					return nil, err
+				}
+			}
+			s.put(done)
+			return done, nil
+		}
+		if !errors.Is(err, events.ErrConflict) {
+			return nil, fmt.Errorf("append %s: %w", id, err)
+		}
+		if attempt+1 >= s.cfg.Retries {
+			s.forget(id)
+			return nil, events.Errorf(events.CodeAborted, "sandbox %s changed concurrently %d times; retry", id, attempt+1)
+		}
+		if sb, err = s.refresh(ctx, sb); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// create runs a create command: validate, reserve the name, append created.
+func (s *Service) create(ctx context.Context, c Command) (events.View, error) {
+	r := &c.Create
+	if r.Driver == "" {
+		r.Driver = s.cfg.DefaultDriver
+	}
+	if err := s.drivers.Validate(r.Driver, r.DriverOptions); err != nil {
+		return events.View{}, events.Errorf(events.CodeInvalidArgument, "create: %v", err)
+	}
+	if r.Name != "" && !validName.MatchString(r.Name) {
+		return events.View{}, events.Errorf(events.CodeInvalidArgument, "invalid name %q: 1 to 63 lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit", r.Name)
+	}
+	if r.Name != "" && ParseID(r.Name) == nil {
+		return events.View{}, events.Errorf(events.CodeInvalidArgument, "invalid name %q: a name must not look like a sandbox id", r.Name)
+	}
+	for k := range r.Labels {
+		if k == "" {
+			return events.View{}, events.Errorf(events.CodeInvalidArgument, "invalid label: empty key")
+		}
+	}
+	id := uuid.Must(uuid.NewV7()).String()
+	c.CommandID = CommandID(VerbCreate, "", c.IdempotencyKey)
+	if c.IdempotencyKey != "" {
+		held, err := s.names.Claim(ctx, c.CommandID, id)
+		if err != nil {
+			return events.View{}, fmt.Errorf("create: %w", err)
+		}
+		id = held
+	}
+	if r.Name == "" {
+		r.Name = "sbx-" + id[len(id)-12:]
+	}
+	defer s.lock(id)()
+	if err := s.reserve(ctx, r.Name, id); err != nil {
+		return events.View{}, err
+	}
+	c.ID = id
+	c.Node = s.cfg.Node
+	meta := events.Meta{Actor: c.Actor, CommandID: c.CommandID, CorrelationID: c.CommandID}
+	sb, err := s.append(ctx, id, meta, c.CommandID, func(sb *Sandbox) ([]events.Event, error) {
+		if sb.Exists() && sb.seen(c.CommandID) {
+			return nil, nil // a retried create that landed
+		}
+		return decide(sb, c, compute.Capabilities{})
+	})
+	if err != nil {
+		if !errors.Is(err, events.ErrUnavailable) {
+			_ = s.names.Release(ctx, r.Name, id)
+		}
+		return events.View{}, err
+	}
+	return sb.View, nil
+}
+
+// reserve claims name for id, taking it over from a deleted holder.
+func (s *Service) reserve(ctx context.Context, name, id string) error {
+	holder, err := s.names.Reserve(ctx, name, id)
+	if err == nil || holder == id {
+		return nil
+	}
+	if !errors.Is(err, ErrNameTaken) {
+		return fmt.Errorf("reserve name %s: %w", name, err)
+	}
+	// Read the holder without its lock: deleted is terminal, so a stale read
+	// can only refuse, never take a live name.
+	if h, herr := s.load(ctx, holder); herr != nil || h.Phase != phDeleted {
+		return events.Errorf(events.CodeAlreadyExists, "name %q is in use by sandbox %s", name, holder)
+	}
+	if err := s.names.Take(ctx, name, holder, id); err != nil {
+		return events.Errorf(events.CodeAborted, "name %q: %v; retry", name, err)
+	}
+	return nil
+}
+
+// Resolve turns an id or a name into a sandbox id.
+func (s *Service) Resolve(ctx context.Context, ref string) (string, error) {
+	if ParseID(ref) == nil {
+		return ref, nil
+	}
+	if !validName.MatchString(ref) {
+		return "", events.Errorf(events.CodeInvalidArgument, "invalid sandbox id or name %q", ref)
+	}
+	id, err := s.names.Lookup(ctx, ref)
+	if errors.Is(err, events.ErrNotFound) {
+		return "", events.Errorf(events.CodeNotFound, "sandbox %q not found", ref)
+	}
+	return id, err
+}
+
+// ViewAt folds sandbox id's log up to seq (0: no bound) or time at (zero: no
+// bound): what the sandbox was then.
+func (s *Service) ViewAt(ctx context.Context, id string, seq uint64, at time.Time) (events.View, error) {
+	envs, err := s.store.Load(ctx, id, 0)
+	if err != nil {
+		return events.View{}, fmt.Errorf("load %s: %w", id, err)
+	}
+	var v events.View
+	for _, env := range envs {
+		if (seq != 0 && env.Seq > seq) || (!at.IsZero() && env.Time.After(at)) {
+			break
+		}
+		v.Fold(env)
+	}
+	if v.Seq == 0 {
+		return v, events.Errorf(events.CodeNotFound, "sandbox %s did not exist then", id)
+	}
+	return v, nil
+}
+
+// History returns the events of id after seq.
+func (s *Service) History(ctx context.Context, id string, after uint64) ([]events.Envelope, error) {
+	if _, err := s.Sandbox(ctx, id); err != nil {
+		return nil, err
+	}
+	return s.store.Load(ctx, id, after)
+}

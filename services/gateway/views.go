@@ -1,0 +1,34 @@
+package gateway
+
+import (
+	"context"
+
+	"github.com/torpor/torpor/events"
+)
+
+// ListQuery selects sandboxes for a list.
+type ListQuery struct {
+	Phase  events.Phase
+	Label  string // "key=value"
+	Limit  int
+	Cursor string
+}
+
+// Page is one page of a list; Next is the opaque cursor of the next page,
+// empty at the end.
+type Page struct {
+	Items []events.View `json:"items"`
+	Next  string        `json:"next"`
+}
+
+// Views reads the phase view projection (the KV view by default).
+type Views interface {
+	Get(ctx context.Context, id string) (events.View, error)
+	List(ctx context.Context, q ListQuery) (Page, error)
+	// Wait returns when id's view reaches phase; FAILED_PRECONDITION if it
+	// reached a terminal phase instead.
+	Wait(ctx context.Context, id string, phase events.Phase) (events.View, error)
+	Counts(ctx context.Context) (map[events.Phase]int, error)
+	// Watch streams view changes with a seq above after until ctx ends.
+	Watch(ctx context.Context, after uint64) (<-chan events.View, error)
+}

@@ -41,7 +41,9 @@ func NewHTTP(svc *Service, views Views, ready func(context.Context) error, log z
 	h.mux.HandleFunc("GET /v1/sandboxes/{id}/wait", h.wait)
 	h.mux.HandleFunc("GET /v1/watch", h.watch)
 	h.mux.HandleFunc("GET /v1/phases", h.phases)
-	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, map[string]string{"status": "ok"}) })
+	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
 	h.mux.HandleFunc("GET /readyz", h.readyz)
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, events.Errorf(events.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))

@@ -1,0 +1,123 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The option keys of CONTRACT §8, and the values of suspend and resume.
+const (
+	OptLatency           = "latency"
+	OptSuspend           = "suspend"
+	OptResume            = "resume"
+	OptExitDuringSuspend = "exit_during_suspend"
+	OptExitAfter         = "exit_after"
+	OptExitCode          = "exit_code"
+
+	SuspendOK            = "ok"
+	SuspendReject        = "reject"
+	SuspendHang          = "hang"
+	SuspendUnimplemented = "unimplemented"
+
+	ResumeOK               = "ok"
+	ResumeFail             = "fail"
+	ResumeFailOnce         = "fail_once"
+	ResumeFailAfterConsume = "fail_after_consume"
+)
+
+var (
+	suspendModes = []string{SuspendOK, SuspendReject, SuspendHang, SuspendUnimplemented}
+	resumeModes  = []string{ResumeOK, ResumeFail, ResumeFailOnce, ResumeFailAfterConsume}
+	knownKeys    = []string{OptExitAfter, OptExitCode, OptExitDuringSuspend, OptLatency, OptResume, OptSuspend}
+)
+
+// options are the parsed driver_options of one sandbox.
+type options struct {
+	latency time.Duration
+	suspend string
+	resume  string
+	// exitDuringSuspend is the exit code reported while a suspend is in
+	// flight; nil means the workload does not exit.
+	exitDuringSuspend *int
+	// exitAfter > 0 makes the workload exit this long after it attached.
+	exitAfter time.Duration
+	exitCode  int
+}
+
+// ValidateOptions reports the first problem of opts as a sim sandbox's
+// driver_options: an unknown key or a value the sim does not understand. The
+// gateway calls it on create and answers INVALID_ARGUMENT with its message.
+func ValidateOptions(opts map[string]string) error {
+	_, err := parse(opts)
+	return err
+}
+
+func parse(opts map[string]string) (options, error) {
+	o := options{suspend: SuspendOK, resume: ResumeOK}
+	keys := make([]string, 0, len(opts))
+	for k := range opts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // the same input always names the same problem
+	for _, k := range keys {
+		v := opts[k]
+		var err error
+		switch k {
+		case OptLatency:
+			o.latency, err = duration(v)
+		case OptSuspend:
+			o.suspend, err = oneOf(v, suspendModes)
+		case OptResume:
+			o.resume, err = oneOf(v, resumeModes)
+		case OptExitDuringSuspend:
+			var code int
+			code, err = exitCode(v)
+			o.exitDuringSuspend = &code
+		case OptExitAfter:
+			o.exitAfter, err = duration(v)
+		case OptExitCode:
+			o.exitCode, err = exitCode(v)
+		default:
+			err = fmt.Errorf("unknown option (known: %s)", strings.Join(knownKeys, ", "))
+		}
+		if err != nil {
+			return options{}, fmt.Errorf("sim option %q: %w", k, err)
+		}
+	}
+	return o, nil
+}
+
+func duration(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration like 250ms or 2s", v)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("duration %s is negative", d)
+	}
+	return d, nil
+}
+
+func oneOf(v string, allowed []string) (string, error) {
+	for _, a := range allowed {
+		if v == a {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("%q is not one of %s", v, strings.Join(allowed, ", "))
+}
+
+func exitCode(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, errors.New("exit code " + strconv.Quote(v) + " is not an integer")
+	}
+	if n < 0 || n > 255 {
+		return 0, fmt.Errorf("exit code %d is outside 0..255", n)
+	}
+	return n, nil
+}

@@ -1,0 +1,474 @@
+package sim_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/torpor/torpor/services/compute"
+	"github.com/torpor/torpor/services/compute/sim"
+)
+
+const wait = 5 * time.Second
+
+// recorder is a Reporter that hands every report to a channel.
+type recorder struct{ ch chan compute.Report }
+
+func newRecorder() *recorder { return &recorder{ch: make(chan compute.Report, 64)} }
+
+func (r *recorder) Report(ctx context.Context, rep compute.Report) error {
+	select {
+	case r.ch <- rep:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// next returns the next report or fails the test after a timeout.
+func (r *recorder) next(t *testing.T) compute.Report {
+	t.Helper()
+	select {
+	case rep := <-r.ch:
+		return rep
+	case <-time.After(wait):
+		t.Fatal("no report")
+		return compute.Report{}
+	}
+}
+
+// none fails the test if a report is waiting. Reports are queued by the
+// driver before its calls return, so callers use it after a call whose
+// reports they have already drained and a later report (a sync point).
+func (r *recorder) none(t *testing.T) {
+	t.Helper()
+	select {
+	case rep := <-r.ch:
+		t.Fatalf("unexpected report %+v", rep)
+	default:
+	}
+}
+
+func newDriver(t *testing.T) (*sim.Driver, *recorder) {
+	t.Helper()
+	rec := newRecorder()
+	d := sim.New(rec)
+	t.Cleanup(d.Close)
+	return d, rec
+}
+
+func spec(id string, opts map[string]string) compute.Spec {
+	return compute.Spec{SandboxID: id, Node: "n1", Options: opts}
+}
+
+func ctx(t *testing.T) context.Context {
+	t.Helper()
+	c, cancel := context.WithTimeout(context.Background(), wait)
+	t.Cleanup(cancel)
+	return c
+}
+
+func wantReport(t *testing.T, got compute.Report, kind string, gen int64) {
+	t.Helper()
+	if got.Kind != kind || got.Generation != gen {
+		t.Fatalf("report = %+v, want kind %s generation %d", got, kind, gen)
+	}
+}
+
+// startReady starts generation gen and consumes its attach report.
+func startReady(t *testing.T, d *sim.Driver, rec *recorder, s compute.Spec, gen int64) {
+	t.Helper()
+	if err := d.Start(ctx(t), compute.Start{Spec: s, Generation: gen, Credential: "cred"}); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	got := rec.next(t)
+	wantReport(t, got, compute.ReportAttached, gen)
+	if got.Credential != "cred" || got.SandboxID != s.SandboxID {
+		t.Fatalf("attach = %+v", got)
+	}
+}
+
+func TestStartReportsAttachIdempotently(t *testing.T) {
+	d, rec := newDriver(t)
+	s := spec("sb1", nil)
+	startReady(t, d, rec, s, 1)
+	startReady(t, d, rec, s, 1) // a repeat re-sends the attach
+	// An older generation does nothing.
+	if err := d.Start(ctx(t), compute.Start{Spec: s, Generation: 0, Credential: "old"}); err != nil {
+		t.Fatal(err)
+	}
+	startReady(t, d, rec, s, 2)
+}
+
+func TestSuspend(t *testing.T) {
+	cases := []struct {
+		name    string
+		opts    map[string]string
+		wantErr error
+	}{
+		{"ok by default", nil, nil},
+		{"ok", map[string]string{"suspend": "ok"}, nil},
+		{"reject", map[string]string{"suspend": "reject"}, compute.ErrRejected},
+		{"unimplemented", map[string]string{"suspend": "unimplemented"}, compute.ErrUnimplemented},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d, rec := newDriver(t)
+			s := spec("sb1", c.opts)
+			startReady(t, d, rec, s, 1)
+			ref, err := d.Suspend(ctx(t), compute.Target{Spec: s, Generation: 1})
+			if c.wantErr != nil {
+				if !errors.Is(err, c.wantErr) {
+					t.Fatalf("suspend error = %v, want %v", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("suspend: %v", err)
+			}
+			if !strings.HasPrefix(ref, "sim:sb1:1:") {
+				t.Fatalf("ref = %q, want sim:sb1:1:…", ref)
+			}
+			again, err := d.Suspend(ctx(t), compute.Target{Spec: s, Generation: 1})
+			if err != nil || again != ref {
+				t.Fatalf("repeated suspend = %q, %v; want %q", again, err, ref)
+			}
+		})
+	}
+}
+
+func TestCapabilities(t *testing.T) {
+	d, _ := newDriver(t)
+	cases := []struct {
+		opts map[string]string
+		want bool
+	}{
+		{nil, true},
+		{map[string]string{"suspend": "hang"}, true},
+		{map[string]string{"suspend": "unimplemented"}, false},
+		{map[string]string{"suspend": "maybe"}, false},
+	}
+	for _, c := range cases {
+		if got := d.Capabilities(c.opts).Suspend; got != c.want {
+			t.Errorf("Capabilities(%v).Suspend = %v, want %v", c.opts, got, c.want)
+		}
+	}
+}
+
+func TestSuspendHangBlocksUntilContextEnds(t *testing.T) {
+	d, rec := newDriver(t)
+	s := spec("sb1", map[string]string{"suspend": "hang"})
+	startReady(t, d, rec, s, 1)
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err := d.Suspend(c, compute.Target{Spec: s, Generation: 1})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("suspend error = %v, want deadline exceeded", err)
+	}
+}
+
+func TestSuspendOfAnotherGenerationIsRejected(t *testing.T) {
+	d, rec := newDriver(t)
+	s := spec("sb1", nil)
+	startReady(t, d, rec, s, 2)
+	if _, err := d.Suspend(ctx(t), compute.Target{Spec: s, Generation: 1}); !errors.Is(err, compute.ErrRejected) {
+		t.Fatalf("suspend of generation 1 = %v, want rejected", err)
+	}
+	if err := d.Stop(ctx(t), compute.Target{Spec: s, Generation: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Suspend(ctx(t), compute.Target{Spec: s, Generation: 2}); !errors.Is(err, compute.ErrRejected) {
+		t.Fatalf("suspend of a stopped workload = %v, want rejected", err)
+	}
+}
+
+func TestExitDuringSuspend(t *testing.T) {
+	d, rec := newDriver(t)
+	s := spec("sb1", map[string]string{"exit_during_suspend": "137"})
+	startReady(t, d, rec, s, 1)
+	ref, err := d.Suspend(ctx(t), compute.Target{Spec: s, Generation: 1})
+	if err != nil || ref == "" {
+		t.Fatalf("suspend = %q, %v; want a reference", ref, err)
+	}
+	// The exit was reported before Suspend answered: it is already there.
+	select {
+	case got := <-rec.ch:
+		wantReport(t, got, compute.ReportExited, 1)
+		if got.ExitCode != 137 || got.Credential != "cred" {
+			t.Fatalf("exit report = %+v", got)
+		}
+	default:
+		t.Fatal("no exit report before the suspend answered")
+	}
+	// A repeat returns the same reference and no second exit.
+	if again, err := d.Suspend(ctx(t), compute.Target{Spec: s, Generation: 1}); err != nil || again != ref {
+		t.Fatalf("repeated suspend = %q, %v", again, err)
+	}
+	rec.none(t)
+}
+
+func TestResume(t *testing.T) {
+	cases := []struct {
+		mode string
+		// attempts: for each try, whether it succeeds and whether it consumed.
+		attempts []struct{ ok, consumed bool }
+	}{
+		{"ok", []struct{ ok, consumed bool }{{true, true}}},
+		{"fail", []struct{ ok, consumed bool }{{false, false}, {false, false}}},
+		{"fail_once", []struct{ ok, consumed bool }{{false, false}, {true, true}}},
+		{"fail_after_consume", []struct{ ok, consumed bool }{{false, true}, {false, true}}},
+	}
+	for _, c := range cases {
+		t.Run(c.mode, func(t *testing.T) {
+			d, rec := newDriver(t)
+			s := spec("sb1", map[string]string{"resume": c.mode})
+			startReady(t, d, rec, s, 1)
+			ref, err := d.Suspend(ctx(t), compute.Target{Spec: s, Generation: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, a := range c.attempts {
+				res, err := d.Resume(ctx(t), compute.Resume{Spec: s, Generation: 2, Credential: "cred2", RestoreRef: ref})
+				if (err == nil) != a.ok || res.Consumed != a.consumed {
+					t.Fatalf("attempt %d = %+v, %v; want ok %v consumed %v", i+1, res, err, a.ok, a.consumed)
+				}
+				if a.ok {
+					got := rec.next(t)
+					wantReport(t, got, compute.ReportAttached, 2)
+					if got.Credential != "cred2" {
+						t.Fatalf("attach = %+v", got)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestResumeIsIdempotentPerGenerationAndRef(t *testing.T) {
+	d, rec := newDriver(t)
+	s := spec("sb1", nil)
+	startReady(t, d, rec, s, 1)
+	ref, err := d.Suspend(ctx(t), compute.Target{Spec: s, Generation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		res, err := d.Resume(ctx(t), compute.Resume{Spec: s, Generation: 2, Credential: "c", RestoreRef: ref})
+		if err != nil || !res.Consumed {
+			t.Fatalf("resume %d = %+v, %v", i+1, res, err)
+		}
+		wantReport(t, rec.next(t), compute.ReportAttached, 2)
+	}
+	// Another generation cannot use the consumed reference.
+	res, err := d.Resume(ctx(t), compute.Resume{Spec: s, Generation: 3, Credential: "c", RestoreRef: ref})
+	if !errors.Is(err, compute.ErrUnknownRef) || res.Consumed {
+		t.Fatalf("resume of a consumed ref = %+v, %v; want unknown ref, not consumed", res, err)
+	}
+}
+
+func TestResumeUnknownRefs(t *testing.T) {
+	d, rec := newDriver(t)
+	s := spec("sb1", nil)
+	cases := []struct {
+		name string
+		ref  string
+		ok   bool
+	}{
+		{"foreign prefix", "snap:sb1:1:x", false},
+		{"another sandbox", "sim:sb2:1:x", false},
+		{"forgotten across a restart", "sim:sb1:1:abc", true},
+	}
+	for _, c := range cases {
+		res, err := d.Resume(ctx(t), compute.Resume{Spec: s, Generation: 2, Credential: "c", RestoreRef: c.ref})
+		if c.ok {
+			if err != nil || !res.Consumed {
+				t.Errorf("%s: resume = %+v, %v; want restored", c.name, res, err)
+			}
+			wantReport(t, rec.next(t), compute.ReportAttached, 2)
+			continue
+		}
+		if !errors.Is(err, compute.ErrUnknownRef) || res.Consumed {
+			t.Errorf("%s: resume = %+v, %v; want unknown ref", c.name, res, err)
+		}
+	}
+}
+
+func TestDiscardAndDeleteForgetRefs(t *testing.T) {
+	d, rec := newDriver(t)
+	s := spec("sb1", nil)
+	startReady(t, d, rec, s, 1)
+	ref, err := d.Suspend(ctx(t), compute.Target{Spec: s, Generation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := d.Discard(ctx(t), s, ref); err != nil {
+			t.Fatalf("discard %d: %v", i+1, err)
+		}
+	}
+	if _, err := d.Resume(ctx(t), compute.Resume{Spec: s, Generation: 2, RestoreRef: ref}); !errors.Is(err, compute.ErrUnknownRef) {
+		t.Fatalf("resume of a discarded ref = %v, want unknown ref", err)
+	}
+
+	startReady(t, d, rec, s, 3)
+	ref, err = d.Suspend(ctx(t), compute.Target{Spec: s, Generation: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := d.Delete(ctx(t), s); err != nil {
+			t.Fatalf("delete %d: %v", i+1, err)
+		}
+	}
+	if _, err := d.Resume(ctx(t), compute.Resume{Spec: s, Generation: 4, RestoreRef: ref}); !errors.Is(err, compute.ErrUnknownRef) {
+		t.Fatalf("resume after delete = %v, want unknown ref", err)
+	}
+}
+
+func TestStopIsIdempotent(t *testing.T) {
+	d, rec := newDriver(t)
+	s := spec("sb1", nil)
+	startReady(t, d, rec, s, 1)
+	for i := 0; i < 2; i++ {
+		if err := d.Stop(ctx(t), compute.Target{Spec: s, Generation: 1}); err != nil {
+			t.Fatalf("stop %d: %v", i+1, err)
+		}
+	}
+	if err := d.Stop(ctx(t), compute.Target{Spec: spec("never", nil), Generation: 1}); err != nil {
+		t.Fatalf("stop of an unknown sandbox: %v", err)
+	}
+}
+
+func TestExitAfter(t *testing.T) {
+	d, rec := newDriver(t)
+	s := spec("sb1", map[string]string{"exit_after": "10ms", "exit_code": "3"})
+	startReady(t, d, rec, s, 1)
+	got := rec.next(t)
+	wantReport(t, got, compute.ReportExited, 1)
+	if got.ExitCode != 3 || got.Credential != "cred" {
+		t.Fatalf("exit = %+v", got)
+	}
+	// A repeated start of the exited generation re-sends the attach only.
+	startReady(t, d, rec, s, 1)
+	// The next generation exits again, with the default code when unset.
+	s2 := spec("sb2", map[string]string{"exit_after": "1ms"})
+	startReady(t, d, rec, s2, 5)
+	got = rec.next(t)
+	wantReport(t, got, compute.ReportExited, 5)
+	if got.ExitCode != 0 || got.SandboxID != "sb2" {
+		t.Fatalf("exit = %+v", got)
+	}
+	rec.none(t)
+}
+
+func TestExitAfterIsCancelledByStopSuspendDelete(t *testing.T) {
+	for _, op := range []string{"stop", "suspend", "delete"} {
+		t.Run(op, func(t *testing.T) {
+			d, rec := newDriver(t)
+			s := spec("sb1", map[string]string{"exit_after": "50ms"})
+			startReady(t, d, rec, s, 1)
+			var err error
+			switch op {
+			case "stop":
+				err = d.Stop(ctx(t), compute.Target{Spec: s, Generation: 1})
+			case "suspend":
+				_, err = d.Suspend(ctx(t), compute.Target{Spec: s, Generation: 1})
+			case "delete":
+				err = d.Delete(ctx(t), s)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A sandbox started now exits after 100ms; the cancelled one
+			// would have exited before it, so the first exit seen tells.
+			other := spec("sb2", map[string]string{"exit_after": "100ms"})
+			startReady(t, d, rec, other, 1)
+			got := rec.next(t)
+			if got.SandboxID != "sb2" {
+				t.Fatalf("first exit = %+v, want sb2's (sb1's timer should be cancelled)", got)
+			}
+		})
+	}
+}
+
+func TestLatency(t *testing.T) {
+	d, _ := newDriver(t)
+	s := spec("sb1", map[string]string{"latency": "1h"})
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if err := d.Start(c, compute.Start{Spec: s, Generation: 1}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("start under latency = %v, want deadline exceeded", err)
+	}
+	s = spec("sb1", map[string]string{"latency": "5ms"})
+	start := time.Now()
+	if err := d.Stop(ctx(t), compute.Target{Spec: s, Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el < 5*time.Millisecond {
+		t.Fatalf("stop took %v, want at least the latency", el)
+	}
+}
+
+func TestValidateOptions(t *testing.T) {
+	cases := []struct {
+		name string
+		opts map[string]string
+		want string // substring of the error; empty: valid
+	}{
+		{"none", nil, ""},
+		{"all valid", map[string]string{"latency": "10ms", "suspend": "hang", "resume": "fail_once", "exit_during_suspend": "1", "exit_after": "1s", "exit_code": "2"}, ""},
+		{"unknown key", map[string]string{"colour": "red"}, `"colour": unknown option`},
+		{"bad latency", map[string]string{"latency": "soon"}, `"latency"`},
+		{"negative latency", map[string]string{"latency": "-1s"}, "negative"},
+		{"bad suspend", map[string]string{"suspend": "maybe"}, `"maybe" is not one of ok, reject, hang, unimplemented`},
+		{"bad resume", map[string]string{"resume": "never"}, `"resume"`},
+		{"bad exit code", map[string]string{"exit_code": "x"}, "not an integer"},
+		{"exit code out of range", map[string]string{"exit_during_suspend": "300"}, "outside 0..255"},
+		{"bad exit_after", map[string]string{"exit_after": "later"}, `"exit_after"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := sim.ValidateOptions(c.opts)
+			if c.want == "" {
+				if err != nil {
+					t.Fatalf("ValidateOptions = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("ValidateOptions = %v, want an error containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestBadOptionsFailCallsWithoutPanic(t *testing.T) {
+	d, _ := newDriver(t)
+	s := spec("sb1", map[string]string{"suspend": "maybe"})
+	if err := d.Start(ctx(t), compute.Start{Spec: s, Generation: 1}); err == nil {
+		t.Fatal("start with bad options succeeded")
+	}
+	if _, err := d.Suspend(ctx(t), compute.Target{Spec: s, Generation: 1}); err == nil {
+		t.Fatal("suspend with bad options succeeded")
+	}
+	if _, err := d.Resume(ctx(t), compute.Resume{Spec: s, Generation: 2, RestoreRef: "sim:sb1:1:x"}); err == nil {
+		t.Fatal("resume with bad options succeeded")
+	}
+}
+
+func TestCloseStopsTimersAndCalls(t *testing.T) {
+	rec := newRecorder()
+	d := sim.New(rec)
+	s := spec("sb1", map[string]string{"exit_after": "1h"})
+	if err := d.Start(ctx(t), compute.Start{Spec: s, Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	rec.next(t)
+	d.Close() // returns although a 1h timer is armed
+	d.Close()
+	if err := d.Start(ctx(t), compute.Start{Spec: s, Generation: 2}); !errors.Is(err, sim.ErrClosed) {
+		t.Fatalf("start after close = %v, want ErrClosed", err)
+	}
+}

@@ -140,7 +140,7 @@ func TestApplyNeverGoesBack(t *testing.T) {
 
 	stale := []events.Envelope{
 		first, // redelivered
-		env(t, id, 3, events.PhaseError, &events.Exited{Generation: 1, Code: 2}),   // older
+		env(t, id, 3, events.PhaseError, &events.Exited{Generation: 1, Code: 2}),    // older
 		env(t, id, 5, events.PhaseReady, &events.SupervisorAttached{Generation: 1}), // same seq
 	}
 	apply(t, v, stale...)

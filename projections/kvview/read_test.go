@@ -1,0 +1,303 @@
+package kvview
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/natstest"
+)
+
+// fleet creates sandboxes in order, each with the labels and final phase
+// given, and returns their ids in creation order.
+type member struct {
+	labels map[string]string
+	phase  events.Phase
+}
+
+func fleet(t *testing.T, v *View, members ...member) []string {
+	t.Helper()
+	ids := make([]string, len(members))
+	seq := uint64(0)
+	for i, m := range members {
+		ids[i] = newID(t)
+		seq++
+		apply(t, v, env(t, ids[i], seq, events.PhaseProvisioning, created(ids[i], m.labels)))
+		if m.phase != events.PhaseProvisioning {
+			seq++
+			apply(t, v, env(t, ids[i], seq, m.phase, &events.SupervisorAttached{Generation: 1}))
+		}
+	}
+	return ids
+}
+
+func ids(vs []events.View) []string {
+	out := []string{}
+	for _, v := range vs {
+		out = append(out, v.ID)
+	}
+	return out
+}
+
+func TestList(t *testing.T) {
+	v := newView(t, natstest.Start(t).JS)
+	all := fleet(t, v,
+		member{map[string]string{"team": "a"}, events.PhaseReady},
+		member{map[string]string{"team": "b"}, events.PhaseProvisioning},
+		member{map[string]string{"team": "a"}, events.PhaseDeleted},
+		member{nil, events.PhaseReady},
+		member{map[string]string{"team": "a", "x": ""}, events.PhaseReady},
+	)
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		q    Query
+		want []string
+	}{
+		{"all in creation order, deleted included", Query{}, all},
+		{"phase", Query{Phase: events.PhaseReady}, []string{all[0], all[3], all[4]}},
+		{"deleted", Query{Phase: events.PhaseDeleted}, []string{all[2]}},
+		{"label", Query{Label: "team=a"}, []string{all[0], all[2], all[4]}},
+		{"empty label value", Query{Label: "x="}, []string{all[4]}},
+		{"phase and label", Query{Phase: events.PhaseReady, Label: "team=a"}, []string{all[0], all[4]}},
+		{"nothing matches", Query{Label: "team=z"}, []string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			page, err := v.List(ctx, tt.q)
+			if err != nil {
+				t.Fatalf("List: %v", err)
+			}
+			if got := ids(page.Items); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("ids = %v, want %v", got, tt.want)
+			}
+			if page.Next != "" {
+				t.Errorf("next = %q, want empty", page.Next)
+			}
+		})
+	}
+}
+
+func TestListEmpty(t *testing.T) {
+	v := newView(t, natstest.Start(t).JS)
+	page, err := v.List(context.Background(), Query{})
+	if err != nil || page.Items == nil || len(page.Items) != 0 || page.Next != "" {
+		t.Errorf("List(empty bucket) = %+v, %v; want no items, no next", page, err)
+	}
+}
+
+func TestListPages(t *testing.T) {
+	v := newView(t, natstest.Start(t).JS)
+	ready := member{map[string]string{"team": "a"}, events.PhaseReady}
+	other := member{nil, events.PhaseProvisioning}
+	all := fleet(t, v, ready, other, ready, ready, other, ready, ready, other)
+	wantReady := []string{all[0], all[2], all[3], all[5], all[6]}
+
+	for _, tt := range []struct {
+		name string
+		q    Query
+		want []string
+	}{
+		{"unfiltered", Query{Limit: 3}, all},
+		{"filtered", Query{Limit: 2, Phase: events.PhaseReady}, wantReady},
+		{"page size of the total", Query{Limit: 5, Phase: events.PhaseReady}, wantReady},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			q := tt.q
+			for pages := 0; ; pages++ {
+				if pages > len(all) {
+					t.Fatal("paging does not end")
+				}
+				page, err := v.List(context.Background(), q)
+				if err != nil {
+					t.Fatalf("List: %v", err)
+				}
+				if len(page.Items) > q.Limit {
+					t.Errorf("page of %d, limit %d", len(page.Items), q.Limit)
+				}
+				got = append(got, ids(page.Items)...)
+				if page.Next == "" {
+					break
+				}
+				q.Cursor = page.Next
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("ids over all pages = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestListInvalid(t *testing.T) {
+	v := newView(t, natstest.Start(t).JS)
+	for _, q := range []Query{
+		{Cursor: "%%%"},
+		{Cursor: "Kg"}, // base64 of "*"
+		{Label: "team"},
+		{Label: "=a"},
+		{Phase: "sleeping"},
+		{Limit: -1},
+	} {
+		_, err := v.List(context.Background(), q)
+		if got := events.CodeOf(err); got != events.CodeInvalidArgument {
+			t.Errorf("List(%+v) code = %q (%v), want %s", q, got, err, events.CodeInvalidArgument)
+		}
+	}
+}
+
+func TestCounts(t *testing.T) {
+	v := newView(t, natstest.Start(t).JS)
+	fleet(t, v,
+		member{nil, events.PhaseReady},
+		member{nil, events.PhaseReady},
+		member{nil, events.PhaseProvisioning},
+		member{nil, events.PhaseDeleted},
+	)
+	got, err := v.Counts(context.Background())
+	if err != nil {
+		t.Fatalf("Counts: %v", err)
+	}
+	want := map[events.Phase]int{}
+	for _, p := range events.Phases {
+		want[p] = 0
+	}
+	want[events.PhaseReady], want[events.PhaseProvisioning], want[events.PhaseDeleted] = 2, 1, 1
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Counts = %v, want %v", got, want)
+	}
+}
+
+func TestWaitAlreadyThere(t *testing.T) {
+	v := newView(t, natstest.Start(t).JS)
+	id := fleet(t, v, member{nil, events.PhaseReady})[0]
+	got, err := v.Wait(context.Background(), id, events.PhaseReady)
+	if err != nil || got.Phase != events.PhaseReady || got.ID != id {
+		t.Errorf("Wait = %+v, %v; want the ready view", got, err)
+	}
+}
+
+type waited struct {
+	view events.View
+	err  error
+}
+
+func waitAsync(ctx context.Context, v *View, id string, p events.Phase) <-chan waited {
+	ch := make(chan waited, 1)
+	go func() {
+		view, err := v.Wait(ctx, id, p)
+		ch <- waited{view, err}
+	}()
+	return ch
+}
+
+func receive(t *testing.T, ch <-chan waited) waited {
+	t.Helper()
+	select {
+	case w := <-ch:
+		return w
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return in 10s")
+		return waited{}
+	}
+}
+
+func TestWaitForLaterApply(t *testing.T) {
+	v := newView(t, natstest.Start(t).JS)
+	id := fleet(t, v, member{nil, events.PhaseProvisioning})[0]
+	ch := waitAsync(context.Background(), v, id, events.PhaseReady)
+	apply(t, v, env(t, id, 10, events.PhaseReady, &events.SupervisorAttached{Generation: 1}))
+	w := receive(t, ch)
+	if w.err != nil || w.view.Phase != events.PhaseReady || w.view.Seq != 10 {
+		t.Errorf("Wait = %+v, %v; want ready at seq 10", w.view, w.err)
+	}
+}
+
+func TestWaitForUnprojectedID(t *testing.T) {
+	v := newView(t, natstest.Start(t).JS)
+	id := newID(t)
+	ch := waitAsync(context.Background(), v, id, events.PhaseReady)
+	apply(t, v,
+		env(t, id, 1, events.PhaseProvisioning, created(id, nil)),
+		env(t, id, 2, events.PhaseReady, &events.SupervisorAttached{Generation: 1}),
+	)
+	if w := receive(t, ch); w.err != nil || w.view.Phase != events.PhaseReady {
+		t.Errorf("Wait = %+v, %v; want ready", w.view, w.err)
+	}
+}
+
+func TestWaitTimeout(t *testing.T) {
+	v := newView(t, natstest.Start(t).JS)
+	id := fleet(t, v, member{nil, events.PhaseProvisioning})[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	got, err := v.Wait(ctx, id, events.PhaseReady)
+	if !errors.Is(err, context.DeadlineExceeded) || events.CodeOf(err) != events.CodeDeadlineExceeded {
+		t.Errorf("Wait err = %v, want one wrapping context.DeadlineExceeded", err)
+	}
+	if got.Phase != events.PhaseProvisioning || got.ID != id {
+		t.Errorf("Wait view = %+v, want the last one seen (provisioning)", got)
+	}
+}
+
+func TestWaitTerminal(t *testing.T) {
+	v := newView(t, natstest.Start(t).JS)
+	id := fleet(t, v, member{nil, events.PhaseProvisioning})[0]
+	ch := waitAsync(context.Background(), v, id, events.PhaseReady)
+	apply(t, v, env(t, id, 10, events.PhaseError, &events.Exited{Generation: 1, Code: 3}))
+	w := receive(t, ch)
+	if got := events.CodeOf(w.err); got != events.CodeFailedPrecondition {
+		t.Errorf("Wait code = %q (%v), want %s", got, w.err, events.CodeFailedPrecondition)
+	}
+	if w.view.Phase != events.PhaseError || w.view.ExitCode == nil || *w.view.ExitCode != 3 {
+		t.Errorf("Wait view = %+v, want the error view with exit code 3", w.view)
+	}
+
+	// Waiting for the terminal phase itself succeeds.
+	if got, err := v.Wait(context.Background(), id, events.PhaseError); err != nil || got.Phase != events.PhaseError {
+		t.Errorf("Wait(error) = %+v, %v; want the error view", got, err)
+	}
+}
+
+func TestWatch(t *testing.T) {
+	v := newView(t, natstest.Start(t).JS)
+	a, b := newID(t), newID(t)
+	apply(t, v,
+		env(t, a, 1, events.PhaseProvisioning, created(a, nil)),
+		env(t, b, 2, events.PhaseProvisioning, created(b, nil)),
+		env(t, a, 3, events.PhaseReady, &events.SupervisorAttached{Generation: 1}),
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err := v.Watch(ctx, 2)
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	next := func() events.View {
+		t.Helper()
+		select {
+		case view, ok := <-ch:
+			if !ok {
+				t.Fatal("watch closed early")
+			}
+			return view
+		case <-time.After(10 * time.Second):
+			t.Fatal("no view in 10s")
+			return events.View{}
+		}
+	}
+	// b (seq 2) is at or below afterSeq: only a's current view comes first.
+	if got := next(); got.ID != a || got.Seq != 3 {
+		t.Errorf("first = %s@%d, want %s@3", got.ID, got.Seq, a)
+	}
+	apply(t, v, env(t, b, 4, events.PhaseReady, &events.SupervisorAttached{Generation: 1}))
+	if got := next(); got.ID != b || got.Seq != 4 || got.Phase != events.PhaseReady {
+		t.Errorf("change = %s@%d %s, want %s@4 ready", got.ID, got.Seq, got.Phase, b)
+	}
+
+	cancel()
+	for range ch { // closed when ctx ends
+	}
+}

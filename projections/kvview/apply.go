@@ -24,6 +24,9 @@ func (v *View) Apply(ctx context.Context, env events.Envelope) error {
 	if !validKey(id) {
 		return fmt.Errorf("apply %s seq %d: invalid sandbox id %q", env.Type, env.Seq, id)
 	}
+	if env.Seq == 0 { // Fold would take it and set the view's seq back to 0
+		return fmt.Errorf("apply %s to %s: no stream sequence", env.Type, id)
+	}
 	for try := 0; ; try++ {
 		cur, err := v.current(ctx, id)
 		if err != nil {

@@ -149,6 +149,12 @@ func TestApplyNeverGoesBack(t *testing.T) {
 		t.Errorf("revision = %d after ignored events, want %d (no write)", got, rev)
 	}
 
+	noSeq := env(t, id, 0, events.PhaseReady, &events.SupervisorAttached{Generation: 1})
+	if err := v.Apply(context.Background(), noSeq); err == nil {
+		t.Error("Apply without a seq = nil, want an error")
+	}
+	sameView(t, get(t, v, id), want)
+
 	// A writer with an empty cache reads the view back and ignores them too.
 	apply(t, newView(t, js), stale...)
 	sameView(t, get(t, v, id), want)

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -107,12 +108,15 @@ func (s *Store) Append(ctx context.Context, id string, expected uint64, envs ...
 	return uint64(len(s.log)), nil
 }
 
-// check rejects appends the log must never hold.
+// check rejects appends the log must never hold; ids are subject tokens
+// in the JetStream store, so the same rules hold here.
 func check(id string, envs []events.Envelope) error {
-	if id == "" {
+	switch {
+	case id == "":
 		return errors.New("empty sandbox id")
-	}
-	if len(envs) == 0 {
+	case strings.ContainsAny(id, ".*> \t\r\n"):
+		return fmt.Errorf("sandbox id %q: no dots, wildcards or spaces", id)
+	case len(envs) == 0:
 		return errors.New("no events")
 	}
 	for _, env := range envs {

@@ -37,7 +37,7 @@ func Run(t *testing.T, newStore func(t *testing.T) events.Store) {
 		{"retried append that landed returns the same sequence", testRetryLanded},
 		{"retried append of several events that landed returns the same sequence", testRetryLandedMany},
 		{"concurrent appends: one wins, retries land exactly once", testConcurrentAppends},
-		{"append rejects an envelope of another sandbox and an empty append", testAppendRejects},
+		{"append rejects an empty append, a foreign envelope and a bad id", testAppendRejects},
 		{"load returns only events after the given sequence", testLoadAfter},
 		{"load of an unknown sandbox is empty", testLoadUnknown},
 		{"load returns only that sandbox's events", testLoadIsolated},
@@ -183,7 +183,7 @@ func testAppendNew(t *testing.T, s events.Store) {
 
 func testWrongExpected(t *testing.T, s events.Store) {
 	first := mustAppend(t, s, "sbx1", 0, created(t, "sbx1"))
-	for _, expected := range []uint64{first + 5, first - 1 + 100} {
+	for _, expected := range []uint64{first + 1, first + 100} {
 		_, err := s.Append(context.Background(), "sbx1", expected, started(t, "sbx1", 1))
 		if !errors.Is(err, events.ErrConflict) {
 			t.Errorf("append expected %d: got %v, want ErrConflict", expected, err)
@@ -384,6 +384,11 @@ func testAppendRejects(t *testing.T, s events.Store) {
 	}
 	if _, err := s.Append(ctx, "sbx1", 0, created(t, "other")); err == nil {
 		t.Error("append of another sandbox's event: got nil error")
+	}
+	for _, id := range []string{"", "a.b", "a*", "a>", "a b"} {
+		if _, err := s.Append(ctx, id, 0, created(t, id)); err == nil {
+			t.Errorf("append to sandbox id %q: got nil error", id)
+		}
 	}
 	if got := mustLoad(t, s, "sbx1", 0); len(got) != 0 {
 		t.Errorf("load sbx1: got %d events, want 0", len(got))

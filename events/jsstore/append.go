@@ -1,0 +1,198 @@
+package jsstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+
+	"github.com/torpor/torpor/events"
+)
+
+// resolveTimeout bounds the read that decides whether an ambiguous append
+// landed, when the caller's context has already ended.
+const resolveTimeout = 2 * time.Second
+
+// Append stores envs on the subject of sandbox id if its last sequence is
+// expected: one envelope as one message, several as one atomic batch (at
+// most the server's batch limit, 1000 by default). Each message carries the
+// envelope's DedupID as Nats-Msg-Id and its type in HeaderType.
+//
+// An answer that leaves the outcome open (wrong last sequence, duplicate
+// inside a batch, timeout, no responders) is resolved by reading the
+// subject's last message from the stream leader: if it carries the message
+// id of our last envelope, the append landed and its sequence is returned.
+// Otherwise a sequence mismatch wraps events.ErrConflict and a lost answer
+// wraps events.ErrUnavailable (the append may then be retried as is).
+func (s *Store) Append(ctx context.Context, id string, expected uint64, envs ...events.Envelope) (uint64, error) {
+	if err := check(id, envs); err != nil {
+		return 0, fmt.Errorf("append %s: %w", id, err)
+	}
+	subject := Subject(id)
+	msgs := make([]*nats.Msg, len(envs))
+	for i, env := range envs {
+		body, err := json.Marshal(env)
+		if err != nil {
+			return 0, fmt.Errorf("append %s: encode %s: %w", id, env.Type, err)
+		}
+		msgs[i] = &nats.Msg{Subject: subject, Data: body, Header: nats.Header{
+			jetstream.MsgIDHeader: []string{env.DedupID()},
+			HeaderType:            []string{env.Type},
+		}}
+	}
+	msgs[0].Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
+
+	var err error
+	if len(msgs) == 1 {
+		var ack *jetstream.PubAck
+		if ack, err = s.js.PublishMsg(ctx, msgs[0]); err == nil {
+			return ack.Sequence, nil // a duplicate ack carries the original sequence
+		}
+	} else {
+		var ack *jetstreamext.BatchAck
+		if ack, err = jetstreamext.PublishMsgBatch(ctx, s.js, msgs); err == nil {
+			return ack.Sequence, nil
+		}
+	}
+
+	outcome := classify(err)
+	if outcome == failed {
+		return 0, fmt.Errorf("append %s: %w", id, err)
+	}
+	if outcome == unknown && !s.js.Conn().IsConnected() {
+		// Nothing can be read back now; the caller retries with the same ids.
+		return 0, fmt.Errorf("append %s: %w: %w", id, events.ErrUnavailable, err)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resolveTimeout)
+	defer cancel()
+	seq, msgID, rerr := s.lastOf(rctx, subject)
+	if rerr == nil && msgID == envs[len(envs)-1].DedupID() {
+		return seq, nil
+	}
+	switch {
+	case outcome == conflict:
+		return 0, fmt.Errorf("append %s at %d: %w: %w", id, expected, events.ErrConflict, err)
+	case rerr != nil:
+		return 0, fmt.Errorf("append %s: %w: %w (and reading the last event: %w)", id, events.ErrUnavailable, err, rerr)
+	default:
+		return 0, fmt.Errorf("append %s: %w: %w", id, events.ErrUnavailable, err)
+	}
+}
+
+// outcome is what a failed publish says about whether it landed.
+type outcome int
+
+const (
+	failed   outcome = iota // it did not land: return the error
+	conflict                // the subject moved, or a duplicate: it may be ours
+	unknown                 // the answer was lost: it may have landed
+)
+
+// Error codes of the server this store reads.
+const (
+	codeWrongLastSequence         = jetstream.JSErrCodeStreamWrongLastSequence         // 10071
+	codeWrongLastSequenceConstant = jetstream.JSErrCodeStreamWrongLastSequenceConstant // 10164, replicated streams
+	codeBatchDuplicateMsgID       = jetstreamext.JSErrCodeBatchPublishDuplicateMsgID   // 10201
+	codeDuplicateMsgConflict      = 10158                                              // duplicate message id is in process
+)
+
+func classify(err error) outcome {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case codeWrongLastSequence, codeWrongLastSequenceConstant, codeBatchDuplicateMsgID, codeDuplicateMsgConflict:
+			return conflict
+		}
+		if apiErr.Code == 503 {
+			return unknown
+		}
+		return failed
+	}
+	if isUnavailable(err) {
+		return unknown
+	}
+	return failed
+}
+
+// isUnavailable reports whether err means no answer came back.
+func isUnavailable(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrConnectionClosed) ||
+		errors.Is(err, nats.ErrConnectionDraining) || errors.Is(err, nats.ErrConnectionReconnecting)
+}
+
+// unavailable wraps events.ErrUnavailable around err when no answer came
+// back, and returns err as is otherwise.
+func unavailable(err error) error {
+	if isUnavailable(err) {
+		return fmt.Errorf("%w: %w", events.ErrUnavailable, err)
+	}
+	return err
+}
+
+// lastOf reads the last message of subject through the stream leader (the
+// STREAM.MSG.GET API, not a direct get that a lagging replica may answer)
+// and returns its sequence and message id; zero values when the subject is
+// empty.
+func (s *Store) lastOf(ctx context.Context, subject string) (uint64, string, error) {
+	req, err := json.Marshal(struct {
+		LastFor string `json:"last_by_subj"`
+	}{subject})
+	if err != nil {
+		return 0, "", err
+	}
+	msg, err := s.js.Conn().RequestWithContext(ctx, s.apiPrefix()+"STREAM.MSG.GET."+s.cfg.Stream, req)
+	if err != nil {
+		return 0, "", err
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error,omitempty"`
+		Message *struct {
+			Sequence uint64 `json:"seq"`
+			Header   []byte `json:"hdrs,omitempty"`
+		} `json:"message,omitempty"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return 0, "", fmt.Errorf("decode last message of %s: %w", subject, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return 0, "", nil
+	case resp.Error != nil:
+		return 0, "", resp.Error
+	case resp.Message == nil:
+		return 0, "", fmt.Errorf("last message of %s: empty answer", subject)
+	}
+	var msgID string
+	if len(resp.Message.Header) > 0 {
+		hdr, err := nats.DecodeHeadersMsg(resp.Message.Header)
+		if err != nil {
+			return 0, "", fmt.Errorf("decode headers of %s at %d: %w", subject, resp.Message.Sequence, err)
+		}
+		msgID = hdr.Get(jetstream.MsgIDHeader)
+	}
+	return resp.Message.Sequence, msgID, nil
+}
+
+// apiPrefix is the JetStream API prefix of s.js, with its trailing dot.
+func (s *Store) apiPrefix() string {
+	o := s.js.Options()
+	switch {
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	case o.APIPrefix != "":
+		if o.APIPrefix[len(o.APIPrefix)-1] != '.' {
+			return o.APIPrefix + "."
+		}
+		return o.APIPrefix
+	default:
+		return "$JS.API."
+	}
+}

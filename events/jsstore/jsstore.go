@@ -1,0 +1,156 @@
+// Package jsstore is the event store on NATS JetStream: one stream holds the
+// whole log, one subject per sandbox (torpor.sandbox.<id>), appends guarded by
+// the expected last sequence of that subject and deduplicated by message id,
+// durable pull consumers for subscribers.
+package jsstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/torpor/torpor/events"
+)
+
+// SubjectPrefix starts the subject of every sandbox.
+const SubjectPrefix = "torpor.sandbox."
+
+// HeaderType carries the event type of each message, so consumers can filter
+// without decoding the body.
+const HeaderType = "Torpor-Event-Type"
+
+// Defaults of Config.
+const (
+	DefaultStream          = "TORPOR_EVENTS"
+	DefaultReplicas        = 1
+	DefaultDuplicateWindow = 2 * time.Minute
+	DefaultNakDelay        = 200 * time.Millisecond
+)
+
+// Subject is the subject of sandbox id's events.
+func Subject(id string) string { return SubjectPrefix + id }
+
+// Config says which stream holds the log and how it is kept. The zero value
+// means every default.
+type Config struct {
+	// Stream is the stream name; default TORPOR_EVENTS.
+	Stream string
+	// Replicas is the stream's replication factor; default 1.
+	Replicas int
+	// Storage is file (the zero value, and the default) or memory.
+	Storage jetstream.StorageType
+	// DuplicateWindow is how long message ids are remembered for
+	// deduplication; default 2m.
+	DuplicateWindow time.Duration
+	// NakDelay is how long an event whose handler failed waits before it is
+	// delivered again; default 200ms.
+	NakDelay time.Duration
+}
+
+// withDefaults fills the zero fields of c.
+func (c Config) withDefaults() Config {
+	if c.Stream == "" {
+		c.Stream = DefaultStream
+	}
+	if c.Replicas == 0 {
+		c.Replicas = DefaultReplicas
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if c.NakDelay == 0 {
+		c.NakDelay = DefaultNakDelay
+	}
+	return c
+}
+
+// Validate reports the first invalid field of c with its defaults applied.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case strings.ContainsAny(c.Stream, ".*> \t\r\n/\\"):
+		return fmt.Errorf("stream name %q: no dots, wildcards, slashes or spaces", c.Stream)
+	case c.Replicas < 1 || c.Replicas > 5:
+		return fmt.Errorf("replicas %d: want 1 to 5", c.Replicas)
+	case c.Storage != jetstream.FileStorage && c.Storage != jetstream.MemoryStorage:
+		return fmt.Errorf("storage %v: want file or memory", c.Storage)
+	case c.DuplicateWindow < 0:
+		return fmt.Errorf("duplicate window %v: want positive", c.DuplicateWindow)
+	case c.NakDelay < 0:
+		return fmt.Errorf("nak delay %v: want positive", c.NakDelay)
+	}
+	return nil
+}
+
+// Store is the JetStream event store. It is safe for concurrent use.
+type Store struct {
+	js     jetstream.JetStream
+	cfg    Config
+	stream jetstream.Stream
+}
+
+var _ events.Store = (*Store)(nil)
+
+// New creates the stream of cfg, or updates it to cfg, and returns a store
+// on it.
+func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("event store config: %w", err)
+	}
+	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:               cfg.Stream,
+		Description:        "torpor event log: one subject per sandbox",
+		Subjects:           []string{SubjectPrefix + ">"},
+		Retention:          jetstream.LimitsPolicy,
+		Discard:            jetstream.DiscardOld,
+		Storage:            cfg.Storage,
+		Replicas:           cfg.Replicas,
+		Duplicates:         cfg.DuplicateWindow,
+		AllowDirect:        true,
+		AllowAtomicPublish: true,
+		DenyDelete:         true,
+		DenyPurge:          true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", cfg.Stream, err)
+	}
+	return &Store{js: js, cfg: cfg, stream: stream}, nil
+}
+
+// Stream is the stream that holds the log.
+func (s *Store) Stream() jetstream.Stream { return s.stream }
+
+// LastSeq is the sequence of the newest event in the log.
+func (s *Store) LastSeq(ctx context.Context) (uint64, error) {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("last seq: %w", unavailable(err))
+	}
+	return info.State.LastSeq, nil
+}
+
+// check rejects appends the log must never hold.
+func check(id string, envs []events.Envelope) error {
+	switch {
+	case id == "":
+		return errors.New("empty sandbox id")
+	case strings.ContainsAny(id, ".*> \t\r\n"):
+		return fmt.Errorf("sandbox id %q: no dots, wildcards or spaces", id)
+	case len(envs) == 0:
+		return errors.New("no events")
+	}
+	for _, env := range envs {
+		if env.SandboxID != id {
+			return fmt.Errorf("event %s is for sandbox %q", env.ID, env.SandboxID)
+		}
+		if env.DedupID() == "" {
+			return fmt.Errorf("event of type %s has no id", env.Type)
+		}
+	}
+	return nil
+}

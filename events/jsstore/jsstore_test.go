@@ -1,0 +1,381 @@
+package jsstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/jsstore"
+	"github.com/torpor/torpor/events/natstest"
+	"github.com/torpor/torpor/events/storetest"
+)
+
+func TestContract(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) events.Store {
+		return newStore(t, natstest.Start(t))
+	})
+}
+
+func newStore(t *testing.T, srv *natstest.Server) *jsstore.Store {
+	t.Helper()
+	s, err := jsstore.New(context.Background(), srv.JS, jsstore.Config{NakDelay: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("new store: %v", err)
+	}
+	return s
+}
+
+func envelope(t *testing.T, id string, g int64) events.Envelope {
+	t.Helper()
+	return storetest.NewEnvelope(t, id, &events.Started{Generation: g})
+}
+
+func msgCount(t *testing.T, s *jsstore.Store) uint64 {
+	t.Helper()
+	info, err := s.Stream().Info(context.Background())
+	if err != nil {
+		t.Fatalf("stream info: %v", err)
+	}
+	return info.State.Msgs
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  jsstore.Config
+		ok   bool
+	}{
+		{"zero value means defaults", jsstore.Config{}, true},
+		{"three replicas", jsstore.Config{Replicas: 3}, true},
+		{"memory storage", jsstore.Config{Storage: jetstream.MemoryStorage}, true},
+		{"dotted stream name", jsstore.Config{Stream: "a.b"}, false},
+		{"wildcard stream name", jsstore.Config{Stream: "A>"}, false},
+		{"too many replicas", jsstore.Config{Replicas: 7}, false},
+		{"negative replicas", jsstore.Config{Replicas: -1}, false},
+		{"negative duplicate window", jsstore.Config{DuplicateWindow: -time.Second}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if got := err == nil; got != tc.ok {
+				t.Errorf("Validate() = %v, want ok %v", err, tc.ok)
+			}
+		})
+	}
+}
+
+func TestNewSetsUpTheStream(t *testing.T) {
+	srv := natstest.Start(t)
+	s := newStore(t, srv)
+	info, err := s.Stream().Info(context.Background())
+	if err != nil {
+		t.Fatalf("info: %v", err)
+	}
+	c := info.Config
+	if c.Name != jsstore.DefaultStream || len(c.Subjects) != 1 || c.Subjects[0] != "torpor.sandbox.>" ||
+		!c.AllowAtomicPublish || !c.AllowDirect || c.Duplicates != jsstore.DefaultDuplicateWindow ||
+		c.Storage != jetstream.FileStorage || c.Replicas != 1 {
+		t.Errorf("stream config: got %+v", c)
+	}
+	// New again on the same stream is fine (create or update).
+	newStore(t, srv)
+}
+
+func TestAtomicBatchIsContiguous(t *testing.T) {
+	srv := natstest.Start(t)
+	s := newStore(t, srv)
+	ctx := context.Background()
+	envs := []events.Envelope{envelope(t, "sbx1", 1), envelope(t, "sbx1", 2), envelope(t, "sbx1", 3)}
+	last, err := s.Append(ctx, "sbx1", 0, envs...)
+	if err != nil {
+		t.Fatalf("append: %v", err)
+	}
+	if got := msgCount(t, s); got != 3 {
+		t.Fatalf("messages in stream: got %d, want 3", got)
+	}
+	for i, env := range envs {
+		seq := last - 2 + uint64(i)
+		msg, err := s.Stream().GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("get %d: %v", seq, err)
+		}
+		if msg.Subject != "torpor.sandbox.sbx1" {
+			t.Errorf("subject at %d: got %q", seq, msg.Subject)
+		}
+		if got := msg.Header.Get(jetstream.MsgIDHeader); got != env.ID {
+			t.Errorf("msg id at %d: got %q, want %q", seq, got, env.ID)
+		}
+		if got := msg.Header.Get(jsstore.HeaderType); got != "sandbox.started" {
+			t.Errorf("type header at %d: got %q", seq, got)
+		}
+	}
+}
+
+func TestRawWrongLastSequenceIsConflict(t *testing.T) {
+	srv := natstest.Start(t)
+	s := newStore(t, srv)
+	ctx := context.Background()
+	first, err := s.Append(ctx, "sbx1", 0, envelope(t, "sbx1", 1))
+	if err != nil {
+		t.Fatalf("append: %v", err)
+	}
+	// Someone else writes to the subject behind the store's back.
+	other := &nats.Msg{Subject: jsstore.Subject("sbx1"), Header: nats.Header{}, Data: []byte(`{}`)}
+	other.Header.Set(jetstream.MsgIDHeader, "intruder")
+	if _, err := srv.JS.PublishMsg(ctx, other, jetstream.WithExpectLastSequencePerSubject(first)); err != nil {
+		t.Fatalf("raw publish: %v", err)
+	}
+	// A raw publish with the stale sequence gets the server's 10071 ...
+	stale := &nats.Msg{Subject: jsstore.Subject("sbx1"), Data: []byte(`{}`)}
+	_, err = srv.JS.PublishMsg(ctx, stale, jetstream.WithExpectLastSequencePerSubject(first))
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+		t.Fatalf("raw stale publish: got %v, want error code 10071", err)
+	}
+	// ... which the store turns into ErrConflict, for one event and a batch.
+	for _, envs := range [][]events.Envelope{
+		{envelope(t, "sbx1", 2)},
+		{envelope(t, "sbx1", 2), envelope(t, "sbx1", 3)},
+	} {
+		_, err = s.Append(ctx, "sbx1", first, envs...)
+		if !errors.Is(err, events.ErrConflict) {
+			t.Errorf("append %d events on a stale sequence: got %v, want ErrConflict", len(envs), err)
+		}
+	}
+	if got := msgCount(t, s); got != 2 {
+		t.Errorf("messages in stream: got %d, want 2", got)
+	}
+}
+
+func TestRetryThatLanded(t *testing.T) {
+	tests := []struct {
+		name string
+		n    int
+	}{
+		{"one event", 1},
+		{"atomic batch", 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := natstest.Start(t)
+			s := newStore(t, srv)
+			ctx := context.Background()
+			base, err := s.Append(ctx, "sbx1", 0, envelope(t, "sbx1", 0))
+			if err != nil {
+				t.Fatalf("append: %v", err)
+			}
+			var envs []events.Envelope
+			for i := range tc.n {
+				envs = append(envs, envelope(t, "sbx1", int64(i+1)))
+			}
+			seq, err := s.Append(ctx, "sbx1", base, envs...)
+			if err != nil {
+				t.Fatalf("append: %v", err)
+			}
+			before := msgCount(t, s)
+			again, err := s.Append(ctx, "sbx1", base, envs...)
+			if err != nil {
+				t.Fatalf("retry: got %v, want success", err)
+			}
+			if again != seq {
+				t.Errorf("retry seq: got %d, want %d", again, seq)
+			}
+			if got := msgCount(t, s); got != before {
+				t.Errorf("messages in stream after retry: got %d, want %d", got, before)
+			}
+		})
+	}
+}
+
+func TestRetryWithoutConcurrencyCheckIsDeduplicated(t *testing.T) {
+	// The expected sequence still matches (nothing landed before), but the
+	// message id is known: the server's deduplication answers.
+	srv := natstest.Start(t)
+	s := newStore(t, srv)
+	ctx := context.Background()
+	env := envelope(t, "sbx1", 1)
+	seq, err := s.Append(ctx, "sbx1", 0, env)
+	if err != nil {
+		t.Fatalf("append: %v", err)
+	}
+	// Publish the same message id to a fresh subject of the same stream.
+	env2 := env
+	env2.SandboxID = "sbx2"
+	got, err := s.Append(ctx, "sbx2", 0, env2)
+	if err != nil || got != seq {
+		t.Errorf("duplicate id on another subject: got %d, %v, want %d, nil", got, err, seq)
+	}
+	if n := msgCount(t, s); n != 1 {
+		t.Errorf("messages in stream: got %d, want 1", n)
+	}
+}
+
+func TestUnavailableWhenServerIsGone(t *testing.T) {
+	srv := natstest.Start(t)
+	s := newStore(t, srv)
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := s.Append(ctx, "sbx1", 0, envelope(t, "sbx1", 1))
+	if !errors.Is(err, events.ErrUnavailable) {
+		t.Errorf("append: got %v, want ErrUnavailable", err)
+	}
+	if _, err := s.Load(ctx, "sbx1", 0); !errors.Is(err, events.ErrUnavailable) {
+		t.Errorf("load: got %v, want ErrUnavailable", err)
+	}
+}
+
+func TestLoadManyEvents(t *testing.T) {
+	srv := natstest.Start(t)
+	s := newStore(t, srv)
+	ctx := context.Background()
+	const batches, per = 25, 100
+	var last uint64
+	for b := range batches {
+		var envs []events.Envelope
+		for i := range per {
+			envs = append(envs, envelope(t, "big", int64(b*per+i)))
+		}
+		var err error
+		if last, err = s.Append(ctx, "big", last, envs...); err != nil {
+			t.Fatalf("append batch %d: %v", b, err)
+		}
+		if _, err := s.Append(ctx, "small", 0, envelope(t, "small", 0)); err != nil && b == 0 {
+			t.Fatalf("append small: %v", err)
+		}
+	}
+	got, err := s.Load(ctx, "big", 0)
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	if len(got) != batches*per {
+		t.Fatalf("load: got %d events, want %d", len(got), batches*per)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].Seq <= got[i-1].Seq {
+			t.Fatalf("load out of order at %d: %d after %d", i, got[i].Seq, got[i-1].Seq)
+		}
+	}
+	if got[len(got)-1].Seq != last {
+		t.Errorf("last loaded: got %d, want %d", got[len(got)-1].Seq, last)
+	}
+	tail, err := s.Load(ctx, "big", got[len(got)-1-1500].Seq)
+	if err != nil || len(tail) != 1500 {
+		t.Errorf("load tail: got %d, %v, want 1500", len(tail), err)
+	}
+}
+
+func TestRestart(t *testing.T) {
+	srv := natstest.Start(t)
+	dir := srv.Dir
+	s := newStore(t, srv)
+	ctx := context.Background()
+
+	var want []string
+	var last uint64
+	for i := range 3 {
+		env := envelope(t, "sbx1", int64(i))
+		var err error
+		if last, err = s.Append(ctx, "sbx1", last, env); err != nil {
+			t.Fatalf("append: %v", err)
+		}
+		want = append(want, env.ID)
+	}
+	// A durable subscriber handles everything so far.
+	seen := make(chan events.Envelope, 100)
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Subscribe(sctx, "restart", func(ctx context.Context, env events.Envelope) error {
+			seen <- env
+			return nil
+		})
+	}()
+	for range 3 {
+		select {
+		case <-seen:
+		case <-time.After(storetest.Timeout):
+			t.Fatal("subscriber got fewer than 3 events")
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	waitAckFloor(t, s, "restart", last)
+	srv.Stop()
+
+	srv = natstest.StartWith(t, natstest.Options{Dir: dir})
+	s = newStore(t, srv)
+	got, err := s.Load(ctx, "sbx1", 0)
+	if err != nil {
+		t.Fatalf("load after restart: %v", err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("load after restart: got %d events, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if got[i].ID != want[i] {
+			t.Errorf("event %d: got %s, want %s", i, got[i].ID, want[i])
+		}
+	}
+	env := envelope(t, "sbx1", 9)
+	if _, err := s.Append(ctx, "sbx1", last, env); err != nil {
+		t.Fatalf("append after restart: %v", err)
+	}
+	sctx, cancel = context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		_ = s.Subscribe(sctx, "restart", func(ctx context.Context, env events.Envelope) error {
+			seen <- env
+			return nil
+		})
+	}()
+	select {
+	case e := <-seen:
+		if e.ID != env.ID {
+			t.Errorf("resumed subscriber: first got %s (seq %d), want the new event %s", e.ID, e.Seq, env.ID)
+		}
+	case <-time.After(storetest.Timeout):
+		t.Fatal("resumed subscriber got nothing")
+	}
+}
+
+// waitAckFloor waits until durable's acknowledgements reach seq on the
+// server, so that a restart right after does not lose them.
+func waitAckFloor(t *testing.T, s *jsstore.Store, durable string, seq uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), storetest.Timeout)
+	defer cancel()
+	for {
+		c, err := s.Stream().Consumer(ctx, durable)
+		if err != nil {
+			t.Fatalf("consumer %s: %v", durable, err)
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			t.Fatalf("consumer %s info: %v", durable, err)
+		}
+		if info.AckFloor.Stream >= seq {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("ack floor of %s: %d, want %s", durable, info.AckFloor.Stream, strconv.FormatUint(seq, 10))
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func ExampleSubject() {
+	fmt.Println(jsstore.Subject("sbx-01j9"))
+	// Output: torpor.sandbox.sbx-01j9
+}

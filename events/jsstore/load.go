@@ -1,0 +1,93 @@
+package jsstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+
+	"github.com/torpor/torpor/events"
+)
+
+// loadBatch is how many messages one batched direct get asks for.
+const loadBatch = 1000
+
+// headerNumPending is set by the server on each message of a batched direct
+// get: how many messages of the filter follow it.
+const headerNumPending = "Nats-Num-Pending"
+
+// Load returns the events of sandbox id above after, with batched direct
+// gets filtered on the sandbox's subject, so it costs in the events of that
+// sandbox, not in the length of the log. On a replicated stream a direct get
+// may be answered by a replica that lags the leader by a few messages; an
+// append on such a stale load fails with events.ErrConflict and the reload
+// catches up.
+func (s *Store) Load(ctx context.Context, id string, after uint64) ([]events.Envelope, error) {
+	out := []events.Envelope{}
+	next := after + 1
+	for {
+		more, err := s.loadBatch(ctx, id, next, &out)
+		if err != nil {
+			return nil, fmt.Errorf("load %s after %d: %w", id, after, err)
+		}
+		if !more {
+			return out, nil
+		}
+		next = out[len(out)-1].Seq + 1
+	}
+}
+
+// loadBatch appends to out the events of id from sequence from on, one
+// batch, and says whether more follow.
+//
+// A batched get ends silently when its answer times out, so completeness is
+// read from the server's own counts: the last message of a complete read
+// says that no message is pending after it, and an empty subject answers
+// "no messages". An answer that says neither did not come back whole.
+func (s *Store) loadBatch(ctx context.Context, id string, from uint64, out *[]events.Envelope) (bool, error) {
+	msgs, err := jetstreamext.GetBatch(ctx, s.js, s.cfg.Stream, loadBatch,
+		jetstreamext.GetBatchSubject(Subject(id)), jetstreamext.GetBatchSeq(from))
+	if err != nil {
+		return false, unavailable(err)
+	}
+	n, pending := 0, ""
+	for msg, err := range msgs {
+		if errors.Is(err, jetstreamext.ErrNoMessages) && n == 0 {
+			return false, nil
+		}
+		if err != nil {
+			return false, unavailable(err)
+		}
+		env, err := decode(msg)
+		if err != nil {
+			return false, err
+		}
+		*out = append(*out, env)
+		n++
+		pending = msg.Header.Get(headerNumPending)
+	}
+	switch {
+	case n > 0 && pending == "0":
+		return false, nil
+	case n > 0:
+		return true, nil // the batch filled up, or the answer broke off: ask again from here
+	case ctx.Err() != nil:
+		return false, fmt.Errorf("%w: %w", events.ErrUnavailable, ctx.Err())
+	default:
+		return false, fmt.Errorf("%w: batched get of %s from %d: no answer", events.ErrUnavailable, Subject(id), from)
+	}
+}
+
+// decode turns a stored message into its envelope, with Seq and MsgID set.
+func decode(msg *jetstream.RawStreamMsg) (events.Envelope, error) {
+	var env events.Envelope
+	if err := json.Unmarshal(msg.Data, &env); err != nil {
+		return env, fmt.Errorf("decode %s at %d: %w", msg.Subject, msg.Sequence, err)
+	}
+	env.Seq = msg.Sequence
+	env.MsgID = msg.Header.Get(jetstream.MsgIDHeader)
+	return env, nil
+}

@@ -1,0 +1,117 @@
+package jsstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/torpor/torpor/events"
+)
+
+// maxAckPending bounds the events handed out to a subscriber and not yet
+// acknowledged; they are handled one at a time, the window only keeps the
+// pipe full.
+const maxAckPending = 10000
+
+// drainWait bounds how long a stopping subscriber waits for the events
+// already buffered, to hand them back.
+const drainWait = time.Second
+
+// Subscribe runs the durable pull consumer name over every sandbox's subject
+// and calls h with each event, one at a time, in stream order, until ctx ends;
+// it then returns nil. The consumer is created on first use and delivers the
+// whole log; later it resumes after the last acknowledged event.
+//
+// An event is acknowledged when h returns nil. When h fails, the event is
+// handed back (Nak) to come again after Config.NakDelay while later events
+// go on: order then holds only per redelivery, so h must tolerate an event
+// arriving after its successors (compare Seq). Delivery is at least once: an
+// acknowledgement lost in a crash delivers the event again, so h must be
+// idempotent. h runs sequentially; a caller that wants parallelism
+// dispatches per sandbox itself. Events still buffered when ctx ends are
+// handed back for the next subscriber. An envelope that is not JSON cannot
+// be handled and is terminated (never delivered again).
+func (s *Store) Subscribe(ctx context.Context, name string, h events.Handler) error {
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, s.cfg.Stream, jetstream.ConsumerConfig{
+		Durable:       name,
+		Description:   "torpor subscriber " + name,
+		FilterSubject: SubjectPrefix + ">",
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		MaxAckPending: maxAckPending,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("subscribe %s: %w", name, unavailable(err))
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", name, unavailable(err))
+	}
+	defer handBack(it)
+
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		switch {
+		case ctx.Err() != nil:
+			if msg != nil {
+				_ = msg.Nak()
+			}
+			return nil
+		case errors.Is(err, jetstream.ErrNoHeartbeat):
+			continue // the iterator issues a new pull by itself
+		case err != nil:
+			return fmt.Errorf("subscribe %s: %w", name, unavailable(err))
+		}
+		env, err := decodeMsg(msg)
+		if err != nil {
+			_ = msg.TermWithReason(err.Error())
+			continue
+		}
+		if err := h(ctx, env); err != nil {
+			if ctx.Err() != nil {
+				_ = msg.Nak()
+				return nil
+			}
+			_ = msg.NakWithDelay(s.cfg.NakDelay)
+			continue
+		}
+		_ = msg.Ack()
+	}
+}
+
+// handBack stops it and hands every buffered event back to the server, so
+// the next subscriber of the same name gets them now rather than after the
+// consumer's ack wait.
+func handBack(it jetstream.MessagesContext) {
+	it.Drain()
+	for {
+		msg, err := it.Next(jetstream.NextMaxWait(drainWait))
+		if err != nil {
+			return
+		}
+		_ = msg.Nak()
+	}
+}
+
+// decodeMsg turns a delivered message into its envelope, with Seq and MsgID
+// set.
+func decodeMsg(msg jetstream.Msg) (events.Envelope, error) {
+	var env events.Envelope
+	meta, err := msg.Metadata()
+	if err != nil {
+		return env, fmt.Errorf("metadata of %s: %w", msg.Subject(), err)
+	}
+	if err := json.Unmarshal(msg.Data(), &env); err != nil {
+		return env, fmt.Errorf("decode %s at %d: %w", msg.Subject(), meta.Sequence.Stream, err)
+	}
+	env.Seq = meta.Sequence.Stream
+	env.MsgID = msg.Headers().Get(jetstream.MsgIDHeader)
+	return env, nil
+}

@@ -1,0 +1,49 @@
+package sagas
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config tunes a Runner.
+type Config struct {
+	// Node is the node this runner drives; sandboxes created on other nodes
+	// are left to their own runners.
+	Node string
+	// Deadline bounds every transient phase (default 2m).
+	Deadline time.Duration
+	// Workers bounds the driver steps running at once (default 64).
+	Workers int
+}
+
+// Default values of Config.
+const (
+	DefaultDeadline = 2 * time.Minute
+	DefaultWorkers  = 64
+)
+
+// withDefaults returns c with zero fields set to their defaults.
+func (c Config) withDefaults() Config {
+	if c.Deadline == 0 {
+		c.Deadline = DefaultDeadline
+	}
+	if c.Workers == 0 {
+		c.Workers = DefaultWorkers
+	}
+	return c
+}
+
+// Validate reports the first problem of c, after defaults.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.Node == "":
+		return errors.New("sagas config: node is empty")
+	case c.Deadline < 0:
+		return fmt.Errorf("sagas config: deadline %s is negative", c.Deadline)
+	case c.Workers < 0:
+		return fmt.Errorf("sagas config: workers %d is negative", c.Workers)
+	}
+	return nil
+}

@@ -1,0 +1,75 @@
+package sagas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/services/compute"
+)
+
+// Delete saga:
+//   sandbox.delete_requested → driver.Delete(spec)   (a missing resource counts as deleted)
+//     ok, a retained state held → record sandbox.retained_state_invalidated{ref} + sandbox.deleted
+//     ok                        → record sandbox.deleted
+//     other error               → not recorded; the intent comes again
+//     deadline                  → record sandbox.deadline_passed{deleting}   | known gap: no driver-side compensation yet
+
+func (r *Runner) delete(ctx context.Context, s *step) error {
+	all, err := r.src.Load(ctx, s.spec.SandboxID, 0)
+	if err != nil {
+		return fmt.Errorf("load %s: %w", s.spec.SandboxID, err)
+	}
+	held := heldRef(all)
+	err = r.within(ctx, s, func(ctx context.Context) error { return s.driver.Delete(ctx, s.spec) })
+	switch {
+	case err == nil, errors.Is(err, compute.ErrResourceMissing):
+	case errors.Is(err, errStopping):
+		return err
+	case errors.Is(err, errDeadline):
+		s.log.Warn().Err(err).Str("step", "delete").Msg("deadline passed")
+		return r.recordOrDrop(ctx, s, r.deadlinePassed(events.PhaseDeleting))
+	default:
+		s.log.Warn().Err(err).Str("step", "delete").Msg("delete failed; the intent comes again")
+		return err
+	}
+	evs := []events.Event{&events.Deleted{}}
+	if held != "" {
+		evs = []events.Event{&events.RetainedStateInvalidated{RestoreRef: held}, &events.Deleted{}}
+	}
+	err = r.recordOrDrop(ctx, s, evs...)
+	if err == nil {
+		r.specs.forget(s.spec.SandboxID)
+	}
+	return err
+}
+
+// heldRef returns the restore reference of the last sandbox.suspended that
+// was not consumed, discarded or invalidated since, or "".
+func heldRef(log []events.Envelope) string {
+	held := ""
+	for _, env := range log {
+		e, err := env.Decode()
+		if err != nil {
+			continue
+		}
+		switch e := e.(type) {
+		case *events.Suspended:
+			held = e.RestoreRef
+		case *events.RetainedStateConsumed:
+			if e.RestoreRef == held {
+				held = ""
+			}
+		case *events.RetainedStateDiscarded:
+			if e.RestoreRef == held {
+				held = ""
+			}
+		case *events.RetainedStateInvalidated:
+			if e.RestoreRef == held {
+				held = ""
+			}
+		}
+	}
+	return held
+}

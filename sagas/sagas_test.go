@@ -1,0 +1,534 @@
+package sagas_test
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/sagas"
+	"github.com/torpor/torpor/services/compute"
+	"github.com/torpor/torpor/services/compute/sim"
+)
+
+const node = "n1"
+
+// harness is a log, a recorder and a sim driver that runners are started on.
+type harness struct {
+	t       *testing.T
+	store   *tracked
+	rec     *recorder
+	sim     *sim.Driver
+	reports *reports
+	creds   *compute.Credentials
+	cfg     sagas.Config
+}
+
+func newHarness(t *testing.T, cfg sagas.Config) *harness {
+	t.Helper()
+	if cfg.Node == "" {
+		cfg.Node = node
+	}
+	creds, err := compute.NewCredentials([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := newTracked()
+	rep := &reports{}
+	d := sim.New(rep)
+	t.Cleanup(d.Close)
+	return &harness{t: t, store: store, rec: &recorder{store: store}, sim: d, reports: rep, creds: creds, cfg: cfg}
+}
+
+// run starts a Runner driving drv and returns a function that stops it and
+// waits for Run to return (also called at cleanup).
+func (h *harness) run(drv compute.Driver) (stop func()) {
+	h.t.Helper()
+	r, err := sagas.New(h.store, h.rec, compute.Registry{"sim": drv}, h.creds, h.cfg, zerolog.New(zerolog.NewTestWriter(h.t)))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					h.t.Errorf("Run = %v, want nil", err)
+				}
+			case <-time.After(wait):
+				h.t.Error("Run did not return after its context ended")
+			}
+		})
+	}
+	h.t.Cleanup(stop)
+	return stop
+}
+
+// sandbox is one sandbox's log as the test writes it: non-intent events
+// given after an intent count as its outcome (caused by it).
+type sandbox struct {
+	h      *harness
+	id     string
+	intent events.Envelope
+}
+
+// create appends sandbox.created (generation 1) on node n with opts.
+func (h *harness) create(n string, opts map[string]string) (*sandbox, events.Envelope) {
+	h.t.Helper()
+	sb := &sandbox{h: h, id: uuid.Must(uuid.NewV7()).String()}
+	env := sb.when(&events.Created{Name: "sb", Driver: "sim", Node: n, DriverOptions: opts, Generation: 1})
+	return sb, env
+}
+
+// given appends evs one by one, each non-intent event caused by the last
+// intent, as if its saga had recorded it.
+func (sb *sandbox) given(evs ...events.Event) {
+	sb.h.t.Helper()
+	for _, e := range evs {
+		sb.append(e)
+	}
+}
+
+// when appends intent e (and extras in the same append, as the gateway does
+// for an explicit start of a suspended sandbox) and returns its envelope.
+func (sb *sandbox) when(e events.Event, extras ...events.Event) events.Envelope {
+	sb.h.t.Helper()
+	envs := sb.append(append([]events.Event{e}, extras...)...)
+	return envs[0]
+}
+
+func (sb *sandbox) append(evs ...events.Event) []events.Envelope {
+	sb.h.t.Helper()
+	envs := make([]events.Envelope, len(evs))
+	for i, e := range evs {
+		meta := events.Meta{Actor: "test", CommandID: uuid.NewString()}
+		if !isIntent(e) && sb.intent.ID != "" && i == 0 {
+			meta = sb.intent.Caused("test")
+		}
+		env, err := events.NewEnvelope(sb.id, e, meta, time.Now())
+		if err != nil {
+			sb.h.t.Fatal(err)
+		}
+		envs[i] = env
+	}
+	envs, err := sb.h.store.appendNext(context.Background(), sb.id, envs...)
+	if err != nil {
+		sb.h.t.Fatal(err)
+	}
+	if isIntent(evs[0]) {
+		sb.intent = envs[0]
+	}
+	return envs
+}
+
+func isIntent(e events.Event) bool {
+	switch e.(type) {
+	case *events.Created, *events.StartRequested, *events.StopRequested, *events.SuspendRequested, *events.ResumeRequested, *events.DeleteRequested:
+		return true
+	}
+	return false
+}
+
+// outcome waits until the log holds n events caused by intent and returns
+// them decoded.
+func (sb *sandbox) outcome(intent events.Envelope, n int) []events.Event {
+	sb.h.t.Helper()
+	var got []events.Envelope
+	sb.h.store.waitUntil(sb.h.t, "the outcome of "+intent.Type, func() bool {
+		got = sb.causedBy(intent)
+		return len(got) >= n
+	})
+	out := make([]events.Event, len(got))
+	for i, env := range got {
+		e, err := env.Decode()
+		if err != nil {
+			sb.h.t.Fatal(err)
+		}
+		out[i] = e
+	}
+	return out
+}
+
+func (sb *sandbox) causedBy(intent events.Envelope) []events.Envelope {
+	all, err := sb.h.store.Load(context.Background(), sb.id, 0)
+	if err != nil {
+		sb.h.t.Fatal(err)
+	}
+	var got []events.Envelope
+	for _, env := range all {
+		if env.CausationID == intent.ID {
+			got = append(got, env)
+		}
+	}
+	return got
+}
+
+// then checks events against want, fields included; a SuspendRejected or
+// failure Message is only checked for being non-empty, a Suspended
+// RestoreRef for its sim prefix.
+func (sb *sandbox) then(got []events.Event, want ...events.Event) {
+	sb.h.t.Helper()
+	if len(got) != len(want) {
+		sb.h.t.Fatalf("outcome = %s, want %s", describe(got), describe(want))
+	}
+	for i := range got {
+		g := normalise(sb.h.t, sb.id, got[i])
+		if !reflect.DeepEqual(g, want[i]) {
+			sb.h.t.Fatalf("outcome[%d] = %#v, want %#v", i, g, want[i])
+		}
+	}
+}
+
+func normalise(t *testing.T, id string, e events.Event) events.Event {
+	t.Helper()
+	switch e := e.(type) {
+	case *events.SuspendRejected:
+		if e.Message == "" {
+			t.Errorf("%s without a message", e.Type())
+		}
+		c := *e
+		c.Message = ""
+		return &c
+	case *events.ResumeFailed:
+		if e.Message == "" {
+			t.Errorf("%s without a message", e.Type())
+		}
+		c := *e
+		c.Message = ""
+		return &c
+	case *events.StartFailed:
+		if e.Message == "" {
+			t.Errorf("%s without a message", e.Type())
+		}
+		c := *e
+		c.Message = ""
+		return &c
+	case *events.Suspended:
+		if !strings.HasPrefix(e.RestoreRef, "sim:"+id+":") {
+			t.Errorf("restore ref %q, want sim:%s:…", e.RestoreRef, id)
+		}
+		c := *e
+		c.RestoreRef = ""
+		return &c
+	}
+	return e
+}
+
+func describe(evs []events.Event) string {
+	s := make([]string, len(evs))
+	for i, e := range evs {
+		s[i] = e.Type()
+	}
+	return "[" + strings.Join(s, " ") + "]"
+}
+
+// ready is the log of a created and started sandbox of generation 1.
+func (h *harness) ready(opts map[string]string) *sandbox {
+	h.t.Helper()
+	sb, _ := h.create(node, opts)
+	sb.given(&events.Started{Generation: 1}, &events.SupervisorAttached{Generation: 1})
+	return sb
+}
+
+// suspended is the log of a sandbox suspended at generation 1 behind ref.
+func (h *harness) suspended(opts map[string]string) (*sandbox, string) {
+	h.t.Helper()
+	sb := h.ready(opts)
+	ref := "sim:" + sb.id + ":1:given"
+	sb.given(&events.SuspendRequested{Generation: 1}, &events.Suspended{Generation: 1, RestoreRef: ref})
+	return sb, ref
+}
+
+func TestCreateStartsTheFirstGeneration(t *testing.T) {
+	h := newHarness(t, sagas.Config{})
+	drv := newCounting(h.sim, "")
+	h.run(drv)
+	sb, created := h.create(node, nil)
+	sb.then(sb.outcome(created, 1), &events.Started{Generation: 1})
+	// The sim's supervisor attached with the credential minted for generation 1.
+	h.store.waitUntil(t, "the attach report", func() bool { return len(h.reports.list()) > 0 })
+	rep := h.reports.list()[0]
+	if rep.Kind != compute.ReportAttached || rep.Generation != 1 || !h.creds.Verify(sb.id, 1, rep.Credential) {
+		t.Fatalf("report = %+v, want an attach of generation 1 with its credential", rep)
+	}
+}
+
+func TestStartFromStopped(t *testing.T) {
+	h := newHarness(t, sagas.Config{})
+	sb := h.ready(nil)
+	sb.given(&events.StopRequested{Generation: 1}, &events.Stopped{Generation: 1})
+	h.run(newCounting(h.sim, ""))
+	in := sb.when(&events.StartRequested{Generation: 2})
+	sb.then(sb.outcome(in, 1), &events.Started{Generation: 2})
+}
+
+func TestExplicitStartOfSuspendedDiscardsTheRetainedState(t *testing.T) {
+	h := newHarness(t, sagas.Config{})
+	sb, ref := h.suspended(nil)
+	drv := newCounting(h.sim, "")
+	h.run(drv)
+	in := sb.when(&events.StartRequested{Generation: 2}, &events.RetainedStateDiscarded{RestoreRef: ref})
+	sb.then(sb.outcome(in, 1), &events.Started{Generation: 2})
+	if got := drv.count("discard"); got != 1 {
+		t.Fatalf("discard calls = %d, want 1", got)
+	}
+}
+
+func TestStartFailsWithBadOptions(t *testing.T) {
+	h := newHarness(t, sagas.Config{})
+	h.run(newCounting(h.sim, ""))
+	sb, created := h.create(node, map[string]string{"suspend": "maybe"})
+	sb.then(sb.outcome(created, 1), &events.StartFailed{Generation: 1})
+}
+
+func TestStop(t *testing.T) {
+	h := newHarness(t, sagas.Config{})
+	sb := h.ready(nil)
+	h.run(newCounting(h.sim, ""))
+	in := sb.when(&events.StopRequested{Generation: 1})
+	sb.then(sb.outcome(in, 1), &events.Stopped{Generation: 1})
+}
+
+func TestSuspend(t *testing.T) {
+	cases := []struct {
+		name     string
+		opts     map[string]string
+		deadline time.Duration
+		want     []events.Event
+	}{
+		{"ok", nil, 0, []events.Event{&events.Suspended{Generation: 1}}},
+		{"rejected", map[string]string{"suspend": "reject"}, 0, []events.Event{
+			&events.SuspendRejected{Generation: 1, Reason: events.ReasonSuspendRejected},
+		}},
+		{"unimplemented", map[string]string{"suspend": "unimplemented"}, 0, []events.Event{
+			&events.SuspendRejected{Generation: 1, Reason: events.ReasonSuspendRejected},
+		}},
+		{"hang passes the deadline", map[string]string{"suspend": "hang"}, 50 * time.Millisecond, []events.Event{
+			&events.DeadlinePassed{Phase: events.PhaseSuspending, Deadline: "50ms"},
+			&events.SuspendRejected{Generation: 1, Reason: events.ReasonDeadlineExceeded},
+		}},
+		{"exit during suspend still answers a reference", map[string]string{"exit_during_suspend": "9"}, 0, []events.Event{
+			&events.Suspended{Generation: 1},
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, sagas.Config{Deadline: c.deadline})
+			sb := h.ready(c.opts)
+			h.run(newCounting(h.sim, ""))
+			in := sb.when(&events.SuspendRequested{Generation: 1})
+			sb.then(sb.outcome(in, len(c.want)), c.want...)
+			if got := h.rec.callsOf(c.want[0].Type()); got != 1 {
+				t.Fatalf("record calls with %s = %d, want 1 (one atomic record)", c.want[0].Type(), got)
+			}
+		})
+	}
+}
+
+func TestSuspendRefusedDiscardsTheReference(t *testing.T) {
+	h := newHarness(t, sagas.Config{})
+	h.rec.refuse = func(e events.Event) bool { _, ok := e.(*events.Suspended); return ok }
+	sb := h.ready(nil)
+	drv := newCounting(h.sim, "")
+	h.run(drv)
+	in := sb.when(&events.SuspendRequested{Generation: 1})
+	h.store.waitAcked(t, sagas.FloorName, in.Seq)
+	if got := drv.count("discard"); got != 1 {
+		t.Fatalf("discard calls = %d, want 1", got)
+	}
+	if got := sb.causedBy(in); len(got) != 0 {
+		t.Fatalf("recorded %d events, want none", len(got))
+	}
+}
+
+func TestResume(t *testing.T) {
+	consumed := func(ref string) *events.RetainedStateConsumed {
+		return &events.RetainedStateConsumed{Generation: 2, RestoreRef: ref}
+	}
+	cases := []struct {
+		name    string
+		mode    string
+		restart bool
+		want    func(ref string) []events.Event
+	}{
+		{"restored", "ok", false, func(ref string) []events.Event {
+			return []events.Event{consumed(ref), &events.Resumed{Generation: 2, Outcome: events.OutcomeRestored}}
+		}},
+		{"fails before consuming", "fail", true, func(string) []events.Event {
+			return []events.Event{&events.ResumeFailed{Generation: 2}}
+		}},
+		{"fails after consuming, strict", "fail_after_consume", false, func(ref string) []events.Event {
+			return []events.Event{consumed(ref), &events.Stopped{Generation: 2, Reason: events.ReasonRetainedStateLost}}
+		}},
+		{"fails after consuming, restart", "fail_after_consume", true, func(ref string) []events.Event {
+			return []events.Event{consumed(ref), &events.StartRequested{Generation: 3, Fallback: true}}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, sagas.Config{})
+			sb, ref := h.suspended(map[string]string{"resume": c.mode})
+			h.run(newCounting(h.sim, ""))
+			in := sb.when(&events.ResumeRequested{Generation: 2, RestoreRef: ref, RestartIfRestoreFails: c.restart})
+			want := c.want(ref)
+			out := sb.outcome(in, len(want))
+			sb.then(out, want...)
+			if c.restart && c.mode == "fail_after_consume" {
+				// The fallback is an intent of its own: the start saga cold-starts it.
+				fallback := sb.causedBy(in)[1]
+				sb.then(sb.outcome(fallback, 1), &events.Started{Generation: 3})
+			}
+		})
+	}
+}
+
+func TestResumeFailOnceThenRestores(t *testing.T) {
+	h := newHarness(t, sagas.Config{})
+	sb, ref := h.suspended(map[string]string{"resume": "fail_once"})
+	h.run(newCounting(h.sim, ""))
+	first := sb.when(&events.ResumeRequested{Generation: 2, RestoreRef: ref})
+	sb.then(sb.outcome(first, 1), &events.ResumeFailed{Generation: 2})
+	second := sb.when(&events.ResumeRequested{Generation: 3, RestoreRef: ref})
+	sb.then(sb.outcome(second, 2),
+		&events.RetainedStateConsumed{Generation: 3, RestoreRef: ref},
+		&events.Resumed{Generation: 3, Outcome: events.OutcomeRestored})
+}
+
+func TestDelete(t *testing.T) {
+	t.Run("without a retained state", func(t *testing.T) {
+		h := newHarness(t, sagas.Config{})
+		sb := h.ready(nil)
+		h.run(newCounting(h.sim, ""))
+		in := sb.when(&events.DeleteRequested{})
+		sb.then(sb.outcome(in, 1), &events.Deleted{})
+	})
+	t.Run("invalidates a held retained state", func(t *testing.T) {
+		h := newHarness(t, sagas.Config{})
+		sb, ref := h.suspended(nil)
+		h.run(newCounting(h.sim, ""))
+		in := sb.when(&events.DeleteRequested{})
+		sb.then(sb.outcome(in, 2), &events.RetainedStateInvalidated{RestoreRef: ref}, &events.Deleted{})
+	})
+	t.Run("after a consumed state invalidates nothing", func(t *testing.T) {
+		h := newHarness(t, sagas.Config{})
+		sb, ref := h.suspended(nil)
+		sb.given(&events.ResumeRequested{Generation: 2, RestoreRef: ref},
+			&events.RetainedStateConsumed{Generation: 2, RestoreRef: ref},
+			&events.Resumed{Generation: 2, Outcome: events.OutcomeRestored})
+		h.run(newCounting(h.sim, ""))
+		in := sb.when(&events.DeleteRequested{})
+		sb.then(sb.outcome(in, 1), &events.Deleted{})
+	})
+}
+
+func TestSettledIntentsAreNotDrivenAgain(t *testing.T) {
+	h := newHarness(t, sagas.Config{})
+	sb, ref := h.suspended(nil)
+	// A suspend whose outcome is missing but that a later intent superseded.
+	sb.given(&events.ResumeRequested{Generation: 2, RestoreRef: ref},
+		&events.RetainedStateConsumed{Generation: 2, RestoreRef: ref},
+		&events.Resumed{Generation: 2, Outcome: events.OutcomeRestored})
+	superseded := sb.when(&events.SuspendRequested{Generation: 2})
+	last := sb.when(&events.StopRequested{Generation: 2})
+	drv := newCounting(h.sim, "")
+	h.run(drv)
+	sb.then(sb.outcome(last, 1), &events.Stopped{Generation: 2})
+	h.store.waitAcked(t, sagas.FloorName, last.Seq)
+	if drv.count("stop") != 1 || drv.total() != 1 {
+		t.Fatalf("driver calls = %v, want one stop only", drv.calls)
+	}
+	if got := sb.causedBy(superseded); len(got) != 0 {
+		t.Fatalf("superseded intent recorded %d events", len(got))
+	}
+}
+
+func TestOtherNodesAreLeftAlone(t *testing.T) {
+	h := newHarness(t, sagas.Config{})
+	drv := newCounting(h.sim, "")
+	h.run(drv)
+	other, created := h.create("n2", nil)
+	h.store.waitAcked(t, sagas.FloorName, created.Seq)
+	in := other.when(&events.DeleteRequested{})
+	h.store.waitAcked(t, sagas.FloorName, in.Seq)
+	if drv.total() != 0 {
+		t.Fatalf("driver calls = %v, want none", drv.calls)
+	}
+	if got, _ := h.store.Load(context.Background(), other.id, 0); len(got) != 2 {
+		t.Fatalf("log has %d events, want the 2 appended", len(got))
+	}
+}
+
+func TestSandboxesRunInParallel(t *testing.T) {
+	h := newHarness(t, sagas.Config{})
+	// One sandbox's suspend hangs until the runner stops; another's create
+	// goes through meanwhile.
+	drv := newCounting(h.sim, "suspend")
+	h.run(drv)
+	slow := h.ready(nil)
+	slow.when(&events.SuspendRequested{Generation: 1})
+	<-drv.entered
+	sb, created := h.create(node, nil)
+	sb.then(sb.outcome(created, 1), &events.Started{Generation: 1})
+}
+
+func TestCrashRecoveryRedrivesAnUnfinishedIntent(t *testing.T) {
+	h := newHarness(t, sagas.Config{})
+	sb := h.ready(nil)
+
+	// The first runner gets the intent to the driver, which never answers;
+	// then the service stops.
+	blocked := newCounting(h.sim, "suspend")
+	stop := h.run(blocked)
+	in := sb.when(&events.SuspendRequested{Generation: 1})
+	select {
+	case <-blocked.entered:
+	case <-time.After(wait):
+		t.Fatal("the suspend never reached the driver")
+	}
+	h.store.waitAcked(t, sagas.AheadName, in.Seq) // the look-ahead is past it
+	stop()
+	if got := sb.causedBy(in); len(got) != 0 {
+		t.Fatalf("recorded %d events before the restart, want none", len(got))
+	}
+
+	// A new runner on the same log re-drives it.
+	drv := newCounting(h.sim, "")
+	h.run(drv)
+	sb.then(sb.outcome(in, 1), &events.Suspended{Generation: 1})
+	h.store.waitAcked(t, sagas.FloorName, in.Seq)
+	if got := drv.count("suspend"); got != 1 {
+		t.Fatalf("suspend calls after the restart = %d, want 1", got)
+	}
+	if got := h.rec.callsOf(events.Suspended{}.Type()); got != 1 {
+		t.Fatalf("suspended recorded %d times, want once", got)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  sagas.Config
+		ok   bool
+	}{
+		{"defaults", sagas.Config{Node: "n1"}, true},
+		{"no node", sagas.Config{}, false},
+		{"negative deadline", sagas.Config{Node: "n1", Deadline: -time.Second}, false},
+		{"negative workers", sagas.Config{Node: "n1", Workers: -1}, false},
+	}
+	for _, c := range cases {
+		if err := c.cfg.Validate(); (err == nil) != c.ok {
+			t.Errorf("%s: Validate = %v, want ok %v", c.name, err, c.ok)
+		}
+	}
+}

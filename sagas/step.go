@@ -1,0 +1,301 @@
+package sagas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/services/compute"
+)
+
+// actor is the actor of every event the sagas record.
+const actor = "sagas"
+
+// Record retries: attempts and backoff bounds.
+const (
+	recordAttempts = 8
+	backoffMin     = 20 * time.Millisecond
+	backoffMax     = 2 * time.Second
+)
+
+var (
+	// errRefused: the Recorder refused the outcome (FAILED_PRECONDITION): the
+	// sandbox moved on, the step compensates and is dropped.
+	errRefused = errors.New("outcome refused")
+	// errDeadline: the phase's deadline ended the driver call.
+	errDeadline = errors.New("deadline passed")
+	// errStopping: the runner is stopping; the step is left to be re-driven.
+	errStopping = errors.New("runner stopping")
+)
+
+// step is one intent being driven.
+type step struct {
+	intent  events.Envelope
+	created *events.Created
+	spec    compute.Spec
+	driver  compute.Driver
+	drvErr  error             // why driver is nil
+	later   []events.Envelope // the sandbox's events after the intent
+	log     zerolog.Logger
+}
+
+// sagaOf names the saga an intent type starts.
+func sagaOf(typ string) string {
+	switch typ {
+	case events.Created{}.Type():
+		return "create"
+	case events.StartRequested{}.Type():
+		return "start"
+	case events.StopRequested{}.Type():
+		return "stop"
+	case events.SuspendRequested{}.Type():
+		return "suspend"
+	case events.ResumeRequested{}.Type():
+		return "resume"
+	case events.DeleteRequested{}.Type():
+		return "delete"
+	}
+	return ""
+}
+
+// step drives one intent: it checks the intent is ours and still open, then
+// runs its saga. A nil error means the intent is finished with (recorded,
+// skipped or compensated); an error means it must come again.
+func (r *Runner) step(ctx context.Context, env events.Envelope) error {
+	log := r.log.With().
+		Str("sandbox_id", env.SandboxID).
+		Str("event_type", env.Type).
+		Uint64("seq", env.Seq).
+		Str("saga", sagaOf(env.Type)).
+		Logger()
+	intent, err := env.Decode()
+	if err != nil {
+		log.Error().Err(err).Msg("undecodable intent dropped")
+		return nil
+	}
+	created, err := r.created(ctx, env, intent)
+	if err != nil {
+		log.Warn().Err(err).Msg("load sandbox")
+		return err
+	}
+	if created == nil {
+		log.Error().Msg("sandbox has no sandbox.created; intent dropped")
+		return nil
+	}
+	if created.Node != r.cfg.Node {
+		return nil
+	}
+	later, err := r.src.Load(ctx, env.SandboxID, env.Seq)
+	if err != nil {
+		log.Warn().Err(err).Msg("load later events")
+		return fmt.Errorf("load %s after %d: %w", env.SandboxID, env.Seq, err)
+	}
+	if why := settled(env, later); why != "" {
+		log.Debug().Str("step", "skip").Msg(why)
+		return nil
+	}
+	s := &step{
+		intent:  env,
+		created: created,
+		spec: compute.Spec{
+			SandboxID: env.SandboxID,
+			Node:      created.Node,
+			Options:   created.DriverOptions,
+			Command:   created.Command,
+			Env:       created.Env,
+		},
+		later: later,
+		log:   log,
+	}
+	s.driver, s.drvErr = r.drv.Driver(created.Driver)
+	if s.drvErr != nil {
+		if _, starts := intent.(*events.Created); !starts {
+			if _, starts = intent.(*events.StartRequested); !starts {
+				log.Error().Err(s.drvErr).Msg("no driver; intent dropped")
+				return nil
+			}
+		}
+	}
+	switch e := intent.(type) {
+	case *events.Created:
+		return r.start(ctx, s, e.Generation, events.PhaseProvisioning)
+	case *events.StartRequested:
+		return r.start(ctx, s, e.Generation, events.PhaseStarting)
+	case *events.StopRequested:
+		return r.stop(ctx, s, e)
+	case *events.SuspendRequested:
+		return r.suspend(ctx, s, e)
+	case *events.ResumeRequested:
+		return r.resume(ctx, s, e)
+	case *events.DeleteRequested:
+		return r.delete(ctx, s)
+	}
+	return nil
+}
+
+// settled says why the intent needs no step, or "" if it does: an event it
+// caused is in the log (its outcome is recorded) or a later intent
+// supersedes it.
+func settled(intent events.Envelope, later []events.Envelope) string {
+	for _, e := range later {
+		switch {
+		case e.CausationID == intent.ID:
+			return "outcome already recorded"
+		case intents[e.Type]:
+			return "superseded by " + e.Type
+		}
+	}
+	return ""
+}
+
+// within runs call under the phase deadline of s's intent. It returns an
+// error wrapping errDeadline when that deadline ended the call, one wrapping
+// errStopping when ctx ended, else call's error.
+func (r *Runner) within(ctx context.Context, s *step, call func(context.Context) error) error {
+	at := s.intent.Time
+	if at.IsZero() {
+		at = time.Now()
+	}
+	dctx, cancel := context.WithDeadline(ctx, at.Add(r.cfg.Deadline))
+	defer cancel()
+	err := call(dctx)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("%w: %w", errStopping, ctx.Err())
+	case errors.Is(dctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("%w after %s: %w", errDeadline, r.cfg.Deadline, err)
+	}
+	return err
+}
+
+// record appends evs as the outcome of s's intent, retrying with backoff what
+// may succeed later. A refusal comes back wrapping errRefused at once.
+func (r *Runner) record(ctx context.Context, s *step, evs ...events.Event) error {
+	wait := backoffMin
+	for attempt := 1; ; attempt++ {
+		err := r.rec.Record(ctx, s.intent, actor, evs...)
+		switch {
+		case err == nil:
+			s.log.Info().Str("step", "record").Str("outcome", evs[len(evs)-1].Type()).Msg("outcome recorded")
+			return nil
+		case events.CodeOf(err) == events.CodeFailedPrecondition:
+			return fmt.Errorf("%w: %w", errRefused, err)
+		case ctx.Err() != nil:
+			return fmt.Errorf("%w: %w", errStopping, ctx.Err())
+		case attempt == recordAttempts:
+			return fmt.Errorf("record %s: %d attempts: %w", evs[0].Type(), attempt, err)
+		}
+		s.log.Warn().Err(err).Str("step", "record").Int("attempt", attempt).Msg("record failed; retrying")
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w: %w", errStopping, ctx.Err())
+		}
+		wait = min(2*wait, backoffMax)
+	}
+}
+
+// recordOrDrop records evs; a refusal ends the step without compensation
+// (nothing to undo) and is logged.
+func (r *Runner) recordOrDrop(ctx context.Context, s *step, evs ...events.Event) error {
+	err := r.record(ctx, s, evs...)
+	if errors.Is(err, errRefused) {
+		s.log.Info().Err(err).Str("step", "record").Msg("sandbox moved on; outcome dropped")
+		return nil
+	}
+	return err
+}
+
+// compensate runs undo with a fresh deadline (the phase's may have passed).
+func (r *Runner) compensate(ctx context.Context, s *step, name string, undo func(context.Context) error) error {
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.Deadline)
+	defer cancel()
+	if err := undo(cctx); err != nil {
+		s.log.Warn().Err(err).Str("step", name).Msg("compensation failed; the intent comes again")
+		return fmt.Errorf("compensate %s: %w", name, err)
+	}
+	s.log.Info().Str("step", name).Msg("compensated")
+	return nil
+}
+
+// deadlinePassed is the event a passed phase deadline records.
+func (r *Runner) deadlinePassed(p events.Phase) *events.DeadlinePassed {
+	return &events.DeadlinePassed{Phase: p, Deadline: r.cfg.Deadline.String()}
+}
+
+// created returns the sandbox.created event of env's sandbox (from the intent
+// itself, the cache or the log), or nil if the log has none.
+func (r *Runner) created(ctx context.Context, env events.Envelope, intent events.Event) (*events.Created, error) {
+	if c, ok := intent.(*events.Created); ok {
+		r.specs.put(env.SandboxID, c)
+		return c, nil
+	}
+	if c := r.specs.get(env.SandboxID); c != nil {
+		return c, nil
+	}
+	all, err := r.src.Load(ctx, env.SandboxID, 0)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", env.SandboxID, err)
+	}
+	for _, e := range all {
+		if e.Type != (events.Created{}).Type() {
+			continue
+		}
+		d, err := e.Decode()
+		if err != nil {
+			return nil, fmt.Errorf("decode %s created: %w", env.SandboxID, err)
+		}
+		c := d.(*events.Created)
+		r.specs.put(env.SandboxID, c)
+		return c, nil
+	}
+	return nil, nil
+}
+
+// specCacheSize bounds the cache of sandbox.created events.
+const specCacheSize = 4096
+
+// specCache keeps the sandbox.created event of recently driven sandboxes,
+// bounded; it evicts an arbitrary entry when full.
+type specCache struct {
+	mu  sync.Mutex
+	max int
+	m   map[string]*events.Created
+}
+
+func newSpecCache(max int) *specCache {
+	return &specCache{max: max, m: map[string]*events.Created{}}
+}
+
+func (c *specCache) get(id string) *events.Created {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[id]
+}
+
+func (c *specCache) put(id string, e *events.Created) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[id]; !ok && len(c.m) >= c.max {
+		for k := range c.m {
+			delete(c.m, k)
+			break
+		}
+	}
+	c.m[id] = e
+}
+
+func (c *specCache) forget(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, id)
+}

@@ -1,0 +1,48 @@
+package sagas
+
+import (
+	"context"
+	"errors"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/services/compute"
+)
+
+// Suspend saga:
+//   sandbox.suspend_requested{generation} → driver.Suspend(generation)
+//     ok               → record sandbox.suspended{restore_ref}   | compensation: driver.Discard(ref) if the record is refused (a racing exit won)
+//     rejected         → record sandbox.suspend_rejected{SuspendRejected}
+//     unimplemented    → record sandbox.suspend_rejected{SuspendRejected}   (should not happen: the gateway refuses first)
+//     resource missing → record sandbox.resource_lost{generation}
+//     deadline         → record sandbox.deadline_passed{suspending} + sandbox.suspend_rejected{DeadlineExceeded}
+//                        | known gap: the workload is not confirmed running first (CONTRACT §1 wants error if it is not)
+
+func (r *Runner) suspend(ctx context.Context, s *step, in *events.SuspendRequested) error {
+	s.log = s.log.With().Int64("generation", in.Generation).Logger()
+	t := compute.Target{Spec: s.spec, Generation: in.Generation}
+	var ref string
+	err := r.within(ctx, s, func(ctx context.Context) (err error) {
+		ref, err = s.driver.Suspend(ctx, t)
+		return err
+	})
+	switch {
+	case err == nil:
+		err := r.record(ctx, s, &events.Suspended{Generation: in.Generation, RestoreRef: ref})
+		if !errors.Is(err, errRefused) {
+			return err
+		}
+		s.log.Info().Err(err).Str("step", "record").Msg("suspended refused; releasing the reference")
+		return r.compensate(ctx, s, "discard", func(ctx context.Context) error { return s.driver.Discard(ctx, s.spec, ref) })
+	case errors.Is(err, errStopping):
+		return err
+	case errors.Is(err, errDeadline):
+		s.log.Warn().Err(err).Str("step", "suspend").Msg("deadline passed")
+		return r.recordOrDrop(ctx, s,
+			r.deadlinePassed(events.PhaseSuspending),
+			&events.SuspendRejected{Generation: in.Generation, Reason: events.ReasonDeadlineExceeded, Message: err.Error()})
+	case errors.Is(err, compute.ErrResourceMissing):
+		return r.recordOrDrop(ctx, s, &events.ResourceLost{Generation: in.Generation, Message: err.Error()})
+	}
+	s.log.Info().Err(err).Str("step", "suspend").Msg("suspend rejected")
+	return r.recordOrDrop(ctx, s, &events.SuspendRejected{Generation: in.Generation, Reason: events.ReasonSuspendRejected, Message: err.Error()})
+}

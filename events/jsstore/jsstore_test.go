@@ -2,6 +2,7 @@ package jsstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -378,4 +379,37 @@ func waitAckFloor(t *testing.T, s *jsstore.Store, durable string, seq uint64) {
 func ExampleSubject() {
 	fmt.Println(jsstore.Subject("sbx-01j9"))
 	// Output: torpor.sandbox.sbx-01j9
+}
+
+func TestLostAnswerIsResolved(t *testing.T) {
+	srv := natstest.Start(t)
+	s := newStore(t, srv)
+	ctx := context.Background()
+	landed := envelope(t, "sbx1", 1)
+	// The append landed but its answer never came: publish it as the store
+	// would, then append again with a context that ends before any answer.
+	body, err := json.Marshal(landed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := &nats.Msg{Subject: jsstore.Subject("sbx1"), Header: nats.Header{}, Data: body}
+	msg.Header.Set(jetstream.MsgIDHeader, landed.ID)
+	ack, err := srv.JS.PublishMsg(ctx, msg)
+	if err != nil {
+		t.Fatalf("raw publish: %v", err)
+	}
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+
+	seq, err := s.Append(gone, "sbx1", 0, landed)
+	if err != nil || seq != ack.Sequence {
+		t.Errorf("append that landed: got %d, %v, want %d, nil", seq, err, ack.Sequence)
+	}
+	_, err = s.Append(gone, "sbx1", ack.Sequence, envelope(t, "sbx1", 2))
+	if !errors.Is(err, events.ErrUnavailable) {
+		t.Errorf("append that did not land: got %v, want ErrUnavailable", err)
+	}
+	if got := msgCount(t, s); got != 1 {
+		t.Errorf("messages in stream: got %d, want 1", got)
+	}
 }

@@ -112,6 +112,8 @@ func (s *tracked) waitAcked(t *testing.T, name string, seq uint64) {
 type recorder struct {
 	store  *tracked
 	refuse func(events.Event) bool
+	// unavailable is how many calls fail with events.ErrUnavailable first.
+	unavailable int
 
 	mu    sync.Mutex
 	calls [][]string // event types, per call
@@ -124,7 +126,14 @@ func (r *recorder) Record(ctx context.Context, cause events.Envelope, actor stri
 	}
 	r.mu.Lock()
 	r.calls = append(r.calls, types)
+	down := r.unavailable > 0
+	if down {
+		r.unavailable--
+	}
 	r.mu.Unlock()
+	if down {
+		return fmt.Errorf("record: %w", events.ErrUnavailable)
+	}
 	for _, e := range evs {
 		if r.refuse != nil && r.refuse(e) {
 			return events.Errorf(events.CodeFailedPrecondition, "sandbox %s: %s refused", cause.SandboxID, e.Type())

@@ -453,6 +453,22 @@ func TestSettledIntentsAreNotDrivenAgain(t *testing.T) {
 	}
 }
 
+func TestRecordIsRetriedWhileTheLogIsUnavailable(t *testing.T) {
+	h := newHarness(t, sagas.Config{})
+	h.rec.unavailable = 3
+	sb := h.ready(nil)
+	drv := newCounting(h.sim, "")
+	h.run(drv)
+	in := sb.when(&events.StopRequested{Generation: 1})
+	sb.then(sb.outcome(in, 1), &events.Stopped{Generation: 1})
+	if got := h.rec.callsOf(events.Stopped{}.Type()); got != 4 {
+		t.Fatalf("record calls = %d, want 4 (3 unavailable, then recorded)", got)
+	}
+	if got := drv.count("stop"); got != 1 {
+		t.Fatalf("stop calls = %d, want 1", got)
+	}
+}
+
 func TestOtherNodesAreLeftAlone(t *testing.T) {
 	h := newHarness(t, sagas.Config{})
 	drv := newCounting(h.sim, "")

@@ -29,6 +29,7 @@ const (
 	DefaultReplicas        = 1
 	DefaultDuplicateWindow = 2 * time.Minute
 	DefaultNakDelay        = 200 * time.Millisecond
+	DefaultAckWait         = 5 * time.Second
 )
 
 // Subject is the subject of sandbox id's events.
@@ -49,6 +50,12 @@ type Config struct {
 	// NakDelay is how long an event whose handler failed waits before it is
 	// delivered again; default 200ms.
 	NakDelay time.Duration
+	// AckWait is how long the server waits for the acknowledgement of an
+	// event before it delivers it again; default 5s. While a handler runs,
+	// Subscribe keeps the event in progress, so a slow handler is not
+	// redelivered, while an event held by a crashed process comes again after
+	// at most AckWait.
+	AckWait time.Duration
 }
 
 // withDefaults fills the zero fields of c.
@@ -64,6 +71,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.NakDelay == 0 {
 		c.NakDelay = DefaultNakDelay
+	}
+	if c.AckWait == 0 {
+		c.AckWait = DefaultAckWait
 	}
 	return c
 }
@@ -82,6 +92,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("duplicate window %v: want positive", c.DuplicateWindow)
 	case c.NakDelay < 0:
 		return fmt.Errorf("nak delay %v: want positive", c.NakDelay)
+	case c.AckWait < 0 || (c.AckWait > 0 && c.AckWait < 100*time.Millisecond):
+		return fmt.Errorf("ack wait %v: want 100ms or more", c.AckWait)
 	}
 	return nil
 }

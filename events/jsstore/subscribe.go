@@ -43,6 +43,7 @@ func (s *Store) Subscribe(ctx context.Context, name string, h events.Handler) er
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		MaxAckPending: maxAckPending,
+		AckWait:       s.cfg.AckWait,
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -74,7 +75,7 @@ func (s *Store) Subscribe(ctx context.Context, name string, h events.Handler) er
 			_ = msg.TermWithReason(err.Error())
 			continue
 		}
-		if err := h(ctx, env); err != nil {
+		if err := s.handle(ctx, msg, env, h); err != nil {
 			if ctx.Err() != nil {
 				_ = msg.Nak()
 				return nil
@@ -114,4 +115,24 @@ func decodeMsg(msg jetstream.Msg) (events.Envelope, error) {
 	env.Seq = meta.Sequence.Stream
 	env.MsgID = msg.Headers().Get(jetstream.MsgIDHeader)
 	return env, nil
+}
+
+// handle runs h on env, telling the server every third of the ack wait that
+// the event is still in progress.
+func (s *Store) handle(ctx context.Context, msg jetstream.Msg, env events.Envelope, h events.Handler) error {
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(s.cfg.AckWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				_ = msg.InProgress()
+			case <-done:
+				return
+			}
+		}
+	}()
+	return h(ctx, env)
 }

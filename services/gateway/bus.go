@@ -37,6 +37,8 @@ type Bus struct {
 	log      zerolog.Logger
 	inflight chan struct{}
 	wg       sync.WaitGroup
+	srv      micro.Service
+	sub      *nats.Subscription
 }
 
 // NewBus returns the bus front of svc; at most parallel commands run at once.
@@ -50,9 +52,10 @@ func NewBus(nc *nats.Conn, svc *Service, parallel int, log zerolog.Logger) *Bus 
 // Version is the micro service version.
 const Version = "0.1.0"
 
-// Run serves until ctx ends, then stops taking requests and waits for the ones
-// under way.
-func (b *Bus) Run(ctx context.Context) error {
+// Listen registers the micro service and the report subscription, so that
+// requests are taken from the moment it returns; ctx bounds the requests they
+// start. Run serves until ctx ends.
+func (b *Bus) Listen(ctx context.Context) error {
 	srv, err := micro.AddService(b.nc, micro.Config{
 		Name: "torpor", Version: Version, Description: "sandbox lifecycle commands",
 		QueueGroup: "torpor",
@@ -74,9 +77,21 @@ func (b *Bus) Run(ctx context.Context) error {
 		_ = srv.Stop()
 		return fmt.Errorf("supervisor reports: %w", err)
 	}
+	b.srv, b.sub = srv, sub
+	return nil
+}
+
+// Run serves until ctx ends (calling Listen if it was not), then stops taking
+// requests and waits for the ones under way.
+func (b *Bus) Run(ctx context.Context) error {
+	if b.srv == nil {
+		if err := b.Listen(ctx); err != nil {
+			return err
+		}
+	}
 	<-ctx.Done()
-	_ = sub.Drain()
-	_ = srv.Stop()
+	_ = b.sub.Drain()
+	_ = b.srv.Stop()
 	b.wg.Wait()
 	return nil
 }

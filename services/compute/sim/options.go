@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/torpor/torpor/services/compute"
 )
 
 // The option keys of CONTRACT §8, and the values of suspend and resume.
@@ -121,3 +123,8 @@ func exitCode(v string) (int, error) {
 	}
 	return n, nil
 }
+
+// ValidateOptions lets the registry check a create's options (compute.OptionValidator).
+func (d *Driver) ValidateOptions(opts map[string]string) error { return ValidateOptions(opts) }
+
+var _ compute.OptionValidator = (*Driver)(nil)

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/torpor/torpor/"
+
+// allowed says, for each of our packages (by prefix), which of our packages
+// it may depend on (transitively), as DESIGN.md draws the arrows: everything
+// points toward events, and nothing but cmd/torpor reaches gateway, sagas or
+// projections.
+var allowed = []struct {
+	pkg  string
+	deps []string
+}{
+	{"events", []string{"events"}},
+	{"services/compute", []string{"services/compute", "events"}},
+	{"services/gateway", []string{"services/gateway", "services/compute", "events"}},
+	{"sagas", []string{"sagas", "services/compute", "events"}},
+	{"projections", []string{"projections", "events"}},
+	{"sdk/go", []string{"sdk/go", "events"}},
+	{"cmd/torpor", nil}, // wires everything
+}
+
+func under(path, prefix string) bool { return path == prefix || strings.HasPrefix(path, prefix+"/") }
+
+// TestImportArrows checks the dependency arrows with `go list -deps`.
+func TestImportArrows(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}:{{join .Deps " "}}`, module+"...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	checked := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, deps, _ := strings.Cut(line, ":")
+		pkg = strings.TrimPrefix(pkg, module)
+		var rule []string
+		found := false
+		for _, a := range allowed {
+			if under(pkg, a.pkg) {
+				rule, found = a.deps, true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("package %s has no rule in the arrows table", pkg)
+			continue
+		}
+		if pkg == "cmd/torpor" {
+			continue
+		}
+		checked++
+		for _, d := range strings.Fields(deps) {
+			if !strings.HasPrefix(d, module) {
+				continue
+			}
+			d = strings.TrimPrefix(d, module)
+			ok := false
+			for _, r := range rule {
+				if under(d, r) {
+					ok = true
+				}
+			}
+			if !ok {
+				t.Errorf("%s depends on %s: DESIGN.md's arrows forbid it", pkg, d)
+			}
+		}
+	}
+	if checked < 5 {
+		t.Fatalf("checked %d packages; go list found too few", checked)
+	}
+}

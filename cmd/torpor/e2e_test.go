@@ -1,0 +1,264 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/torpor/torpor/events"
+	torpor "github.com/torpor/torpor/sdk/go"
+)
+
+const waitFor = 20 * time.Second
+
+// startApp runs the real serve wiring on random ports over dir (a new temp
+// dir when empty) and stops it at cleanup.
+func startApp(t *testing.T, dir string, mod func(*serveConfig)) *app {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	cfg := serveConfig{Data: dir, HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: "interval", Node: "local", Deadline: 10 * time.Second}
+	if mod != nil {
+		mod(&cfg)
+	}
+	a, err := start(context.Background(), cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(testLogLevel))
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = a.Stop()
+		}
+	})
+	return a
+}
+
+func busConn(t *testing.T, a *app) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(a.NATSURL)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// busCmd sends a command on torpor.cmd.<verb> and decodes the reply: a view
+// or a contract error.
+func busCmd(t *testing.T, nc *nats.Conn, verb string, body any, hdr nats.Header) (events.View, *events.Error) {
+	t.Helper()
+	data, _ := json.Marshal(body)
+	msg := &nats.Msg{Subject: "torpor.cmd." + verb, Data: data, Header: hdr}
+	reply, err := nc.RequestMsg(msg, waitFor)
+	if err != nil {
+		t.Fatalf("bus %s: %v", verb, err)
+	}
+	var eb events.ErrorBody
+	if json.Unmarshal(reply.Data, &eb) == nil && eb.Error != nil {
+		return events.View{}, eb.Error
+	}
+	var v events.View
+	if err := json.Unmarshal(reply.Data, &v); err != nil {
+		t.Fatalf("bus %s reply %q: %v", verb, reply.Data, err)
+	}
+	return v, nil
+}
+
+func kvView(t *testing.T, nc *nats.Conn, id string) events.View {
+	t.Helper()
+	js, _ := jetstream.New(nc)
+	kv, err := js.KeyValue(context.Background(), "torpor_phases")
+	if err != nil {
+		t.Fatalf("kv: %v", err)
+	}
+	e, err := kv.Get(context.Background(), id)
+	if err != nil {
+		t.Fatalf("kv get %s: %v", id, err)
+	}
+	var v events.View
+	if err := json.Unmarshal(e.Value(), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func mustWait(t *testing.T, c *torpor.Client, id string, p events.Phase) events.View {
+	t.Helper()
+	v, err := c.Wait(context.Background(), id, p, waitFor)
+	if err != nil {
+		t.Fatalf("wait %s for %s: %v (view %+v)", id, p, err, v)
+	}
+	if v.Phase != p {
+		t.Fatalf("wait %s: phase %s, want %s", id, v.Phase, p)
+	}
+	return v
+}
+
+// TestLifecycleOverHTTP drives create → suspend → resume → stop → start →
+// delete through the real wiring and reads the KV view at each step.
+func TestLifecycleOverHTTP(t *testing.T) {
+	a := startApp(t, "", nil)
+	c := torpor.New(a.HTTPAddr, nil)
+	nc := busConn(t, a)
+	ctx := context.Background()
+
+	v, err := c.Create(ctx, torpor.CreateRequest{Name: "web", Driver: "sim", Labels: map[string]string{"team": "a"}}, "")
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if v.Phase != events.PhaseProvisioning || v.Name != "web" || v.Generation != 1 {
+		t.Fatalf("create answered %+v", v)
+	}
+	id := v.ID
+	mustWait(t, c, id, events.PhaseReady)
+
+	steps := []struct {
+		verb   string
+		target events.Phase
+		check  func(events.View) bool
+	}{
+		{"suspend", events.PhaseSuspended, func(v events.View) bool { return v.Restore.Held && !v.Restore.Consumed }},
+		{"resume", events.PhaseReady, func(v events.View) bool {
+			return v.Generation == 2 && v.LastOutcome == events.OutcomeRestored && v.Restore.Consumed && !v.Restore.Held
+		}},
+		{"stop", events.PhaseStopped, func(v events.View) bool { return v.Generation == 2 }},
+		{"start", events.PhaseReady, func(v events.View) bool { return v.Generation == 3 }},
+	}
+	for _, s := range steps {
+		if _, err := c.Lifecycle(ctx, s.verb, id, false, ""); err != nil {
+			t.Fatalf("%s: %v", s.verb, err)
+		}
+		mustWait(t, c, id, s.target)
+		if kv := kvView(t, nc, id); kv.Phase != s.target || !s.check(kv) {
+			t.Fatalf("after %s the KV view is %+v", s.verb, kv)
+		}
+	}
+	if got, err := c.Get(ctx, "web"); err != nil || got.ID != id {
+		t.Fatalf("get by name: %+v, %v", got, err)
+	}
+	if _, err := c.Delete(ctx, id, ""); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	mustWait(t, c, id, events.PhaseDeleted)
+
+	h, err := c.History(ctx, id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, e := range h {
+		types = append(types, e.Type)
+	}
+	for _, want := range []string{"sandbox.created", "supervisor.attached", "sandbox.suspend_requested", "sandbox.suspended",
+		"sandbox.resume_requested", "sandbox.retained_state_consumed", "sandbox.resumed", "sandbox.stop_requested",
+		"sandbox.stopped", "sandbox.start_requested", "sandbox.delete_requested", "sandbox.deleted"} {
+		if !strings.Contains(strings.Join(types, " "), want) {
+			t.Errorf("history lacks %s: %v", want, types)
+		}
+	}
+	// The name is free again once the sandbox is deleted.
+	if _, err := c.Create(ctx, torpor.CreateRequest{Name: "web"}, ""); err != nil {
+		t.Fatalf("create with a deleted sandbox's name: %v", err)
+	}
+	// What was it when it was first suspended? Fold the log up to that seq.
+	for _, e := range h {
+		if e.Type == "sandbox.suspended" {
+			then, err := c.GetAt(ctx, id, strconvU(e.Seq))
+			if err != nil || then.Phase != events.PhaseSuspended || !then.Restore.Held {
+				t.Fatalf("at %d: %+v, %v", e.Seq, then, err)
+			}
+		}
+	}
+}
+
+func strconvU(u uint64) string { b, _ := json.Marshal(u); return string(b) }
+
+// TestLifecycleOverBus drives the same cycle through the micro service.
+func TestLifecycleOverBus(t *testing.T) {
+	a := startApp(t, "", nil)
+	c := torpor.New(a.HTTPAddr, nil)
+	nc := busConn(t, a)
+
+	v, e := busCmd(t, nc, "create", map[string]any{"driver": "sim"}, nil)
+	if e != nil {
+		t.Fatalf("create: %v", e)
+	}
+	id := v.ID
+	mustWait(t, c, id, events.PhaseReady)
+	for _, s := range []struct {
+		verb   string
+		body   map[string]any
+		target events.Phase
+	}{
+		{"suspend", map[string]any{"id": id}, events.PhaseSuspended},
+		{"resume", map[string]any{"id": id, "restart_if_restore_fails": true}, events.PhaseReady},
+		{"stop", map[string]any{"id": id}, events.PhaseStopped},
+		{"start", map[string]any{"id": id}, events.PhaseReady},
+		{"delete", map[string]any{"id": id}, events.PhaseDeleted},
+	} {
+		if _, e := busCmd(t, nc, s.verb, s.body, nil); e != nil {
+			t.Fatalf("%s: %v", s.verb, e)
+		}
+		mustWait(t, c, id, s.target)
+		if kv := kvView(t, nc, id); kv.Phase != s.target {
+			t.Fatalf("after %s the KV view is %s", s.verb, kv.Phase)
+		}
+	}
+	// The service is discoverable as a micro service named torpor.
+	info, err := nc.Request("$SRV.INFO.torpor", nil, waitFor)
+	if err != nil || !bytes.Contains(info.Data, []byte(`"torpor.cmd.suspend"`)) {
+		t.Fatalf("$SRV.INFO.torpor: %v %s", err, info.Data)
+	}
+}
+
+// TestUnimplementedSuspendMovesNothing: a driver without the capability
+// answers UNIMPLEMENTED and the phase stays.
+func TestUnimplementedSuspendMovesNothing(t *testing.T) {
+	a := startApp(t, "", nil)
+	c := torpor.New(a.HTTPAddr, nil)
+	ctx := context.Background()
+	v, err := c.Create(ctx, torpor.CreateRequest{DriverOptions: map[string]string{"suspend": "unimplemented"}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := mustWait(t, c, v.ID, events.PhaseReady)
+	_, err = c.Lifecycle(ctx, "suspend", v.ID, false, "")
+	if code := events.CodeOf(err); code != events.CodeUnimplemented {
+		t.Fatalf("suspend: %v (code %s), want UNIMPLEMENTED", err, code)
+	}
+	h, _ := c.History(ctx, v.ID, before.Seq)
+	if len(h) != 0 {
+		t.Fatalf("UNIMPLEMENTED appended %d events: %+v", len(h), h)
+	}
+	if got, _ := c.Get(ctx, v.ID); got.Phase != events.PhaseReady {
+		t.Fatalf("phase %s after UNIMPLEMENTED", got.Phase)
+	}
+}
+
+func httpDo(t *testing.T, method, url, body string, hdr map[string]string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, data
+}
+
+var testLogLevel = zerolog.WarnLevel

@@ -1,0 +1,72 @@
+// Command torpor is the one binary of torpor: `torpor serve` runs the service
+// (embedded NATS, gateway, sagas, the KV phase view, HTTP); the other verbs are
+// a client of a running server. This is the only package that reads flags and
+// the environment and wires the others together.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/torpor/torpor/events"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := rootCmd()
+	if err := root.ExecuteContext(ctx); err != nil {
+		e := events.AsError(err)
+		fmt.Fprintf(os.Stderr, "torpor: %s: %s\n", e.Code, e.Message)
+		os.Exit(1)
+	}
+}
+
+func rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "torpor",
+		Short:         "torpor: suspend and resume compute sandboxes without lying about their state",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(serveCmd())
+	addClientCmds(root)
+	return root
+}
+
+func serveCmd() *cobra.Command {
+	cfg := serveConfig{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "run the service on an embedded NATS server (or --nats-url)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}).With().Timestamp().Logger()
+			a, err := start(cmd.Context(), cfg, log)
+			if err != nil {
+				return err
+			}
+			log.Info().Str("http", a.HTTPAddr).Str("nats", a.NATSURL).Str("data", cfg.Data).Str("fsync", cfg.Fsync).Str("node", cfg.Node).Msg("torpor serving")
+			fmt.Fprintf(os.Stderr, "\ntorpor is up: HTTP on http://%s, NATS on %s\ncreate a sandbox:\n  curl -s -X POST http://%s/v1/sandboxes -d '{\"name\":\"demo\",\"driver\":\"sim\"}'\n\n", a.HTTPAddr, a.NATSURL, a.HTTPAddr)
+			err = a.Wait()
+			log.Info().Err(err).Msg("torpor stopped")
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Data, "data", "./torpor-data", "directory of the embedded JetStream store")
+	f.StringVar(&cfg.HTTP, "http", "127.0.0.1:8080", "HTTP listen address")
+	f.StringVar(&cfg.NATSListen, "nats-listen", "127.0.0.1:4222", "where the embedded NATS server listens for producers")
+	f.StringVar(&cfg.NATSURL, "nats-url", "", "join an existing NATS cluster instead of embedding one")
+	f.StringVar(&cfg.Fsync, "fsync", "always", "always: fsync every write; interval: fsync periodically (faster, may lose the last writes on a crash)")
+	f.StringVar(&cfg.Node, "node", "local", "the node this service runs sandboxes for")
+	f.DurationVar(&cfg.Deadline, "deadline", 2*time.Minute, "deadline of every transient phase")
+	return cmd
+}

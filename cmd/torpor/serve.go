@@ -1,0 +1,330 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/jsstore"
+	"github.com/torpor/torpor/projections"
+	"github.com/torpor/torpor/projections/kvview"
+	"github.com/torpor/torpor/sagas"
+	"github.com/torpor/torpor/services/compute"
+	"github.com/torpor/torpor/services/compute/sim"
+	"github.com/torpor/torpor/services/gateway"
+)
+
+// serveConfig is everything `torpor serve` takes from its flags.
+type serveConfig struct {
+	Data       string
+	HTTP       string
+	NATSListen string
+	NATSURL    string
+	Fsync      string
+	Node       string
+	Deadline   time.Duration
+	// noProjection leaves the KV projection off (tests of catching up).
+	noProjection bool
+}
+
+func (c serveConfig) Validate() error {
+	switch {
+	case c.Fsync != "always" && c.Fsync != "interval":
+		return fmt.Errorf("--fsync %q: want always or interval", c.Fsync)
+	case c.Deadline <= 0:
+		return fmt.Errorf("--deadline %s: want a positive duration", c.Deadline)
+	case c.NATSURL == "" && c.Data == "":
+		return errors.New("--data: want a directory")
+	case c.HTTP == "":
+		return errors.New("--http: want an address")
+	}
+	if c.NATSURL == "" {
+		if _, _, err := net.SplitHostPort(c.NATSListen); err != nil {
+			return fmt.Errorf("--nats-listen %q: %v", c.NATSListen, err)
+		}
+	}
+	return nil
+}
+
+// app is a running torpor service: every part started, the addresses bound.
+type app struct {
+	HTTPAddr string
+	NATSURL  string
+
+	ns     *server.Server
+	nc     *nats.Conn
+	g      *errgroup.Group
+	cancel context.CancelFunc
+	hsrv   *http.Server
+	driver *sim.Driver
+}
+
+// start binds and starts every part of the service; they run until ctx ends
+// or Stop is called. Wait returns when all have finished.
+func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a = &app{}
+	defer func() {
+		if err != nil {
+			a.close()
+		}
+	}()
+	url := cfg.NATSURL
+	if url == "" {
+		if a.ns, err = embedded(cfg); err != nil {
+			return nil, err
+		}
+		url = a.ns.ClientURL()
+	}
+	a.NATSURL = url
+	if a.nc, err = nats.Connect(url, nats.Name("torpor "+cfg.Node), nats.MaxReconnects(-1)); err != nil {
+		return nil, fmt.Errorf("connect %s: %w", url, err)
+	}
+	js, err := jetstream.New(a.nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	store, err := jsstore.New(ctx, js, jsstore.Config{})
+	if err != nil {
+		return nil, err
+	}
+	view, err := kvview.New(ctx, js, kvview.Config{})
+	if err != nil {
+		return nil, err
+	}
+	names, err := gateway.NewKVNames(ctx, js, 1)
+	if err != nil {
+		return nil, err
+	}
+	creds, err := credentials(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	a.driver = sim.New(busReporter(a.nc))
+	drivers := compute.Registry{"sim": a.driver}
+	svc, err := gateway.NewService(store, names, drivers, creds, gateway.Config{Node: cfg.Node}, log.With().Str("part", "gateway").Logger())
+	if err != nil {
+		return nil, err
+	}
+	runner, err := sagas.New(store, svc, drivers, creds, sagas.Config{Node: cfg.Node, Deadline: cfg.Deadline}, log.With().Str("part", "sagas").Logger())
+	if err != nil {
+		return nil, err
+	}
+	// The view never goes back in seq, so a projection must not skip past an
+	// event it failed to apply: it retries (with backoff) until it lands.
+	proj, err := projections.NewRunner(store, view, projections.Config{Attempts: 1 << 30, Logger: log.With().Str("part", "kvview").Logger()})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.HTTP)
+	if err != nil {
+		return nil, fmt.Errorf("--http %s: %w", cfg.HTTP, err)
+	}
+	a.HTTPAddr = ln.Addr().String()
+	ready := func(ctx context.Context) error {
+		if !a.nc.IsConnected() {
+			return errors.New("not connected to NATS")
+		}
+		if cfg.noProjection {
+			return nil
+		}
+		lag, err := proj.Lag(ctx)
+		if err != nil {
+			return err
+		}
+		if lag > 1000 {
+			return fmt.Errorf("phase view %d events behind", lag)
+		}
+		return nil
+	}
+	h := gateway.NewHTTP(svc, viewAdapter{view}, ready, log.With().Str("part", "http").Logger())
+	a.hsrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+
+	ctx, a.cancel = context.WithCancel(ctx)
+	a.g, ctx = errgroup.WithContext(ctx)
+	bus := gateway.NewBus(a.nc, svc, 0, log.With().Str("part", "bus").Logger())
+	if err := bus.Listen(ctx); err != nil {
+		a.cancel()
+		_ = ln.Close()
+		return nil, err
+	}
+	a.g.Go(func() error { return bus.Run(ctx) })
+	a.g.Go(func() error { return runner.Run(ctx) })
+	if !cfg.noProjection {
+		a.g.Go(func() error { return proj.Run(ctx) })
+	}
+	a.g.Go(func() error {
+		if err := a.hsrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	a.g.Go(func() error {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return a.hsrv.Shutdown(sctx)
+	})
+	return a, nil
+}
+
+// Stop ends every part and waits for them.
+func (a *app) Stop() error {
+	a.cancel()
+	return a.Wait()
+}
+
+// Wait waits for every part to finish, then closes NATS.
+func (a *app) Wait() error {
+	err := a.g.Wait()
+	a.close()
+	return err
+}
+
+func (a *app) close() {
+	if a.driver != nil {
+		a.driver.Close()
+	}
+	if a.nc != nil {
+		// Acks and naks are sent without waiting; flush them before closing,
+		// or a handed-back event waits out the consumer's ack wait.
+		_ = a.nc.FlushTimeout(2 * time.Second)
+		a.nc.Close()
+	}
+	if a.ns != nil {
+		a.ns.Shutdown()
+		a.ns.WaitForShutdown()
+	}
+}
+
+// embedded starts the in-process nats-server with JetStream under cfg.Data.
+func embedded(cfg serveConfig) (*server.Server, error) {
+	host, portStr, _ := net.SplitHostPort(cfg.NATSListen)
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("--nats-listen %q: bad port", cfg.NATSListen)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	dir, err := filepath.Abs(filepath.Join(cfg.Data, "jetstream"))
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("--data: %w", err)
+	}
+	opts := &server.Options{
+		ServerName: "torpor-" + cfg.Node,
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   dir,
+		SyncAlways: cfg.Fsync == "always",
+		NoSigs:     true,
+		NoLog:      true,
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("nats-server: %w", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		ns.Shutdown()
+		return nil, errors.New("nats-server not ready in 30s")
+	}
+	return ns, nil
+}
+
+// credentials loads the supervisor credential secret from the KV bucket
+// torpor_config, creating it on first start (the first writer wins, so every
+// replica shares one secret).
+func credentials(ctx context.Context, js jetstream.JetStream) (*compute.Credentials, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "torpor_config", Description: "torpor service settings"})
+	if err != nil {
+		return nil, fmt.Errorf("config bucket: %w", err)
+	}
+	secret, err := compute.NewSecret()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := kv.Create(ctx, "credential_secret", secret); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, fmt.Errorf("credential secret: %w", err)
+	}
+	e, err := kv.Get(ctx, "credential_secret")
+	if err != nil {
+		return nil, fmt.Errorf("credential secret: %w", err)
+	}
+	return compute.NewCredentials(e.Value())
+}
+
+// busReporter sends supervisor reports on torpor.supervisor.<id> and waits for
+// the gateway to take them, retrying while nobody answers.
+func busReporter(nc *nats.Conn) compute.Reporter {
+	return compute.ReporterFunc(func(ctx context.Context, r compute.Report) error {
+		data, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		backoff := 50 * time.Millisecond
+		for {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			msg, err := nc.RequestWithContext(rctx, compute.ReportSubject(r.SandboxID), data)
+			cancel()
+			if err == nil {
+				var body events.ErrorBody
+				if json.Unmarshal(msg.Data, &body) == nil && body.Error != nil {
+					return body.Error
+				}
+				return nil
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			backoff = min(2*backoff, 2*time.Second)
+		}
+	})
+}
+
+// viewAdapter serves the gateway's Views from the KV projection.
+type viewAdapter struct{ v *kvview.View }
+
+func (a viewAdapter) Get(ctx context.Context, id string) (events.View, error) {
+	return a.v.Get(ctx, id)
+}
+func (a viewAdapter) Wait(ctx context.Context, id string, p events.Phase) (events.View, error) {
+	return a.v.Wait(ctx, id, p)
+}
+func (a viewAdapter) Counts(ctx context.Context) (map[events.Phase]int, error) {
+	return a.v.Counts(ctx)
+}
+func (a viewAdapter) Watch(ctx context.Context, after uint64) (<-chan events.View, error) {
+	return a.v.Watch(ctx, after)
+}
+func (a viewAdapter) List(ctx context.Context, q gateway.ListQuery) (gateway.Page, error) {
+	p, err := a.v.List(ctx, kvview.Query{Phase: q.Phase, Label: q.Label, Limit: q.Limit, Cursor: q.Cursor})
+	return gateway.Page{Items: p.Items, Next: p.Next}, err
+}
+
+var _ gateway.Views = viewAdapter{}

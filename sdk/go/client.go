@@ -1,0 +1,181 @@
+// Package torpor is the Go client of torpor's HTTP API (CONTRACT §5): typed
+// calls for the lifecycle commands and the reads, with errors that carry the
+// contract's codes. It shares only the wire types of package events.
+package torpor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/torpor/torpor/events"
+)
+
+// Client talks to one torpor server.
+type Client struct {
+	base string
+	hc   *http.Client
+}
+
+// New returns a client of the server at base (e.g. "http://127.0.0.1:8080").
+func New(base string, hc *http.Client) *Client {
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	return &Client{base: strings.TrimRight(base, "/"), hc: hc}
+}
+
+// CreateRequest is the body of a create.
+type CreateRequest struct {
+	Name          string            `json:"name,omitempty"`
+	Driver        string            `json:"driver,omitempty"`
+	DriverOptions map[string]string `json:"driver_options,omitempty"`
+	Command       []string          `json:"command,omitempty"`
+	Env           map[string]string `json:"env,omitempty"`
+	Labels        map[string]string `json:"labels,omitempty"`
+}
+
+// Page is a page of List.
+type Page struct {
+	Items []events.View `json:"items"`
+	Next  string        `json:"next"`
+}
+
+// Event is one entry of the audit history.
+type Event struct {
+	Seq       uint64          `json:"seq"`
+	Type      string          `json:"type"`
+	Time      time.Time       `json:"time"`
+	Actor     string          `json:"actor"`
+	CommandID string          `json:"command_id"`
+	Phase     events.Phase    `json:"phase,omitempty"`
+	Data      json.RawMessage `json:"data"`
+}
+
+// do sends a request and decodes a JSON answer into out; a contract error
+// body comes back as *events.Error.
+func (c *Client) do(ctx context.Context, method, path, key string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return events.Errorf(events.CodeUnavailable, "%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return events.Errorf(events.CodeUnavailable, "%s %s: %v", method, path, err)
+	}
+	if resp.StatusCode >= 300 {
+		var eb events.ErrorBody
+		if json.Unmarshal(data, &eb) == nil && eb.Error != nil {
+			return eb.Error
+		}
+		return events.Errorf(events.CodeInternal, "%s %s: %s", method, path, resp.Status)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return events.Errorf(events.CodeInternal, "%s %s: decode answer: %v", method, path, err)
+	}
+	return nil
+}
+
+// Create creates a sandbox; key, if set, makes a retry safe.
+func (c *Client) Create(ctx context.Context, r CreateRequest, key string) (events.View, error) {
+	var v events.View
+	return v, c.do(ctx, http.MethodPost, "/v1/sandboxes", key, r, &v)
+}
+
+// Get returns the view of a sandbox by id or name.
+func (c *Client) Get(ctx context.Context, ref string) (events.View, error) {
+	var v events.View
+	return v, c.do(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(ref), "", nil, &v)
+}
+
+// GetAt returns what the sandbox was at at (a sequence number or an RFC 3339 time).
+func (c *Client) GetAt(ctx context.Context, ref, at string) (events.View, error) {
+	var v events.View
+	return v, c.do(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(ref)+"?at="+url.QueryEscape(at), "", nil, &v)
+}
+
+// List lists sandboxes; phase and label ("k=v") filter when set.
+func (c *Client) List(ctx context.Context, phase, label string, limit int, cursor string) (Page, error) {
+	q := url.Values{}
+	if phase != "" {
+		q.Set("phase", phase)
+	}
+	if label != "" {
+		q.Set("label", label)
+	}
+	if limit > 0 {
+		q.Set("limit", fmt.Sprint(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	var p Page
+	return p, c.do(ctx, http.MethodGet, "/v1/sandboxes?"+q.Encode(), "", nil, &p)
+}
+
+// Lifecycle sends start, stop, suspend or resume.
+func (c *Client) Lifecycle(ctx context.Context, verb, id string, restartIfRestoreFails bool, key string) (events.View, error) {
+	var body any
+	if restartIfRestoreFails {
+		body = map[string]bool{"restart_if_restore_fails": true}
+	}
+	var v events.View
+	return v, c.do(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/"+verb, key, body, &v)
+}
+
+// Delete deletes a sandbox.
+func (c *Client) Delete(ctx context.Context, id, key string) (events.View, error) {
+	var v events.View
+	return v, c.do(ctx, http.MethodDelete, "/v1/sandboxes/"+url.PathEscape(id), key, nil, &v)
+}
+
+// History returns the audit history of a sandbox after seq.
+func (c *Client) History(ctx context.Context, id string, after uint64) ([]Event, error) {
+	var out struct {
+		Items []Event `json:"items"`
+	}
+	return out.Items, c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/sandboxes/%s/events?after=%d", url.PathEscape(id), after), "", nil, &out)
+}
+
+// Wait returns when the sandbox reaches phase, or DEADLINE_EXCEEDED after timeout.
+func (c *Client) Wait(ctx context.Context, id string, phase events.Phase, timeout time.Duration) (events.View, error) {
+	var v events.View
+	return v, c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/sandboxes/%s/wait?phase=%s&timeout=%s", url.PathEscape(id), phase, timeout), "", nil, &v)
+}
+
+// Phases returns the count of sandboxes per phase.
+func (c *Client) Phases(ctx context.Context) (map[events.Phase]int, error) {
+	var m map[events.Phase]int
+	return m, c.do(ctx, http.MethodGet, "/v1/phases", "", nil, &m)
+}

@@ -42,7 +42,9 @@ func (v *View) Fold(env Envelope) bool {
 	if env.Phase != PhaseNone {
 		v.Phase = env.Phase
 	}
-	v.Seq = env.Seq
+	if env.Seq != 0 {
+		v.Seq = env.Seq
+	}
 	v.UpdatedAt = env.Time
 	if v.ID == "" {
 		v.ID = env.SandboxID

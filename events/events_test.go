@@ -1,0 +1,184 @@
+package events
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// samples has one event of every registered type with every field set, so
+// the golden files show the whole wire form.
+var samples = []Event{
+	&Created{Name: "web", Driver: "sim", Node: "local", DriverOptions: map[string]string{"latency": "5ms"}, Command: []string{"sleep", "1"}, Env: map[string]string{"A": "1"}, Labels: map[string]string{"team": "a"}, Generation: 1},
+	&DeleteRequested{},
+	&Deleted{},
+	&StartRequested{Generation: 2, Fallback: true},
+	&Started{Generation: 2, CredentialHash: "ab12"},
+	&StartFailed{Generation: 2, Message: "no capacity"},
+	&StopRequested{Generation: 2},
+	&Stopped{Generation: 2, Reason: ReasonRetainedStateLost},
+	&StopRejected{Generation: 2, Message: "busy"},
+	&SuspendRequested{Generation: 1},
+	&Suspended{Generation: 1, RestoreRef: "sim:x:1:abc"},
+	&SuspendRejected{Generation: 1, Reason: ReasonDeadlineExceeded, Message: "hung"},
+	&ResumeRequested{Generation: 2, RestoreRef: "sim:x:1:abc", RestartIfRestoreFails: true},
+	&RetainedStateConsumed{Generation: 2, RestoreRef: "sim:x:1:abc"},
+	&RetainedStateDiscarded{RestoreRef: "sim:x:1:abc"},
+	&RetainedStateInvalidated{RestoreRef: "sim:x:1:abc"},
+	&ResumeFailed{Generation: 2, Message: "restore failed"},
+	&Resumed{Generation: 2, Outcome: OutcomeRestored},
+	&Exited{Generation: 2, Code: 137},
+	&ResourceLost{Generation: 2, Message: "node gone"},
+	&DeadlinePassed{Phase: PhaseSuspending, Deadline: "2m0s"},
+	&SupervisorAttached{Generation: 2},
+	&SupervisorDetached{Generation: 2},
+}
+
+// TestGoldenWireFormat guards the JSON of every event type in its envelope.
+// A change here is a change of the external contract: fields may only be
+// added (run `go test ./events -update` and review the diff).
+func TestGoldenWireFormat(t *testing.T) {
+	seen := map[string]bool{}
+	for _, e := range samples {
+		seen[e.Type()] = true
+		env, err := NewEnvelope("0193b0a4-0000-7000-8000-000000000001", e, Meta{Actor: "http:127.0.0.1", CommandID: "c1", CorrelationID: "c1", CausationID: "e0"}, time.Date(2026, 11, 30, 10, 2, 0, 0, time.UTC))
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.ID = "0193b0a4-0000-7000-8000-0000000000e1"
+		env.Phase = PhaseReady
+		got, err := json.MarshalIndent(env, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, '\n')
+		path := filepath.Join("testdata", e.Type()+".json")
+		if *update {
+			if err := os.WriteFile(path, got, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%s: %v (run go test ./events -update)", e.Type(), err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s wire format changed:\n got %s\nwant %s", e.Type(), got, want)
+		}
+		// And it decodes back to the same event.
+		var back Envelope
+		if err := json.Unmarshal(want, &back); err != nil {
+			t.Fatal(err)
+		}
+		dec, err := back.Decode()
+		if err != nil {
+			t.Fatalf("%s: %v", e.Type(), err)
+		}
+		if fmt.Sprint(dec) != fmt.Sprint(e) {
+			t.Errorf("%s round trip: %v, want %v", e.Type(), dec, e)
+		}
+	}
+	for _, typ := range Types() {
+		if !seen[typ] {
+			t.Errorf("registered type %s has no golden sample", typ)
+		}
+	}
+}
+
+// TestContractTypesRegistered: every event type CONTRACT §3 names is known.
+func TestContractTypesRegistered(t *testing.T) {
+	for _, typ := range []string{"sandbox.created", "sandbox.start_requested", "sandbox.started", "sandbox.stop_requested",
+		"sandbox.stopped", "sandbox.stop_rejected", "sandbox.suspend_requested", "sandbox.suspended", "sandbox.suspend_rejected",
+		"sandbox.resume_requested", "sandbox.retained_state_consumed", "sandbox.retained_state_discarded",
+		"sandbox.retained_state_invalidated", "sandbox.resume_failed", "sandbox.resumed", "sandbox.exited",
+		"sandbox.resource_lost", "sandbox.deadline_passed", "sandbox.delete_requested", "sandbox.deleted",
+		"supervisor.attached", "supervisor.detached"} {
+		if !Known(typ) {
+			t.Errorf("%s is not registered", typ)
+		}
+	}
+}
+
+func TestDecodeUnknownAndMalformed(t *testing.T) {
+	if _, err := Decode("sandbox.from_the_future", []byte(`{}`)); !errors.Is(err, ErrUnknownType) {
+		t.Errorf("unknown type: %v, want ErrUnknownType", err)
+	}
+	if _, err := Decode("sandbox.exited", []byte(`{"code":"seven"}`)); err == nil {
+		t.Error("malformed data decoded")
+	}
+	if e, err := Decode("sandbox.exited", []byte(`{"code":7,"added_later":true}`)); err != nil || e.(*Exited).Code != 7 {
+		t.Errorf("a field added by a newer writer must be ignored: %v %v", e, err)
+	}
+}
+
+func TestCodeOf(t *testing.T) {
+	cases := []struct {
+		err  error
+		code Code
+		http int
+	}{
+		{Errorf(CodeNotFound, "x"), CodeNotFound, 404},
+		{fmt.Errorf("wrap: %w", Errorf(CodeUnimplemented, "x")), CodeUnimplemented, 501},
+		{fmt.Errorf("append: %w", ErrConflict), CodeAborted, 409},
+		{ErrNotFound, CodeNotFound, 404},
+		{ErrUnavailable, CodeUnavailable, 503},
+		{context.DeadlineExceeded, CodeDeadlineExceeded, 504},
+		{fmt.Errorf("load: %w", ErrUnknownType), CodeFailedPrecondition, 409},
+		{errors.New("boom"), CodeInternal, 500},
+		{Errorf(CodeInvalidArgument, "x"), CodeInvalidArgument, 400},
+		{Errorf(CodeResourceExhausted, "x"), CodeResourceExhausted, 429},
+		{Errorf(CodeAlreadyExists, "x"), CodeAlreadyExists, 409},
+		{Errorf(CodeUnauthenticated, "x"), CodeUnauthenticated, 401},
+		{Errorf(CodePermissionDenied, "x"), CodePermissionDenied, 403},
+	}
+	for _, c := range cases {
+		if got := CodeOf(c.err); got != c.code || got.HTTPStatus() != c.http {
+			t.Errorf("CodeOf(%v) = %s (%d), want %s (%d)", c.err, got, got.HTTPStatus(), c.code, c.http)
+		}
+	}
+	body, _ := json.Marshal(ErrorBody{Error: AsError(Errorf(CodeFailedPrecondition, "sandbox 0c1 is stopped; resume needs suspended"))})
+	if want := `{"error":{"code":"FAILED_PRECONDITION","message":"sandbox 0c1 is stopped; resume needs suspended"}}`; string(body) != want {
+		t.Errorf("error body %s, want %s", body, want)
+	}
+}
+
+// TestFoldNeverGoesBack: a view skips events at or below its seq and events of
+// unknown types, and keeps the first exit code.
+func TestFoldNeverGoesBack(t *testing.T) {
+	env := func(seq uint64, phase Phase, e Event) Envelope {
+		en, _ := NewEnvelope("s1", e, Meta{}, time.Unix(int64(seq), 0))
+		en.Seq, en.Phase = seq, phase
+		return en
+	}
+	var v View
+	if !v.Fold(env(1, PhaseProvisioning, &Created{Name: "a", Generation: 1})) {
+		t.Fatal("created not folded")
+	}
+	v.Fold(env(3, PhaseError, &Exited{Generation: 1, Code: 3}))
+	if v.Fold(env(2, PhaseReady, &SupervisorAttached{Generation: 1})) {
+		t.Error("an older event was folded")
+	}
+	if v.Fold(Envelope{SandboxID: "s1", Type: "sandbox.from_the_future", Seq: 4, Phase: PhaseReady}) {
+		t.Error("an unknown type was folded")
+	}
+	v.Fold(env(5, PhaseError, &Exited{Generation: 1, Code: 9}))
+	if v.Phase != PhaseError || v.Seq != 5 || v.ExitCode == nil || *v.ExitCode != 3 || v.Labels == nil {
+		t.Errorf("view %+v", v)
+	}
+}
+
+func ExampleCodeOf() {
+	err := fmt.Errorf("suspend x: %w", Errorf(CodeUnimplemented, "driver sim cannot suspend"))
+	fmt.Println(CodeOf(err), CodeOf(err).HTTPStatus())
+	// Output: UNIMPLEMENTED 501
+}

@@ -1,0 +1,253 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/jsstore"
+	"github.com/torpor/torpor/events/natstest"
+	"github.com/torpor/torpor/services/compute"
+)
+
+// fakeDrivers knows one driver, "sim", that can suspend.
+type fakeDrivers struct{}
+
+func (fakeDrivers) Validate(name string, _ map[string]string) error {
+	if name != "sim" {
+		return errors.New("unknown driver " + name)
+	}
+	return nil
+}
+func (fakeDrivers) Capabilities(string, map[string]string) (compute.Capabilities, error) {
+	return compute.Capabilities{Suspend: true}, nil
+}
+
+type rig struct {
+	store *jsstore.Store
+	names *KVNames
+	creds *compute.Credentials
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	s := natstest.Start(t)
+	ctx := context.Background()
+	store, err := jsstore.New(ctx, s.JS, jsstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := NewKVNames(ctx, s.JS, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, _ := compute.NewCredentials([]byte("0123456789abcdef0123456789abcdef"))
+	return &rig{store: store, names: names, creds: creds}
+}
+
+// service is one gateway instance (its own cache and locks) over the rig's log.
+func (r *rig) service(t *testing.T) *Service {
+	t.Helper()
+	svc, err := NewService(r.store, r.names, fakeDrivers{}, r.creds, Config{}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+// readySandbox creates a sandbox and records its supervisor's attach.
+func readySandbox(t *testing.T, svc *Service) events.View {
+	t.Helper()
+	ctx := context.Background()
+	v, err := svc.Handle(ctx, Command{Verb: VerbCreate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Record(ctx, events.Envelope{SandboxID: v.ID}, "test", &events.SupervisorAttached{Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := svc.Sandbox(ctx, v.ID)
+	if err != nil || sb.Phase != events.PhaseReady {
+		t.Fatalf("sandbox %+v, %v", sb, err)
+	}
+	return sb.View
+}
+
+func countTypes(t *testing.T, store events.Store, id string) map[string]int {
+	t.Helper()
+	envs, err := store.Load(context.Background(), id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]int{}
+	for _, e := range envs {
+		m[e.Type]++
+	}
+	return m
+}
+
+// TestConflictingCommandsOneWins: two gateway instances (no shared lock or
+// cache) race a stop and a suspend on one ready sandbox: exactly one wins, the
+// other reloads, sees the new phase and is refused; nothing is lost.
+func TestConflictingCommandsOneWins(t *testing.T) {
+	r := newRig(t)
+	a, b := r.service(t), r.service(t)
+	for round := 0; round < 10; round++ {
+		v := readySandbox(t, a)
+		if _, err := b.Sandbox(context.Background(), v.ID); err != nil { // b caches the ready state too
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i, c := range []struct {
+			svc  *Service
+			verb string
+		}{{a, VerbStop}, {b, VerbSuspend}} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = c.svc.Handle(context.Background(), Command{Verb: c.verb, ID: v.ID})
+			}()
+		}
+		wg.Wait()
+		won := 0
+		for _, err := range errs {
+			switch code := events.CodeOf(err); code {
+			case "":
+				won++
+			case events.CodeFailedPrecondition, events.CodeAborted:
+			default:
+				t.Fatalf("loser got %v (%s), want FAILED_PRECONDITION or ABORTED", err, code)
+			}
+		}
+		n := countTypes(t, r.store, v.ID)
+		if won != 1 || n["sandbox.stop_requested"]+n["sandbox.suspend_requested"] != 1 {
+			t.Fatalf("round %d: %d winners, log %v", round, won, n)
+		}
+	}
+}
+
+// TestStaleCacheRecovers: an instance whose cached state is behind the log
+// still decides on the truth (the append conflicts, it reloads).
+func TestStaleCacheRecovers(t *testing.T) {
+	r := newRig(t)
+	a, b := r.service(t), r.service(t)
+	ctx := context.Background()
+	v := readySandbox(t, a)
+	if _, err := b.Sandbox(ctx, v.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Handle(ctx, Command{Verb: VerbStop, ID: v.ID}); err != nil {
+		t.Fatal(err)
+	}
+	// b still believes the sandbox is ready; its suspend must be refused.
+	_, err := b.Handle(ctx, Command{Verb: VerbSuspend, ID: v.ID})
+	if code := events.CodeOf(err); code != events.CodeFailedPrecondition {
+		t.Fatalf("suspend on a stale cache: %v, want FAILED_PRECONDITION", err)
+	}
+	// And a stop from b is the idempotent no-op it should be.
+	got, err := b.Handle(ctx, Command{Verb: VerbStop, ID: v.ID})
+	if err != nil || got.Phase != events.PhaseStopping {
+		t.Fatalf("stop from b: %+v, %v", got, err)
+	}
+	if n := countTypes(t, r.store, v.ID); n["sandbox.stop_requested"] != 1 {
+		t.Fatalf("log %v", n)
+	}
+}
+
+// TestRetriedCommandLandsOnce: the same command (same idempotency key) sent
+// many times, concurrently, through two instances, is in the log once.
+func TestRetriedCommandLandsOnce(t *testing.T) {
+	r := newRig(t)
+	a, b := r.service(t), r.service(t)
+	v := readySandbox(t, a)
+	var wg sync.WaitGroup
+	for i := 0; i < 16; i++ {
+		svc := a
+		if i%2 == 1 {
+			svc = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := svc.Handle(context.Background(), Command{Verb: VerbSuspend, ID: v.ID, IdempotencyKey: "k1"}); err != nil {
+				t.Errorf("retry: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := countTypes(t, r.store, v.ID); n["sandbox.suspend_requested"] != 1 {
+		t.Fatalf("log %v, want one suspend_requested", n)
+	}
+}
+
+// TestRecordFencesAndValidates: saga and supervisor reports go through the
+// table and the generation fence; refused ones append nothing.
+func TestRecordFencesAndValidates(t *testing.T) {
+	r := newRig(t)
+	svc := r.service(t)
+	ctx := context.Background()
+	v := readySandbox(t, svc)
+	cases := []struct {
+		name string
+		e    events.Event
+		code events.Code
+	}{
+		{"outcome the phase does not accept", &events.Suspended{Generation: 1, RestoreRef: "r"}, events.CodeFailedPrecondition},
+		{"report of a future generation", &events.Exited{Generation: 2}, events.CodeFailedPrecondition},
+		{"report of an old generation", &events.Exited{Generation: 0}, events.CodeFailedPrecondition},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := svc.Record(ctx, events.Envelope{SandboxID: v.ID}, "test", c.e)
+			if events.CodeOf(err) != c.code {
+				t.Fatalf("record: %v, want %s", err, c.code)
+			}
+		})
+	}
+	if err := svc.Record(ctx, events.Envelope{SandboxID: "0193b0a4-0000-7000-8000-0000000000ff"}, "test", &events.Exited{}); events.CodeOf(err) != events.CodeNotFound {
+		t.Fatalf("record on an unknown sandbox: %v", err)
+	}
+	if n := countTypes(t, r.store, v.ID); len(n) != 2 {
+		t.Fatalf("refused records appended: %v", n)
+	}
+	// A report the phase accepts lands, stamped with the table's phase.
+	if err := svc.Record(ctx, events.Envelope{SandboxID: v.ID}, "test", &events.Exited{Generation: 1, Code: 4}); err != nil {
+		t.Fatal(err)
+	}
+	envs, _ := r.store.Load(ctx, v.ID, 0)
+	if last := envs[len(envs)-1]; last.Type != "sandbox.exited" || last.Phase != events.PhaseError {
+		t.Fatalf("last event %s in phase %s", last.Type, last.Phase)
+	}
+}
+
+// TestNamesAreUnique: a name in use is ALREADY_EXISTS, even from another
+// instance; released on delete.
+func TestNamesAreUnique(t *testing.T) {
+	r := newRig(t)
+	a, b := r.service(t), r.service(t)
+	ctx := context.Background()
+	v, err := a.Handle(ctx, Command{Verb: VerbCreate, Create: CreateRequest{Name: "one"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Handle(ctx, Command{Verb: VerbCreate, Create: CreateRequest{Name: "one"}}); events.CodeOf(err) != events.CodeAlreadyExists {
+		t.Fatalf("second create of the name: %v, want ALREADY_EXISTS", err)
+	}
+	if id, err := b.Resolve(ctx, "one"); err != nil || id != v.ID {
+		t.Fatalf("resolve: %s, %v", id, err)
+	}
+	if _, err := a.Handle(ctx, Command{Verb: VerbDelete, ID: v.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Record(ctx, events.Envelope{SandboxID: v.ID}, "test", &events.Deleted{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Handle(ctx, Command{Verb: VerbCreate, Create: CreateRequest{Name: "one"}}); err != nil {
+		t.Fatalf("create after delete: %v", err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
 	"github.com/torpor/torpor/events"
@@ -77,19 +78,20 @@ func addClientCmds(root *cobra.Command) {
 	lifecycle := func(verb string, target events.Phase) *cobra.Command {
 		var restart bool
 		cmd := &cobra.Command{
-			Use:   verb + " ID",
+			Use:   verb + " ID|NAME",
 			Short: verb + " a sandbox, waiting until it is " + string(target) + " unless --no-wait",
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				c := f.client()
-				var (
-					v   events.View
-					err error
-				)
+				id, err := resolve(cmd, c, args[0])
+				if err != nil {
+					return err
+				}
+				var v events.View
 				if verb == "delete" {
-					v, err = c.Delete(cmd.Context(), args[0], f.key)
+					v, err = c.Delete(cmd.Context(), id, f.key)
 				} else {
-					v, err = c.Lifecycle(cmd.Context(), verb, args[0], restart, f.key)
+					v, err = c.Lifecycle(cmd.Context(), verb, id, restart, f.key)
 				}
 				if err != nil {
 					return err
@@ -205,11 +207,16 @@ func addClientCmds(root *cobra.Command) {
 	list.Flags().StringVar(&cursor, "cursor", "", "the next page's cursor")
 
 	history := &cobra.Command{
-		Use:   "history ID",
+		Use:   "history ID|NAME",
 		Short: "the audit history of a sandbox, from the log",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			h, err := f.client().History(cmd.Context(), args[0], after)
+			c := f.client()
+			id, err := resolve(cmd, c, args[0])
+			if err != nil {
+				return err
+			}
+			h, err := c.History(cmd.Context(), id, after)
 			if err != nil {
 				return err
 			}
@@ -219,11 +226,16 @@ func addClientCmds(root *cobra.Command) {
 	history.Flags().Uint64Var(&after, "after", 0, "only events after this sequence")
 
 	wait := &cobra.Command{
-		Use:   "wait ID --for PHASE",
+		Use:   "wait ID|NAME --for PHASE",
 		Short: "wait until a sandbox reaches a phase",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			v, err := f.client().Wait(cmd.Context(), args[0], events.Phase(waitFor), createTimeout)
+			c := f.client()
+			id, err := resolve(cmd, c, args[0])
+			if err != nil {
+				return err
+			}
+			v, err := c.Wait(cmd.Context(), id, events.Phase(waitFor), createTimeout)
 			if err != nil {
 				return err
 			}
@@ -234,6 +246,19 @@ func addClientCmds(root *cobra.Command) {
 	wait.Flags().DurationVar(&createTimeout, "timeout", 2*time.Minute, "how long to wait")
 
 	root.AddCommand(create, get, list, history, wait)
+}
+
+// resolve turns a name into an id (the HTTP API takes ids on commands); an
+// id is passed through.
+func resolve(cmd *cobra.Command, c *torpor.Client, ref string) (string, error) {
+	if _, err := uuid.Parse(ref); err == nil {
+		return ref, nil
+	}
+	v, err := c.Get(cmd.Context(), ref)
+	if err != nil {
+		return "", err
+	}
+	return v.ID, nil
 }
 
 // pairs parses k=v flags.

@@ -6,7 +6,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -20,13 +22,32 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run runs one invocation of torpor and returns its exit status: 0 on
+// success, 1 with "torpor: CODE: message" on stderr otherwise.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	ran := false
 	root := rootCmd()
-	if err := root.ExecuteContext(ctx); err != nil {
-		e := events.AsError(err)
-		fmt.Fprintf(os.Stderr, "torpor: %s: %s\n", e.Code, e.Message)
-		os.Exit(1)
+	root.PersistentPreRun = func(*cobra.Command, []string) { ran = true }
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
 	}
+	e := events.AsError(err)
+	var ce *events.Error
+	if !ran && !errors.As(err, &ce) {
+		// cobra refused the flags or arguments before any verb ran.
+		e = events.Errorf(events.CodeInvalidArgument, "%v", err)
+	}
+	fmt.Fprintf(stderr, "torpor: %s: %s\n", e.Code, e.Message)
+	return 1
 }
 
 func rootCmd() *cobra.Command {

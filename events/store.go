@@ -1,6 +1,11 @@
 package events
 
-import "context"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
 
 // Store is the event log: one subject per sandbox, appends guarded by the
 // expected last sequence of that subject and deduplicated by message id.
@@ -28,3 +33,26 @@ type Store interface {
 
 // Handler handles one delivered event.
 type Handler func(ctx context.Context, env Envelope) error
+
+// CheckAppend rejects appends no store may hold: an id that cannot be a
+// subject token, no events, an event of another sandbox or without an id.
+// Every Store runs it first, so they refuse the same things.
+func CheckAppend(id string, envs []Envelope) error {
+	switch {
+	case id == "":
+		return errors.New("empty sandbox id")
+	case strings.ContainsAny(id, ".*> \t\r\n"):
+		return fmt.Errorf("sandbox id %q: no dots, wildcards or spaces", id)
+	case len(envs) == 0:
+		return errors.New("no events")
+	}
+	for _, env := range envs {
+		if env.SandboxID != id {
+			return fmt.Errorf("event %s is for sandbox %q", env.ID, env.SandboxID)
+		}
+		if env.DedupID() == "" {
+			return fmt.Errorf("event of type %s has no id", env.Type)
+		}
+	}
+	return nil
+}

@@ -322,9 +322,8 @@ func (a viewAdapter) Counts(ctx context.Context) (map[events.Phase]int, error) {
 func (a viewAdapter) Watch(ctx context.Context, after uint64) (<-chan events.View, error) {
 	return a.v.Watch(ctx, after)
 }
-func (a viewAdapter) List(ctx context.Context, q gateway.ListQuery) (gateway.Page, error) {
-	p, err := a.v.List(ctx, kvview.Query{Phase: q.Phase, Label: q.Label, Limit: q.Limit, Cursor: q.Cursor})
-	return gateway.Page{Items: p.Items, Next: p.Next}, err
+func (a viewAdapter) List(ctx context.Context, q gateway.ListQuery) (events.Page, error) {
+	return a.v.List(ctx, kvview.Query{Phase: q.Phase, Label: q.Label, Limit: q.Limit, Cursor: q.Cursor})
 }
 
 var _ gateway.Views = viewAdapter{}

@@ -31,7 +31,7 @@ const resolveTimeout = 2 * time.Second
 // Otherwise a sequence mismatch wraps events.ErrConflict and a lost answer
 // wraps events.ErrUnavailable (the append may then be retried as is).
 func (s *Store) Append(ctx context.Context, id string, expected uint64, envs ...events.Envelope) (uint64, error) {
-	if err := check(id, envs); err != nil {
+	if err := events.CheckAppend(id, envs); err != nil {
 		return 0, fmt.Errorf("append %s: %w", id, err)
 	}
 	subject := Subject(id)

@@ -6,7 +6,6 @@ package jsstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -144,25 +143,4 @@ func (s *Store) LastSeq(ctx context.Context) (uint64, error) {
 		return 0, fmt.Errorf("last seq: %w", unavailable(err))
 	}
 	return info.State.LastSeq, nil
-}
-
-// check rejects appends the log must never hold.
-func check(id string, envs []events.Envelope) error {
-	switch {
-	case id == "":
-		return errors.New("empty sandbox id")
-	case strings.ContainsAny(id, ".*> \t\r\n"):
-		return fmt.Errorf("sandbox id %q: no dots, wildcards or spaces", id)
-	case len(envs) == 0:
-		return errors.New("no events")
-	}
-	for _, env := range envs {
-		if env.SandboxID != id {
-			return fmt.Errorf("event %s is for sandbox %q", env.ID, env.SandboxID)
-		}
-		if env.DedupID() == "" {
-			return fmt.Errorf("event of type %s has no id", env.Type)
-		}
-	}
-	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -69,7 +68,7 @@ func (s *Store) Append(ctx context.Context, id string, expected uint64, envs ...
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("append %s: %w", id, err)
 	}
-	if err := check(id, envs); err != nil {
+	if err := events.CheckAppend(id, envs); err != nil {
 		return 0, fmt.Errorf("append %s: %w", id, err)
 	}
 	s.mu.Lock()
@@ -106,28 +105,6 @@ func (s *Store) Append(ctx context.Context, id string, expected uint64, envs ...
 	close(s.changed)
 	s.changed = make(chan struct{})
 	return uint64(len(s.log)), nil
-}
-
-// check rejects appends the log must never hold; ids are subject tokens
-// in the JetStream store, so the same rules hold here.
-func check(id string, envs []events.Envelope) error {
-	switch {
-	case id == "":
-		return errors.New("empty sandbox id")
-	case strings.ContainsAny(id, ".*> \t\r\n"):
-		return fmt.Errorf("sandbox id %q: no dots, wildcards or spaces", id)
-	case len(envs) == 0:
-		return errors.New("no events")
-	}
-	for _, env := range envs {
-		if env.SandboxID != id {
-			return fmt.Errorf("event %s is for sandbox %q", env.ID, env.SandboxID)
-		}
-		if env.DedupID() == "" {
-			return fmt.Errorf("event of type %s has no id", env.Type)
-		}
-	}
-	return nil
 }
 
 // Load returns the events of sandbox id above after.

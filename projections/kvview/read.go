@@ -32,32 +32,25 @@ type Query struct {
 	Cursor string
 }
 
-// Page is one page of List, in creation order.
-type Page struct {
-	Items []events.View `json:"items"`
-	// Next is the cursor of the following page; empty when there is none.
-	Next string `json:"next"`
-}
-
 // List returns the views q selects in creation order: ids are uuid v7, so
 // the lexical order of ids is the order of creation. A malformed cursor,
 // label or phase is an INVALID_ARGUMENT error.
-func (v *View) List(ctx context.Context, q Query) (Page, error) {
+func (v *View) List(ctx context.Context, q Query) (events.Page, error) {
 	after, err := decodeCursor(q.Cursor)
 	if err != nil {
-		return Page{}, err
+		return events.Page{}, err
 	}
 	lk, lv, err := parseLabel(q.Label)
 	if err != nil {
-		return Page{}, err
+		return events.Page{}, err
 	}
 	if q.Phase != events.PhaseNone && !q.Phase.Known() {
-		return Page{}, events.Errorf(events.CodeInvalidArgument, "phase %q: not a phase", q.Phase)
+		return events.Page{}, events.Errorf(events.CodeInvalidArgument, "phase %q: not a phase", q.Phase)
 	}
 	limit := q.Limit
 	switch {
 	case limit < 0:
-		return Page{}, events.Errorf(events.CodeInvalidArgument, "limit %d: must not be negative", limit)
+		return events.Page{}, events.Errorf(events.CodeInvalidArgument, "limit %d: must not be negative", limit)
 	case limit == 0:
 		limit = DefaultLimit
 	case limit > MaxLimit:
@@ -66,22 +59,22 @@ func (v *View) List(ctx context.Context, q Query) (Page, error) {
 
 	keys, err := v.kv.Keys(ctx)
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return Page{Items: []events.View{}}, nil
+		return events.Page{Items: []events.View{}}, nil
 	}
 	if err != nil {
-		return Page{}, fmt.Errorf("list: keys: %w", err)
+		return events.Page{}, fmt.Errorf("list: keys: %w", err)
 	}
 	sort.Strings(keys)
 	keys = keys[sort.Search(len(keys), func(i int) bool { return keys[i] > after }):]
 
-	page := Page{Items: make([]events.View, 0, min(limit, len(keys)))}
+	page := events.Page{Items: make([]events.View, 0, min(limit, len(keys)))}
 	for _, id := range keys {
 		view, err := v.Get(ctx, id)
 		if errors.Is(err, events.ErrNotFound) {
 			continue // purged since the keys were listed
 		}
 		if err != nil {
-			return Page{}, fmt.Errorf("list: %w", err)
+			return events.Page{}, fmt.Errorf("list: %w", err)
 		}
 		if q.Phase != events.PhaseNone && view.Phase != q.Phase {
 			continue

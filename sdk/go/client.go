@@ -17,6 +17,13 @@ import (
 	"github.com/torpor/torpor/events"
 )
 
+// Wire types shared with the server.
+type (
+	CreateRequest = events.CreateRequest
+	Page          = events.Page
+	Event         = events.HistoryEntry
+)
+
 // Client talks to one torpor server.
 type Client struct {
 	base string
@@ -32,33 +39,6 @@ func New(base string, hc *http.Client) *Client {
 		base = "http://" + base
 	}
 	return &Client{base: strings.TrimRight(base, "/"), hc: hc}
-}
-
-// CreateRequest is the body of a create.
-type CreateRequest struct {
-	Name          string            `json:"name,omitempty"`
-	Driver        string            `json:"driver,omitempty"`
-	DriverOptions map[string]string `json:"driver_options,omitempty"`
-	Command       []string          `json:"command,omitempty"`
-	Env           map[string]string `json:"env,omitempty"`
-	Labels        map[string]string `json:"labels,omitempty"`
-}
-
-// Page is a page of List.
-type Page struct {
-	Items []events.View `json:"items"`
-	Next  string        `json:"next"`
-}
-
-// Event is one entry of the audit history.
-type Event struct {
-	Seq       uint64          `json:"seq"`
-	Type      string          `json:"type"`
-	Time      time.Time       `json:"time"`
-	Actor     string          `json:"actor"`
-	CommandID string          `json:"command_id"`
-	Phase     events.Phase    `json:"phase,omitempty"`
-	Data      json.RawMessage `json:"data"`
 }
 
 // do sends a request and decodes a JSON answer into out; a contract error
@@ -162,9 +142,7 @@ func (c *Client) Delete(ctx context.Context, id, key string) (events.View, error
 
 // History returns the audit history of a sandbox after seq.
 func (c *Client) History(ctx context.Context, id string, after uint64) ([]Event, error) {
-	var out struct {
-		Items []Event `json:"items"`
-	}
+	var out events.History
 	return out.Items, c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/sandboxes/%s/events?after=%d", url.PathEscape(id), after), "", nil, &out)
 }
 

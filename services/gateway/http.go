@@ -109,7 +109,7 @@ func actor(r *http.Request) string {
 }
 
 func (h *HTTP) create(w http.ResponseWriter, r *http.Request) {
-	var req CreateRequest
+	var req events.CreateRequest
 	if err := decodeBody(http.MaxBytesReader(w, r.Body, h.svc.cfg.MaxBody), h.svc.cfg.MaxBody, &req); err != nil {
 		writeError(w, err)
 		return
@@ -220,17 +220,6 @@ func (h *HTTP) list(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, page)
 }
 
-// HistoryEntry is one event of the audit history (CONTRACT §3).
-type HistoryEntry struct {
-	Seq       uint64          `json:"seq"`
-	Type      string          `json:"type"`
-	Time      time.Time       `json:"time"`
-	Actor     string          `json:"actor"`
-	CommandID string          `json:"command_id"`
-	Phase     events.Phase    `json:"phase,omitempty"`
-	Data      json.RawMessage `json:"data"`
-}
-
 func (h *HTTP) history(w http.ResponseWriter, r *http.Request) {
 	var after uint64
 	if a := r.URL.Query().Get("after"); a != "" {
@@ -245,11 +234,11 @@ func (h *HTTP) history(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	items := make([]HistoryEntry, len(envs))
+	items := make([]events.HistoryEntry, len(envs))
 	for i, e := range envs {
-		items[i] = HistoryEntry{Seq: e.Seq, Type: e.Type, Time: e.Time, Actor: e.Actor, CommandID: e.CommandID, Phase: e.Phase, Data: e.Data}
+		items[i] = events.HistoryEntry{Seq: e.Seq, Type: e.Type, Time: e.Time, Actor: e.Actor, CommandID: e.CommandID, Phase: e.Phase, Data: e.Data}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"items": items})
+	writeJSON(w, http.StatusOK, events.History{Items: items})
 }
 
 func (h *HTTP) wait(w http.ResponseWriter, r *http.Request) {

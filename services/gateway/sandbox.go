@@ -97,7 +97,7 @@ type Command struct {
 	// CommandID identifies the command; derived from the idempotency key when
 	// there is one (see CommandID), else fresh.
 	CommandID string
-	Create    CreateRequest
+	Create    events.CreateRequest
 	// Node is the node a created sandbox belongs to.
 	Node string
 	// RestartIfRestoreFails is resume's option.
@@ -116,16 +116,6 @@ const (
 
 // Verbs lists the command verbs, in the order of the contract.
 var Verbs = []string{VerbCreate, VerbStart, VerbStop, VerbSuspend, VerbResume, VerbDelete}
-
-// CreateRequest is the body of a create (CONTRACT §5).
-type CreateRequest struct {
-	Name          string            `json:"name,omitempty"`
-	Driver        string            `json:"driver,omitempty"`
-	DriverOptions map[string]string `json:"driver_options,omitempty"`
-	Command       []string          `json:"command,omitempty"`
-	Env           map[string]string `json:"env,omitempty"`
-	Labels        map[string]string `json:"labels,omitempty"`
-}
 
 func precondition(s *Sandbox, verb string, want ...events.Phase) error {
 	return events.Errorf(events.CodeFailedPrecondition, "sandbox %s is %s; %s needs %s", s.ID, s.Phase, verb, joinPhases(want))

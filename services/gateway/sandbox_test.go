@@ -54,7 +54,7 @@ func TestDecide(t *testing.T) {
 		then  []events.Event
 		code  events.Code
 	}{
-		{name: "create on nothing", when: Command{Verb: VerbCreate, Create: CreateRequest{Name: "a", Driver: "sim"}, Node: "n1"},
+		{name: "create on nothing", when: Command{Verb: VerbCreate, Create: events.CreateRequest{Name: "a", Driver: "sim"}, Node: "n1"},
 			then: []events.Event{&events.Created{Name: "a", Driver: "sim", Node: "n1", Generation: 1}}},
 		{name: "create on an existing id", given: ready, when: Command{Verb: VerbCreate}, code: events.CodeAlreadyExists},
 		{name: "any verb on an unknown sandbox", when: Command{Verb: VerbSuspend, ID: sid}, caps: canSuspend, code: events.CodeNotFound},

@@ -231,11 +231,11 @@ func TestNamesAreUnique(t *testing.T) {
 	r := newRig(t)
 	a, b := r.service(t), r.service(t)
 	ctx := context.Background()
-	v, err := a.Handle(ctx, Command{Verb: VerbCreate, Create: CreateRequest{Name: "one"}})
+	v, err := a.Handle(ctx, Command{Verb: VerbCreate, Create: events.CreateRequest{Name: "one"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Handle(ctx, Command{Verb: VerbCreate, Create: CreateRequest{Name: "one"}}); events.CodeOf(err) != events.CodeAlreadyExists {
+	if _, err := b.Handle(ctx, Command{Verb: VerbCreate, Create: events.CreateRequest{Name: "one"}}); events.CodeOf(err) != events.CodeAlreadyExists {
 		t.Fatalf("second create of the name: %v, want ALREADY_EXISTS", err)
 	}
 	if id, err := b.Resolve(ctx, "one"); err != nil || id != v.ID {
@@ -247,7 +247,7 @@ func TestNamesAreUnique(t *testing.T) {
 	if err := a.Record(ctx, events.Envelope{SandboxID: v.ID}, "test", &events.Deleted{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Handle(ctx, Command{Verb: VerbCreate, Create: CreateRequest{Name: "one"}}); err != nil {
+	if _, err := b.Handle(ctx, Command{Verb: VerbCreate, Create: events.CreateRequest{Name: "one"}}); err != nil {
 		t.Fatalf("create after delete: %v", err)
 	}
 }

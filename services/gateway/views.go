@@ -14,17 +14,10 @@ type ListQuery struct {
 	Cursor string
 }
 
-// Page is one page of a list; Next is the opaque cursor of the next page,
-// empty at the end.
-type Page struct {
-	Items []events.View `json:"items"`
-	Next  string        `json:"next"`
-}
-
 // Views reads the phase view projection (the KV view by default).
 type Views interface {
 	Get(ctx context.Context, id string) (events.View, error)
-	List(ctx context.Context, q ListQuery) (Page, error)
+	List(ctx context.Context, q ListQuery) (events.Page, error)
 	// Wait returns when id's view reaches phase; FAILED_PRECONDITION if it
 	// reached a terminal phase instead.
 	Wait(ctx context.Context, id string, phase events.Phase) (events.View, error)

@@ -34,6 +34,21 @@ type Store interface {
 // Handler handles one delivered event.
 type Handler func(ctx context.Context, env Envelope) error
 
+// BatchHandler handles a run of consecutive events (stream order); nil
+// acknowledges them all, an error makes them all come again later.
+type BatchHandler func(ctx context.Context, envs []Envelope) error
+
+// BatchSubscriber is a Store that can deliver events in batches, so a
+// consumer pays its per-write cost once per batch rather than per event.
+// Both stores of this module implement it; it is optional for others.
+type BatchSubscriber interface {
+	// SubscribeBatch is Subscribe delivering up to max events at a time:
+	// whatever is already available, without waiting to fill a batch. The
+	// durable name is shared with Subscribe: either resumes after what the
+	// other acknowledged. h may keep the envelopes, not the slice.
+	SubscribeBatch(ctx context.Context, name string, max int, h BatchHandler) error
+}
+
 // CheckAppend rejects appends no store may hold: an id that cannot be a
 // subject token, no events, an event of another sandbox or without an id.
 // Every Store runs it first, so they refuse the same things.

@@ -36,24 +36,9 @@ const drainWait = time.Second
 // handed back for the next subscriber. An envelope that is not JSON cannot
 // be handled and is terminated (never delivered again).
 func (s *Store) Subscribe(ctx context.Context, name string, h events.Handler) error {
-	cons, err := s.js.CreateOrUpdateConsumer(ctx, s.cfg.Stream, jetstream.ConsumerConfig{
-		Durable:       name,
-		Description:   "torpor subscriber " + name,
-		FilterSubject: SubjectPrefix + ">",
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		MaxAckPending: maxAckPending,
-		AckWait:       s.cfg.AckWait,
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("subscribe %s: %w", name, unavailable(err))
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("subscribe %s: %w", name, unavailable(err))
+	it, err := s.messages(ctx, name)
+	if err != nil || it == nil {
+		return err
 	}
 	defer handBack(it)
 
@@ -85,6 +70,33 @@ func (s *Store) Subscribe(ctx context.Context, name string, h events.Handler) er
 		}
 		_ = msg.Ack()
 	}
+}
+
+// messages creates or updates the durable consumer name and returns an
+// iterator over it; nil and no error when ctx ended first. Subscribe and
+// SubscribeBatch share the consumer's config, so one name may move between
+// them.
+func (s *Store) messages(ctx context.Context, name string) (jetstream.MessagesContext, error) {
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, s.cfg.Stream, jetstream.ConsumerConfig{
+		Durable:       name,
+		Description:   "torpor subscriber " + name,
+		FilterSubject: SubjectPrefix + ">",
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		MaxAckPending: maxAckPending,
+		AckWait:       s.cfg.AckWait,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("subscribe %s: %w", name, unavailable(err))
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", name, unavailable(err))
+	}
+	return it, nil
 }
 
 // handBack stops it and hands every buffered event back to the server, so

@@ -47,7 +47,10 @@ type redelivery struct {
 	due time.Time
 }
 
-var _ events.Store = (*Store)(nil)
+var (
+	_ events.Store           = (*Store)(nil)
+	_ events.BatchSubscriber = (*Store)(nil)
+)
 
 // New returns an empty store.
 func New() *Store {
@@ -215,10 +218,15 @@ func (s *Store) next(name string) (events.Envelope, bool, waitFor) {
 
 // redo schedules seq to come again to durable name after delay.
 func (s *Store) redo(name string, seq uint64, delay time.Duration) {
+	s.redoAt(name, seq, time.Now().Add(delay))
+}
+
+// redoAt schedules seq to come again to durable name at due.
+func (s *Store) redoAt(name string, seq uint64, due time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d := s.durables[name]
-	r := redelivery{seq: seq, due: time.Now().Add(delay)}
+	r := redelivery{seq: seq, due: due}
 	i, _ := slices.BinarySearchFunc(d.redo, r, func(a, b redelivery) int {
 		if c := a.due.Compare(b.due); c != 0 {
 			return c
@@ -226,4 +234,65 @@ func (s *Store) redo(name string, seq uint64, delay time.Duration) {
 		return cmp.Compare(a.seq, b.seq)
 	})
 	d.redo = slices.Insert(d.redo, i, r)
+}
+
+// SubscribeBatch is Subscribe handing h up to max events at a time: the
+// redeliveries that are due, then the events after the delivered position,
+// as many as there are, without waiting for more. When h fails, every event
+// of the batch comes again after RedeliveryDelay.
+func (s *Store) SubscribeBatch(ctx context.Context, name string, max int, h events.BatchHandler) error {
+	if name == "" {
+		return errors.New("subscribe: empty durable name")
+	}
+	if max < 1 {
+		return fmt.Errorf("subscribe %s: batch size %d: want 1 or more", name, max)
+	}
+	for {
+		envs, wait := s.nextBatch(name, max)
+		if len(envs) == 0 {
+			var timer <-chan time.Time
+			if wait.due > 0 {
+				timer = time.After(wait.due)
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-wait.changed:
+			case <-timer:
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			s.redoAll(name, envs, 0)
+			return nil
+		}
+		if err := h(ctx, envs); err != nil {
+			if ctx.Err() != nil {
+				s.redoAll(name, envs, 0)
+				return nil
+			}
+			s.redoAll(name, envs, s.RedeliveryDelay)
+		}
+	}
+}
+
+// nextBatch takes up to max events for durable name, the way next takes one.
+func (s *Store) nextBatch(name string, max int) ([]events.Envelope, waitFor) {
+	var out []events.Envelope
+	for len(out) < max {
+		env, ok, wait := s.next(name)
+		if !ok {
+			return out, wait
+		}
+		out = append(out, env)
+	}
+	return out, waitFor{}
+}
+
+// redoAll schedules every event of envs to come again after delay.
+func (s *Store) redoAll(name string, envs []events.Envelope, delay time.Duration) {
+	due := time.Now().Add(delay)
+	for _, env := range envs {
+		s.redoAt(name, env.Seq, due)
+	}
 }

@@ -47,6 +47,10 @@ func Run(t *testing.T, newStore func(t *testing.T) events.Store) {
 		{"subscribe delivers again after a handler error", testSubscribeRedelivers},
 		{"subscribe resumes after the last acknowledged event", testSubscribeResumes},
 		{"subscribe under a new name starts at the beginning", testSubscribeNewName},
+		{"subscribe batch delivers in stream order, never more than max at a time", batchTest(testBatchOrder)},
+		{"subscribe batch delivers the whole batch again after a handler error", batchTest(testBatchRedelivers)},
+		{"subscribe batch resumes after the last acknowledged batch", batchTest(testBatchResumes)},
+		{"subscribe batch resumes where subscribe under the same name stopped", batchTest(testBatchAfterSubscribe)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -637,5 +641,193 @@ func testSubscribeNewName(t *testing.T, s events.Store) {
 	subscribe(t, s, "second", h)
 	if got := receive(t, ch, 2); !equalIDs(ids(got), []string{e1.ID, e2.ID}) {
 		t.Fatalf("new name: got %v, want e1, e2", ids(got))
+	}
+}
+
+// batchTest runs fn on stores that implement events.BatchSubscriber and
+// skips the others.
+func batchTest(fn func(t *testing.T, s events.Store, b events.BatchSubscriber)) func(t *testing.T, s events.Store) {
+	return func(t *testing.T, s events.Store) {
+		b, ok := s.(events.BatchSubscriber)
+		if !ok {
+			t.Skip("store does not implement events.BatchSubscriber")
+		}
+		fn(t, s, b)
+	}
+}
+
+func subscribeBatch(t *testing.T, b events.BatchSubscriber, name string, max int, h events.BatchHandler) *subscription {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	sub := &subscription{cancel: cancel, done: make(chan error, 1)}
+	go func() { sub.done <- b.SubscribeBatch(ctx, name, max, h) }()
+	t.Cleanup(func() { sub.stop(t) })
+	return sub
+}
+
+// collectBatches is a batch handler that sends a copy of every delivered
+// batch on a channel.
+func collectBatches() (events.BatchHandler, <-chan []events.Envelope) {
+	ch := make(chan []events.Envelope, 1000)
+	return func(ctx context.Context, envs []events.Envelope) error {
+		ch <- append([]events.Envelope(nil), envs...)
+		return nil
+	}, ch
+}
+
+// receiveBatches waits for batches from ch until they hold n events.
+func receiveBatches(t *testing.T, ch <-chan []events.Envelope, n int) [][]events.Envelope {
+	t.Helper()
+	var got [][]events.Envelope
+	total := 0
+	timeout := time.After(Timeout)
+	for total < n {
+		select {
+		case b := <-ch:
+			got = append(got, b)
+			total += len(b)
+		case <-timeout:
+			t.Fatalf("got %d events in %v, want %d", total, Timeout, n)
+		}
+	}
+	return got
+}
+
+func flatten(batches [][]events.Envelope) []events.Envelope {
+	var out []events.Envelope
+	for _, b := range batches {
+		out = append(out, b...)
+	}
+	return out
+}
+
+// appendMixed appends n events spread over three sandboxes, some of them as
+// atomic appends of several, and returns them in log order.
+func appendMixed(t *testing.T, s events.Store, n int) []events.Envelope {
+	t.Helper()
+	var out []events.Envelope
+	last := map[string]uint64{}
+	for len(out) < n {
+		id := fmt.Sprintf("sbx%d", len(out)%3)
+		envs := []events.Envelope{started(t, id, int64(len(out)))}
+		if len(out)%4 == 1 && len(out)+1 < n {
+			envs = append(envs, started(t, id, int64(len(out)+1)))
+		}
+		last[id] = mustAppend(t, s, id, last[id], envs...)
+		out = append(out, envs...)
+	}
+	return out
+}
+
+func testBatchOrder(t *testing.T, s events.Store, b events.BatchSubscriber) {
+	const max = 3
+	before := appendMixed(t, s, 10)
+	h, ch := collectBatches()
+	subscribeBatch(t, b, "batch-order", max, h)
+	e := created(t, "late")
+	seq := mustAppend(t, s, "late", 0, e)
+
+	batches := receiveBatches(t, ch, len(before)+1)
+	for i, batch := range batches {
+		if len(batch) == 0 || len(batch) > max {
+			t.Errorf("batch %d: %d events, want 1 to %d", i, len(batch), max)
+		}
+	}
+	got := flatten(batches)
+	if want := append(ids(before), e.ID); !equalIDs(ids(got), want) {
+		t.Fatalf("delivered: got %v, want %v", ids(got), want)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].Seq <= got[i-1].Seq {
+			t.Errorf("seq %d after %d", got[i].Seq, got[i-1].Seq)
+		}
+	}
+	sameEnvelope(t, got[len(got)-1], e, seq)
+}
+
+func testBatchRedelivers(t *testing.T, s events.Store, b events.BatchSubscriber) {
+	all := appendMixed(t, s, 6)
+	var mu sync.Mutex
+	failed := false
+	ch := make(chan []events.Envelope, 100)
+	h := func(ctx context.Context, envs []events.Envelope) error {
+		batch := append([]events.Envelope(nil), envs...)
+		ch <- batch
+		mu.Lock()
+		defer mu.Unlock()
+		if !failed {
+			failed = true
+			return errors.New("not yet")
+		}
+		return nil
+	}
+	subscribeBatch(t, b, "batch-redeliver", 100, h)
+
+	first := receiveBatches(t, ch, 1)[0]
+	// Every event of the failed batch comes again, and every event of the
+	// log arrives; order between the redelivered ones and later events is
+	// not part of the contract.
+	want := map[string]int{}
+	for _, e := range all {
+		want[e.ID] = 1
+	}
+	for _, e := range first {
+		want[e.ID]++
+	}
+	got := map[string]int{}
+	for _, e := range first {
+		got[e.ID]++
+	}
+	total := len(all)
+	timeout := time.After(Timeout)
+	for n := len(first); n < total+len(first); {
+		select {
+		case batch := <-ch:
+			for _, e := range batch {
+				got[e.ID]++
+			}
+			n += len(batch)
+		case <-timeout:
+			t.Fatalf("got %d deliveries in %v, want %d", n, Timeout, total+len(first))
+		}
+	}
+	for id, n := range want {
+		if got[id] != n {
+			t.Errorf("event %s delivered %d times, want %d", id, got[id], n)
+		}
+	}
+}
+
+func testBatchResumes(t *testing.T, s events.Store, b events.BatchSubscriber) {
+	first := appendMixed(t, s, 5)
+	h, ch := collectBatches()
+	sub := subscribeBatch(t, b, "batch-resume", 2, h)
+	if got := flatten(receiveBatches(t, ch, len(first))); !equalIDs(ids(got), ids(first)) {
+		t.Fatalf("first subscription: got %v, want %v", ids(got), ids(first))
+	}
+	sub.stop(t)
+
+	e1, e2 := created(t, "later"), started(t, "later", 1)
+	mustAppend(t, s, "later", 0, e1, e2)
+	h, ch = collectBatches()
+	subscribeBatch(t, b, "batch-resume", 2, h)
+	if got := flatten(receiveBatches(t, ch, 2)); !equalIDs(ids(got), []string{e1.ID, e2.ID}) {
+		t.Fatalf("resumed subscription: got %v, want the two new events", ids(got))
+	}
+}
+
+func testBatchAfterSubscribe(t *testing.T, s events.Store, b events.BatchSubscriber) {
+	first := appendMixed(t, s, 3)
+	h, ch := collect()
+	sub := subscribe(t, s, "shared", h)
+	receive(t, ch, len(first))
+	sub.stop(t)
+
+	e := created(t, "later")
+	mustAppend(t, s, "later", 0, e)
+	bh, bch := collectBatches()
+	subscribeBatch(t, b, "shared", 10, bh)
+	if got := flatten(receiveBatches(t, bch, 1)); !equalIDs(ids(got), []string{e.ID}) {
+		t.Fatalf("batch subscription after subscribe: got %v, want the new event", ids(got))
 	}
 }

@@ -33,6 +33,14 @@ type Projection interface {
 	Apply(ctx context.Context, env events.Envelope) error
 }
 
+// BatchProjection is a Projection that applies a run of consecutive events
+// at once (one write per batch rather than per event). ApplyBatch must be
+// idempotent like Apply, and all or nothing as far as the caller can tell:
+// on error the whole batch comes again.
+type BatchProjection interface {
+	ApplyBatch(ctx context.Context, envs []events.Envelope) error
+}
+
 // Checkpointer is a Projection that knows the last sequence it holds, so a
 // restarted Runner reports its lag before the first new event arrives.
 type Checkpointer interface {
@@ -48,6 +56,10 @@ type Config struct {
 	// further failure up to MaxBackoff. Defaults 50ms and 5s.
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
+	// BatchSize bounds the events of one ApplyBatch, when the Source is an
+	// events.BatchSubscriber and the Projection a BatchProjection. Default
+	// 1000.
+	BatchSize int
 	// Logger receives apply failures; the zero value logs nothing.
 	Logger zerolog.Logger
 }
@@ -57,6 +69,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Attempts < 0:
 		return fmt.Errorf("attempts %d: must not be negative", c.Attempts)
+	case c.BatchSize < 0:
+		return fmt.Errorf("batch size %d: must not be negative", c.BatchSize)
 	case c.MinBackoff < 0 || c.MaxBackoff < 0:
 		return errors.New("backoff must not be negative")
 	case c.MaxBackoff != 0 && c.MinBackoff > c.MaxBackoff:
@@ -68,6 +82,9 @@ func (c Config) Validate() error {
 func (c Config) withDefaults() Config {
 	if c.Attempts == 0 {
 		c.Attempts = 5
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 1000
 	}
 	if c.MinBackoff == 0 {
 		c.MinBackoff = 50 * time.Millisecond
@@ -102,6 +119,8 @@ func NewRunner(src Source, p Projection, cfg Config) (*Runner, error) {
 }
 
 // Run subscribes and applies events until ctx ends; then it returns nil.
+// Events come in batches when the Source is an events.BatchSubscriber and
+// the Projection a BatchProjection, one at a time otherwise.
 func (r *Runner) Run(ctx context.Context) error {
 	if cp, ok := r.p.(Checkpointer); ok {
 		seq, err := cp.Checkpoint(ctx)
@@ -113,7 +132,16 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		r.advance(seq)
 	}
-	err := r.src.Subscribe(ctx, r.p.Name(), r.apply)
+	var err error
+	bs, batchSrc := r.src.(events.BatchSubscriber)
+	bp, batchProj := r.p.(BatchProjection)
+	if batchSrc && batchProj {
+		err = bs.SubscribeBatch(ctx, r.p.Name(), r.cfg.BatchSize, func(ctx context.Context, envs []events.Envelope) error {
+			return r.applyBatch(ctx, bp, envs)
+		})
+	} else {
+		err = r.src.Subscribe(ctx, r.p.Name(), r.apply)
+	}
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("projection %s: %w", r.p.Name(), err)
 	}
@@ -142,6 +170,42 @@ func (r *Runner) apply(ctx context.Context, env events.Envelope) error {
 		case <-ctx.Done():
 			t.Stop()
 			return fmt.Errorf("apply %s seq %d: %w", env.Type, env.Seq, err)
+		case <-t.C:
+		}
+		wait = min(2*wait, r.cfg.MaxBackoff)
+	}
+}
+
+// applyBatch is the batch subscription handler: ApplyBatch with the same
+// bounded retries as apply.
+func (r *Runner) applyBatch(ctx context.Context, p BatchProjection, envs []events.Envelope) error {
+	if len(envs) == 0 {
+		return nil
+	}
+	first, last := envs[0], envs[len(envs)-1]
+	wait := r.cfg.MinBackoff
+	for attempt := 1; ; attempt++ {
+		err := p.ApplyBatch(ctx, envs)
+		if err == nil {
+			var top uint64 // a redelivery may put an older seq last
+			for _, env := range envs {
+				top = max(top, env.Seq)
+			}
+			r.advance(top)
+			return nil
+		}
+		log := r.cfg.Logger.With().Str("projection", r.p.Name()).Uint64("seq", first.Seq).
+			Uint64("last_seq", last.Seq).Int("events", len(envs)).Int("attempt", attempt).Logger()
+		if attempt >= r.cfg.Attempts || ctx.Err() != nil {
+			log.Error().Err(err).Msg("apply failed; batch goes back to the log")
+			return fmt.Errorf("apply seq %d to %d: %w", first.Seq, last.Seq, err)
+		}
+		log.Warn().Err(err).Dur("backoff", wait).Msg("apply failed; retrying")
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("apply seq %d to %d: %w", first.Seq, last.Seq, err)
 		case <-t.C:
 		}
 		wait = min(2*wait, r.cfg.MaxBackoff)

@@ -275,3 +275,133 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("Validate(zero) = %v", err)
 	}
 }
+
+// batchSource is a source that is also an events.BatchSubscriber: it hands
+// its batches to the handler once each, records the results, closes
+// delivered and blocks until ctx ends.
+type batchSource struct {
+	*source
+	batches [][]events.Envelope
+	max     int
+}
+
+func (s *batchSource) SubscribeBatch(ctx context.Context, name string, max int, h events.BatchHandler) error {
+	s.mu.Lock()
+	s.name, s.max = name, max
+	s.mu.Unlock()
+	for _, b := range s.batches {
+		err := h(ctx, b)
+		s.mu.Lock()
+		s.results = append(s.results, err)
+		s.mu.Unlock()
+	}
+	close(s.delivered)
+	<-ctx.Done()
+	return nil
+}
+
+// batchProjection is a projection that also applies batches; it fails the
+// first fail[first seq] calls of a batch.
+type batchProjection struct {
+	*projection
+	batches [][]uint64
+}
+
+func (p *batchProjection) ApplyBatch(ctx context.Context, envs []events.Envelope) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.calls == nil {
+		p.calls = map[uint64]int{}
+	}
+	first := envs[0].Seq
+	p.calls[first]++
+	if p.calls[first] <= p.fail[first] {
+		return errBroken
+	}
+	var seqs []uint64
+	for _, e := range envs {
+		seqs = append(seqs, e.Seq)
+	}
+	p.batches = append(p.batches, seqs)
+	return nil
+}
+
+func TestRunnerAppliesBatches(t *testing.T) {
+	all := envs(t, 1, 2, 3, 5, 8)
+	src := &batchSource{source: newSource(), batches: [][]events.Envelope{all[:2], all[2:]}}
+	src.last = 8
+	p := &batchProjection{projection: &projection{fail: map[uint64]int{3: 2}}}
+	cfg := fast
+	cfg.BatchSize = 7
+	r := newRunner(t, src, p, cfg)
+	start(t, r)
+	wait(t, src.delivered)
+
+	if want := [][]uint64{{1, 2}, {3, 5, 8}}; !reflect.DeepEqual(p.batches, want) {
+		t.Errorf("batches applied %v, want %v", p.batches, want)
+	}
+	if len(p.applied) != 0 {
+		t.Errorf("per-event applies %v, want none", p.applied)
+	}
+	if want := []error{nil, nil}; !reflect.DeepEqual(src.results, want) {
+		t.Errorf("handler results %v, want %v (the failing batch retried)", src.results, want)
+	}
+	if p.calls[3] != 3 {
+		t.Errorf("calls of the batch at 3 = %d, want 3", p.calls[3])
+	}
+	if src.name != "fake" || src.max != 7 {
+		t.Errorf("subscribed as %q with max %d, want fake, 7", src.name, src.max)
+	}
+	if got := r.Position(); got != 8 {
+		t.Errorf("Position = %d, want 8", got)
+	}
+}
+
+func TestRunnerGivesBatchBack(t *testing.T) {
+	all := envs(t, 1, 2)
+	src := &batchSource{source: newSource(), batches: [][]events.Envelope{all[:1], all[1:]}}
+	p := &batchProjection{projection: &projection{fail: map[uint64]int{2: 100}}}
+	cfg := fast
+	cfg.Attempts = 3
+	r := newRunner(t, src, p, cfg)
+	start(t, r)
+	wait(t, src.delivered)
+	if err := src.results[1]; !errors.Is(err, errBroken) {
+		t.Errorf("handler result of the second batch = %v, want the apply error", err)
+	}
+	if got := r.Position(); got != 1 {
+		t.Errorf("Position = %d, want 1", got)
+	}
+}
+
+func TestRunnerFallsBackToApply(t *testing.T) {
+	plain, plain2 := newSource(envs(t, 1, 2)...), newSource(envs(t, 1, 2)...)
+	tests := []struct {
+		name string
+		src  Source
+		done chan struct{}
+		p    interface {
+			Projection
+			applies() []uint64
+		}
+	}{
+		{"batch source, per-event projection", &batchSource{source: plain}, plain.delivered, &projection{}},
+		{"plain source, batch projection", plain2, plain2.delivered, &batchProjection{projection: &projection{}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRunner(t, tc.src, tc.p, fast)
+			start(t, r)
+			wait(t, tc.done)
+			if got := tc.p.applies(); !reflect.DeepEqual(got, []uint64{1, 2}) {
+				t.Errorf("per-event applies %v, want [1 2]", got)
+			}
+		})
+	}
+}
+
+func (p *projection) applies() []uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.applied
+}

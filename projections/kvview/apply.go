@@ -5,65 +5,173 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
 )
 
-// conflictRetries bounds how often Apply reloads a view that another writer
-// changed under it.
+// conflictRetries bounds how often ApplyBatch reloads views that another
+// writer changed under it.
 const conflictRetries = 3
 
-// Apply folds env into its sandbox's view and stores the result. An event the
-// view already holds (a seq at or below the view's) or of an unknown type
-// changes nothing, so redeliveries are harmless. The write is conditional on
-// the revision read, so even two writers never move a view back.
+// writeWindow bounds the puts in flight at once, below the jetstream
+// context's default limit of 4000 pending async publishes.
+const writeWindow = 1000
+
+// writeTimeout bounds the wait for the acknowledgements of one batch's puts
+// when the caller's context has no deadline.
+const writeTimeout = 30 * time.Second
+
+// typeCreated is the first event of every sandbox.
+var typeCreated = events.Created{}.Type()
+
+// Apply folds env into its sandbox's view and stores the result: ApplyBatch
+// of one event.
 func (v *View) Apply(ctx context.Context, env events.Envelope) error {
-	id := env.SandboxID
-	if !validKey(id) {
-		return fmt.Errorf("apply %s seq %d: invalid sandbox id %q", env.Type, env.Seq, id)
+	return v.ApplyBatch(ctx, []events.Envelope{env})
+}
+
+// ApplyBatch folds envs (stream order) into their sandboxes' views and
+// stores each changed view once, however many of its events the batch
+// holds, then the checkpoint (see Checkpoint). An event a view already holds
+// (a seq at or below the view's) or of an unknown type changes nothing, so
+// redeliveries are harmless.
+//
+// The writes go out pipelined (async publishes on the keys' subjects, at
+// most writeWindow in flight) and ApplyBatch returns only when all of them
+// are acknowledged. Each write is conditional on the revision of the view it
+// folded into (the expected last sequence of the key's subject), so a view
+// in the bucket never goes back in seq:
+//   - one batch writes a key at most once, and a batch's writes are all
+//     acknowledged before the next batch's are sent, so the writes of one
+//     key by one writer land in the order of the log;
+//   - a write that failed or whose answer was lost may still land later; it
+//     was sent before any retry on the same connection, so the server
+//     stores it first, and the retry's conditional write then fails and
+//     reloads instead of overwriting it;
+//   - another writer (there should be none but the runner) makes a write
+//     fail its condition; the view is reloaded, folded again and written,
+//     up to conflictRetries times.
+//
+// A sandbox missing from the cache is read from the bucket, except when its
+// first event in the batch is sandbox.created: then it is new, and its write
+// is conditional on the key not existing (a redelivered creation fails that
+// and is reloaded). On any error, the cached views of the batch are dropped,
+// so the retry reads them from the bucket.
+func (v *View) ApplyBatch(ctx context.Context, envs []events.Envelope) error {
+	if len(envs) == 0 {
+		return nil
 	}
-	if env.Seq == 0 { // Fold would take it and set the view's seq back to 0
-		return fmt.Errorf("apply %s to %s: no stream sequence", env.Type, id)
-	}
-	for try := 0; ; try++ {
-		cur, err := v.current(ctx, id)
-		if err != nil {
-			return fmt.Errorf("apply %s seq %d: %w", env.Type, env.Seq, err)
+	v.wmu.Lock()
+	defer v.wmu.Unlock()
+
+	var top uint64
+	index := make(map[string]int, len(envs))
+	var groups []group
+	for _, env := range envs {
+		id := env.SandboxID
+		if !validKey(id) || id == checkpointKey {
+			return fmt.Errorf("apply %s seq %d: invalid sandbox id %q", env.Type, env.Seq, id)
 		}
-		next := cur.view
-		if !next.Fold(env) {
+		if env.Seq == 0 { // Fold would take it and set the view's seq back to 0
+			return fmt.Errorf("apply %s to %s: no stream sequence", env.Type, id)
+		}
+		top = max(top, env.Seq)
+		i, ok := index[id]
+		if !ok {
+			i = len(groups)
+			index[id] = i
+			groups = append(groups, group{id: id})
+		}
+		groups[i].envs = append(groups[i].envs, env)
+	}
+	if err := v.applyGroups(ctx, groups); err != nil {
+		for _, g := range groups {
+			v.forget(g.id)
+		}
+		return fmt.Errorf("apply seq %d to %d: %w", envs[0].Seq, envs[len(envs)-1].Seq, err)
+	}
+	if err := v.saveCheckpoint(ctx, top); err != nil {
+		return fmt.Errorf("apply seq %d to %d: %w", envs[0].Seq, envs[len(envs)-1].Seq, err)
+	}
+	return nil
+}
+
+// group is the events of one sandbox in a batch.
+type group struct {
+	id   string
+	envs []events.Envelope
+}
+
+// write is one view to put under revision rev (0: the key must not exist).
+type write struct {
+	id   string
+	view events.View
+	data []byte
+	rev  uint64
+}
+
+// applyGroups folds and writes every group, reloading and retrying those
+// whose key another write changed.
+func (v *View) applyGroups(ctx context.Context, todo []group) error {
+	for try := 0; ; try++ {
+		writes := make([]write, 0, len(todo))
+		for _, g := range todo {
+			cur, err := v.base(ctx, g, try == 0)
+			if err != nil {
+				return err
+			}
+			next := cur.view // Fold replaces Labels and ExitCode, never edits them
+			changed := false
+			for _, env := range g.envs {
+				changed = next.Fold(env) || changed
+			}
+			if !changed {
+				continue
+			}
+			data, err := json.Marshal(next)
+			if err != nil {
+				return fmt.Errorf("encode view %s: %w", g.id, err)
+			}
+			writes = append(writes, write{id: g.id, view: next, data: data, rev: cur.rev})
+		}
+		moved, err := v.put(ctx, writes, true)
+		if err != nil {
+			return err
+		}
+		if len(moved) == 0 {
 			return nil
 		}
-		data, err := json.Marshal(next)
-		if err != nil {
-			return fmt.Errorf("apply %s seq %d: encode view: %w", env.Type, env.Seq, err)
+		if try >= conflictRetries {
+			return fmt.Errorf("%d views changed under the writer %d times: %w", len(moved), try+1, jetstream.ErrKeyRevisionMismatch)
 		}
-		rev, err := v.kv.Update(ctx, id, data, cur.rev)
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) && try < conflictRetries {
-			v.forget(id)
-			continue
+		redo := todo[:0:0]
+		for _, g := range todo {
+			if moved[g.id] {
+				redo = append(redo, g)
+			}
 		}
-		if err != nil {
-			v.forget(id)
-			return fmt.Errorf("apply %s seq %d: put %s: %w", env.Type, env.Seq, id, err)
-		}
-		v.remember(id, entry{view: next, rev: rev})
-		return nil
+		todo = redo
 	}
 }
 
-// current is the view of id as last written: from the cache, else the
-// bucket, else empty at revision 0.
-func (v *View) current(ctx context.Context, id string) (entry, error) {
+// base is the view g's events fold into: the cached one, an empty one for a
+// sandbox the batch creates (when assumeNew), else the bucket's.
+func (v *View) base(ctx context.Context, g group, assumeNew bool) (entry, error) {
 	v.mu.Lock()
-	e, ok := v.cache[id]
+	e, ok := v.cache[g.id]
 	v.mu.Unlock()
 	if ok {
 		return e, nil
 	}
-	view, rev, err := v.load(ctx, id)
+	if assumeNew && g.envs[0].Type == typeCreated {
+		return entry{}, nil
+	}
+	view, rev, err := v.load(ctx, g.id)
 	if errors.Is(err, events.ErrNotFound) {
 		return entry{}, nil
 	}
@@ -71,6 +179,76 @@ func (v *View) current(ctx context.Context, id string) (entry, error) {
 		return entry{}, err
 	}
 	return entry{view: view, rev: rev}, nil
+}
+
+// put publishes writes pipelined and waits for every acknowledgement. A
+// write refused because its key moved is forgotten and reported in moved;
+// any other failure is returned. Acknowledged writes are cached if cache.
+func (v *View) put(ctx context.Context, writes []write, cache bool) (moved map[string]bool, err error) {
+	if len(writes) == 0 {
+		return nil, nil
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, writeTimeout)
+		defer cancel()
+	}
+	futures := make([]jetstream.PubAckFuture, 0, len(writes))
+	acked := 0
+	// settle waits for the acknowledgement of writes[acked].
+	settle := func() error {
+		w, f := writes[acked], futures[acked]
+		acked++
+		select {
+		case ack := <-f.Ok():
+			if cache {
+				v.remember(w.id, entry{view: w.view, rev: ack.Sequence})
+			}
+			return nil
+		case err := <-f.Err():
+			v.forget(w.id)
+			if isRevisionMismatch(err) {
+				if moved == nil {
+					moved = map[string]bool{}
+				}
+				moved[w.id] = true
+				return nil
+			}
+			return fmt.Errorf("put %s: %w", w.id, err)
+		case <-ctx.Done():
+			return fmt.Errorf("put %s: %w", w.id, ctx.Err())
+		}
+	}
+	for _, w := range writes {
+		if len(futures)-acked >= writeWindow {
+			if err := settle(); err != nil {
+				return nil, err
+			}
+		}
+		msg := &nats.Msg{Subject: v.pre + w.id, Data: w.data, Header: nats.Header{}}
+		f, err := v.js.PublishMsgAsync(msg, jetstream.WithExpectLastSequencePerSubject(w.rev))
+		if err != nil {
+			return nil, fmt.Errorf("put %s: %w", w.id, err)
+		}
+		futures = append(futures, f)
+	}
+	for acked < len(futures) {
+		if err := settle(); err != nil {
+			return nil, err
+		}
+	}
+	return moved, nil
+}
+
+// isRevisionMismatch reports whether err says a conditional write found its
+// key at another revision.
+func isRevisionMismatch(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	}
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }
 
 func (v *View) remember(id string, e entry) {
@@ -89,4 +267,59 @@ func (v *View) forget(id string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	delete(v.cache, id)
+}
+
+// checkpointKey holds the highest seq the writer applied. It can never be a
+// sandbox id (events.CheckAppend refuses dots), and every reader leaves it
+// out.
+const checkpointKey = "_torpor.checkpoint"
+
+// checkpoint is the writer's copy of the checkpoint key.
+type checkpoint struct {
+	loaded bool
+	seq    uint64
+	rev    uint64 // 0: the key does not exist
+}
+
+// saveCheckpoint raises the checkpoint key to seq, after the views it covers
+// are stored; a checkpoint at or above seq stays. wmu is held.
+func (v *View) saveCheckpoint(ctx context.Context, seq uint64) error {
+	for try := 0; ; try++ {
+		if !v.cp.loaded {
+			cp, err := v.readCheckpoint(ctx)
+			if err != nil {
+				return err
+			}
+			v.cp = cp
+		}
+		if seq <= v.cp.seq {
+			return nil
+		}
+		rev, err := v.kv.Update(ctx, checkpointKey, strconv.AppendUint(nil, seq, 10), v.cp.rev)
+		if err == nil {
+			v.cp = checkpoint{loaded: true, seq: seq, rev: rev}
+			return nil
+		}
+		v.cp = checkpoint{}
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) || try >= conflictRetries {
+			return fmt.Errorf("put checkpoint %d: %w", seq, err)
+		}
+	}
+}
+
+// readCheckpoint reads the checkpoint key; found is false when the bucket
+// has none.
+func (v *View) readCheckpoint(ctx context.Context) (checkpoint, error) {
+	e, err := v.kv.Get(ctx, checkpointKey)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return checkpoint{loaded: true}, nil
+	case err != nil:
+		return checkpoint{}, fmt.Errorf("get checkpoint: %w", err)
+	}
+	seq, err := strconv.ParseUint(string(e.Value()), 10, 64)
+	if err != nil {
+		return checkpoint{}, fmt.Errorf("checkpoint rev %d: %w", e.Revision(), err)
+	}
+	return checkpoint{loaded: true, seq: seq, rev: e.Revision()}, nil
 }

@@ -69,6 +69,9 @@ func (v *View) List(ctx context.Context, q Query) (events.Page, error) {
 
 	page := events.Page{Items: make([]events.View, 0, min(limit, len(keys)))}
 	for _, id := range keys {
+		if id == checkpointKey {
+			continue
+		}
 		view, err := v.Get(ctx, id)
 		if errors.Is(err, events.ErrNotFound) {
 			continue // purged since the keys were listed
@@ -133,11 +136,22 @@ func (v *View) Counts(ctx context.Context) (map[events.Phase]int, error) {
 	return counts, nil
 }
 
-// Checkpoint is the highest seq of any view in the bucket: where a restarted
-// projection stands (projections.Checkpointer).
+// Checkpoint is the highest seq the writer applied: where a restarted
+// projection stands (projections.Checkpointer). It costs one read: every
+// batch stores it in the key _torpor.checkpoint of the bucket after the
+// views it covers (a key no sandbox can have: sandbox ids have no dots, and
+// every reader leaves it out). Only a bucket written before that key existed
+// is scanned, once, for the highest seq of its views.
 func (v *View) Checkpoint(ctx context.Context) (uint64, error) {
+	cp, err := v.readCheckpoint(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint: %w", err)
+	}
+	if cp.rev != 0 {
+		return cp.seq, nil
+	}
 	var last uint64
-	err := v.scan(ctx, func(view events.View) { last = max(last, view.Seq) })
+	err = v.scan(ctx, func(view events.View) { last = max(last, view.Seq) })
 	if err != nil {
 		return 0, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -161,6 +175,9 @@ func (v *View) scan(ctx context.Context, fn func(events.View)) error {
 			}
 			if e == nil { // every current value delivered
 				return nil
+			}
+			if e.Key() == checkpointKey {
+				continue
 			}
 			view, err := decode(e)
 			if err != nil {

@@ -56,7 +56,12 @@ func (c Config) withDefaults() Config {
 // projection runner); the readers are safe for any number of goroutines.
 type View struct {
 	kv  jetstream.KeyValue
+	js  jetstream.JetStream
 	cfg Config
+	pre string // subject prefix of the bucket's keys: $KV.<bucket>.
+
+	wmu sync.Mutex // one ApplyBatch at a time
+	cp  checkpoint // the writer's copy of the checkpoint key; wmu held
 
 	mu    sync.Mutex
 	cache map[string]entry // id → the last view written and its revision
@@ -84,7 +89,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*View, error)
 	if err != nil {
 		return nil, fmt.Errorf("kv view: bucket %s: %w", cfg.Bucket, err)
 	}
-	return &View{kv: kv, cfg: cfg, cache: make(map[string]entry)}, nil
+	return &View{kv: kv, js: js, cfg: cfg, pre: keyPrefix(js, cfg.Bucket), cache: make(map[string]entry)}, nil
 }
 
 // Name is the projection's name, also its durable consumer's.
@@ -101,7 +106,7 @@ func (v *View) Get(ctx context.Context, id string) (events.View, error) {
 
 // load reads the view of id and its revision from the bucket.
 func (v *View) load(ctx context.Context, id string) (events.View, uint64, error) {
-	if !validKey(id) {
+	if !validKey(id) || id == checkpointKey {
 		return events.View{}, 0, fmt.Errorf("sandbox %q: %w", id, events.ErrNotFound)
 	}
 	e, err := v.kv.Get(ctx, id)
@@ -124,6 +129,24 @@ func decode(e jetstream.KeyValueEntry) (events.View, error) {
 		return events.View{}, fmt.Errorf("decode view %s rev %d: %w", e.Key(), e.Revision(), err)
 	}
 	return view, nil
+}
+
+// keyPrefix is the subject prefix under which js publishes the keys of
+// bucket, as the KeyValue API's Put does: $KV.<bucket>., behind the API
+// prefix of a domain or an import when js has one.
+func keyPrefix(js jetstream.JetStream, bucket string) string {
+	pre := "$KV." + bucket + "."
+	o := js.Options()
+	switch {
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API." + pre
+	case o.APIPrefix != "" && o.APIPrefix != jetstream.DefaultAPIPrefix:
+		if o.APIPrefix[len(o.APIPrefix)-1] != '.' {
+			return o.APIPrefix + "." + pre
+		}
+		return o.APIPrefix + pre
+	}
+	return pre
 }
 
 // validKey reports whether s can be a KV key without being a wildcard: the

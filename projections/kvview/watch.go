@@ -16,7 +16,7 @@ import (
 // the last view it saw (zero if none) and an error wrapping ctx.Err(), which
 // is context.DeadlineExceeded at a timeout.
 func (v *View) Wait(ctx context.Context, id string, phase events.Phase) (events.View, error) {
-	if !validKey(id) {
+	if !validKey(id) || id == checkpointKey {
 		return events.View{}, fmt.Errorf("sandbox %q: %w", id, events.ErrNotFound)
 	}
 	// The watch delivers the current value first, then every change: no
@@ -75,7 +75,7 @@ func (v *View) Watch(ctx context.Context, afterSeq uint64) (<-chan events.View, 
 				if !ok {
 					return
 				}
-				if e == nil {
+				if e == nil || e.Key() == checkpointKey {
 					continue
 				}
 				view, err := decode(e)

@@ -1,0 +1,393 @@
+package kvview
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/jsstore"
+	"github.com/torpor/torpor/events/natstest"
+	"github.com/torpor/torpor/projections"
+)
+
+var _ projections.BatchProjection = (*View)(nil)
+
+func applyBatch(t *testing.T, v *View, envs ...events.Envelope) {
+	t.Helper()
+	if err := v.ApplyBatch(context.Background(), envs); err != nil {
+		t.Fatalf("ApplyBatch seq %d..%d: %v", envs[0].Seq, envs[len(envs)-1].Seq, err)
+	}
+}
+
+func checkpointIs(t *testing.T, v *View, want uint64) {
+	t.Helper()
+	got, err := v.Checkpoint(context.Background())
+	if err != nil || got != want {
+		t.Errorf("Checkpoint = %d, %v; want %d", got, err, want)
+	}
+}
+
+func TestApplyBatchEqualsApply(t *testing.T) {
+	js := natstest.Start(t).JS
+	one, many := newBucket(t, js, "one_at_a_time"), newBucket(t, js, "batched")
+	log := randomLog(t, 1, 150, 3000)
+	// Deliver with redeliveries: now and then an earlier event comes again.
+	r := rand.New(rand.NewPCG(2, 2))
+	var delivered []events.Envelope
+	for i, env := range log {
+		delivered = append(delivered, env)
+		if i > 0 && r.IntN(20) == 0 {
+			delivered = append(delivered, log[r.IntN(i)])
+		}
+	}
+
+	apply(t, one, delivered...)
+	for rest := delivered; len(rest) > 0; {
+		n := min(len(rest), 1+r.IntN(300))
+		applyBatch(t, many, rest[:n]...)
+		rest = rest[n:]
+	}
+	sameBucket(t, one, many)
+	checkpointIs(t, many, uint64(len(log)))
+	// Every view went to the bucket, and equals a fold in memory.
+	want := map[string]*events.View{}
+	for _, env := range log {
+		if want[env.SandboxID] == nil {
+			want[env.SandboxID] = &events.View{}
+		}
+		want[env.SandboxID].Fold(env)
+	}
+	for id, w := range want {
+		sameView(t, get(t, many, id), *w)
+	}
+}
+
+func TestApplyBatchWritesEachViewOnce(t *testing.T) {
+	v := newView(t, natstest.Start(t).JS)
+	a, b := newID(t), newID(t)
+	batch := []events.Envelope{env(t, a, 1, events.PhaseProvisioning, created(a, nil))}
+	for seq := uint64(2); seq <= 50; seq++ {
+		id := a
+		if seq%10 == 0 {
+			id = b
+		}
+		if seq == 10 {
+			batch = append(batch, env(t, b, seq, events.PhaseProvisioning, created(b, nil)))
+			continue
+		}
+		batch = append(batch, env(t, id, seq, events.PhaseReady, &events.SupervisorAttached{Generation: 1}))
+	}
+	before := streamLast(t, v)
+	applyBatch(t, v, batch...)
+	// One write per sandbox and one for the checkpoint, whatever the events.
+	if got := streamLast(t, v) - before; got != 3 {
+		t.Errorf("writes for 50 events of 2 sandboxes = %d, want 3", got)
+	}
+	if got := get(t, v, a); got.Seq != 49 || got.Phase != events.PhaseReady {
+		t.Errorf("view of a: seq %d phase %s, want 49 ready", got.Seq, got.Phase)
+	}
+	if got := get(t, v, b); got.Seq != 50 {
+		t.Errorf("view of b: seq %d, want 50", got.Seq)
+	}
+	checkpointIs(t, v, 50)
+}
+
+func TestApplyBatchSkips(t *testing.T) {
+	v := newView(t, natstest.Start(t).JS)
+	id := newID(t)
+	unknown := env(t, id, 6, events.PhaseError, &events.Exited{Generation: 1, Code: 3})
+	unknown.Type = "sandbox.from_the_future"
+	applyBatch(t, v, env(t, id, 5, events.PhaseProvisioning, created(id, nil)), unknown)
+	want := get(t, v, id)
+	if want.Seq != 5 || want.Phase != events.PhaseProvisioning || want.ExitCode != nil {
+		t.Fatalf("view after created and an unknown type: %+v, want provisioning at 5", want)
+	}
+	checkpointIs(t, v, 6)
+	rev := revision(t, v, id)
+
+	tests := []struct {
+		name   string
+		batch  []events.Envelope
+		writes uint64
+		cp     uint64
+	}{
+		{"older and equal seqs, then an unknown type: only the checkpoint moves", []events.Envelope{
+			env(t, id, 3, events.PhaseError, &events.Exited{Generation: 1, Code: 2}),
+			env(t, id, 5, events.PhaseReady, &events.SupervisorAttached{Generation: 1}),
+			func() events.Envelope {
+				e := env(t, id, 7, events.PhaseStopped, &events.Deleted{})
+				e.Type = "sandbox.from_the_future"
+				return e
+			}(),
+		}, 1, 7},
+		{"everything already applied: no write at all", []events.Envelope{
+			env(t, id, 5, events.PhaseProvisioning, created(id, nil)),
+			unknown,
+		}, 0, 7},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := streamLast(t, v)
+			applyBatch(t, v, tc.batch...)
+			if got := streamLast(t, v) - before; got != tc.writes {
+				t.Errorf("writes = %d, want %d", got, tc.writes)
+			}
+			sameView(t, get(t, v, id), want)
+			if got := revision(t, v, id); got != rev {
+				t.Errorf("view revision %d, want %d (no write)", got, rev)
+			}
+			checkpointIs(t, v, tc.cp)
+		})
+	}
+
+	// A writer with an empty cache reads the view back and skips them too.
+	applyBatch(t, newView(t, v.js), tests[0].batch...)
+	sameView(t, get(t, v, id), want)
+}
+
+func TestApplyBatchRefuses(t *testing.T) {
+	v := newView(t, natstest.Start(t).JS)
+	id := newID(t)
+	for name, e := range map[string]events.Envelope{
+		"no seq":            env(t, id, 0, events.PhaseProvisioning, created(id, nil)),
+		"invalid id":        env(t, "a*b", 1, events.PhaseProvisioning, created("a*b-x", nil)),
+		"the checkpoint id": env(t, checkpointKey, 1, events.PhaseProvisioning, created("checkpoint", nil)),
+	} {
+		if err := v.ApplyBatch(context.Background(), []events.Envelope{e}); err == nil {
+			t.Errorf("ApplyBatch with %s = nil, want an error", name)
+		}
+	}
+}
+
+func TestCheckpointSurvivesRestart(t *testing.T) {
+	srv := natstest.Start(t)
+	dir := srv.Dir
+	v := newView(t, srv.JS)
+	checkpointIs(t, v, 0)
+	log := randomLog(t, 3, 20, 200)
+	applyBatch(t, v, log[:120]...)
+	checkpointIs(t, v, 120)
+	applyBatch(t, v, log[120:]...)
+	checkpointIs(t, v, 200)
+
+	// A new writer on the same bucket starts where the old one stood ...
+	w := newView(t, srv.JS)
+	checkpointIs(t, w, 200)
+	// ... and so does one after a restart of the server.
+	srv.Stop()
+	srv = natstest.StartWith(t, natstest.Options{Dir: dir})
+	w = newView(t, srv.JS)
+	checkpointIs(t, w, 200)
+	id := log[0].SandboxID
+	applyBatch(t, w, env(t, id, 205, events.PhaseStopping, &events.StopRequested{Generation: 1}))
+	checkpointIs(t, w, 205)
+	if got := get(t, w, id); got.Seq != 205 || got.Name == "" {
+		t.Errorf("view after restart: %+v, want stopping at 205 with its name", got)
+	}
+}
+
+func TestCheckpointOfBucketWithoutKey(t *testing.T) {
+	// A bucket written before the checkpoint key existed: Checkpoint scans.
+	v := newView(t, natstest.Start(t).JS)
+	for seq, id := range map[uint64]string{4: newID(t), 9: newID(t)} {
+		view := events.View{ID: id, Phase: events.PhaseReady, Seq: seq}
+		data, _ := json.Marshal(view)
+		if _, err := v.kv.Put(context.Background(), id, data); err != nil {
+			t.Fatalf("put: %v", err)
+		}
+	}
+	checkpointIs(t, v, 9)
+}
+
+func TestCheckpointKeyIsNoView(t *testing.T) {
+	v := newView(t, natstest.Start(t).JS)
+	id := newID(t)
+	applyBatch(t, v, env(t, id, 1, events.PhaseProvisioning, created(id, nil)),
+		env(t, id, 2, events.PhaseReady, &events.SupervisorAttached{Generation: 1}))
+	if _, ok := dump(t, v)[checkpointKey]; !ok {
+		t.Fatalf("bucket has no %s key", checkpointKey)
+	}
+	ctx := context.Background()
+	page, err := v.List(ctx, Query{})
+	if err != nil || len(page.Items) != 1 || page.Items[0].ID != id {
+		t.Errorf("List = %v, %v; want the one sandbox", ids(page.Items), err)
+	}
+	counts, err := v.Counts(ctx)
+	if err != nil || counts[events.PhaseReady] != 1 {
+		t.Errorf("Counts = %v, %v; want one ready", counts, err)
+	}
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	if total != 1 {
+		t.Errorf("Counts total %d, want 1", total)
+	}
+	if _, err := v.Get(ctx, checkpointKey); !errors.Is(err, events.ErrNotFound) {
+		t.Errorf("Get(%s) = %v, want ErrNotFound", checkpointKey, err)
+	}
+	if _, err := v.Wait(ctx, checkpointKey, events.PhaseReady); !errors.Is(err, events.ErrNotFound) {
+		t.Errorf("Wait(%s) = %v, want ErrNotFound", checkpointKey, err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, err := v.Watch(wctx, 0)
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	// A later change comes after every current value: the checkpoint, moved
+	// by it, must not show up in between.
+	applyBatch(t, v, env(t, id, 3, events.PhaseStopping, &events.StopRequested{Generation: 1}))
+	for _, want := range []uint64{2, 3} {
+		select {
+		case got := <-ch:
+			if got.ID != id || got.Seq != want {
+				t.Errorf("watched %q at %d, want %s at %d", got.ID, got.Seq, id, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no view at %d watched", want)
+		}
+	}
+}
+
+func TestApplyBatchErrorDropsCache(t *testing.T) {
+	srv := natstest.Start(t)
+	v := newView(t, srv.JS)
+	a, b, c := newID(t), newID(t), newID(t)
+	applyBatch(t, v, env(t, a, 1, events.PhaseProvisioning, created(a, nil)),
+		env(t, b, 2, events.PhaseProvisioning, created(b, nil)))
+	if cached(v, a) == false || cached(v, b) == false {
+		t.Fatal("views of the first batch are not cached")
+	}
+	if err := srv.JS.DeleteKeyValue(context.Background(), v.cfg.Bucket); err != nil {
+		t.Fatalf("delete bucket: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := v.ApplyBatch(ctx, []events.Envelope{
+		env(t, a, 3, events.PhaseReady, &events.SupervisorAttached{Generation: 1}),
+		env(t, c, 4, events.PhaseProvisioning, created(c, nil)),
+	})
+	if err == nil {
+		t.Fatal("ApplyBatch on a deleted bucket = nil, want an error")
+	}
+	if cached(v, a) || cached(v, c) {
+		t.Error("views of the failed batch are still cached; a retry would not reload them")
+	}
+}
+
+func cached(v *View, id string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	_, ok := v.cache[id]
+	return ok
+}
+
+func TestConcurrentBatchWriters(t *testing.T) {
+	js := natstest.Start(t).JS
+	a, b := newView(t, js), newView(t, js)
+	id := newID(t)
+	applyBatch(t, a, env(t, id, 1, events.PhaseProvisioning, created(id, nil)))
+	applyBatch(t, b, env(t, id, 2, events.PhaseReady, &events.SupervisorAttached{Generation: 1}))
+	// a's cached revisions (view and checkpoint) are stale now: it reloads.
+	applyBatch(t, a, env(t, id, 3, events.PhaseStopping, &events.StopRequested{}))
+	if got := get(t, a, id); got.Phase != events.PhaseStopping || got.Seq != 3 {
+		t.Errorf("phase %q seq %d, want stopping 3", got.Phase, got.Seq)
+	}
+	checkpointIs(t, a, 3)
+	// A redelivered creation of a sandbox a has not cached is written
+	// conditionally and reloaded, never overwriting the newer view.
+	applyBatch(t, newView(t, js), env(t, id, 1, events.PhaseProvisioning, created(id, nil)))
+	if got := get(t, a, id); got.Seq != 3 {
+		t.Errorf("after a redelivered creation: seq %d, want 3", got.Seq)
+	}
+}
+
+func TestRebuildEqualsLiveProjection(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx := context.Background()
+	store, err := jsstore.New(ctx, srv.JS, jsstore.Config{})
+	if err != nil {
+		t.Fatalf("store: %v", err)
+	}
+	log := randomLog(t, 4, 300, 4000)
+	publishLog(t, srv.JS, log)
+	last := uint64(len(log))
+
+	live := newView(t, srv.JS)
+	r, err := projections.NewRunner(store, live, projections.Config{BatchSize: 500})
+	if err != nil {
+		t.Fatalf("runner: %v", err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	waitCheckpoint(t, live, last)
+
+	stats, err := Rebuild(ctx, srv.JS, store, Config{Bucket: "torpor_phases_rebuild"})
+	if err != nil {
+		t.Fatalf("Rebuild: %v", err)
+	}
+	if stats.Events != len(log) || stats.LastSeq != last || stats.Views != 300 {
+		t.Errorf("stats %+v, want %d events, last seq %d, 300 views", stats, len(log), last)
+	}
+	rebuilt := newBucket(t, srv.JS, "torpor_phases_rebuild")
+	sameBucket(t, live, rebuilt)
+	checkpointIs(t, rebuilt, last)
+
+	if _, err := Rebuild(ctx, srv.JS, store, Config{Bucket: "torpor_phases_rebuild"}); err == nil {
+		t.Error("Rebuild into a bucket that holds views = nil, want an error")
+	}
+	if _, err := Rebuild(ctx, srv.JS, store, Config{}); err == nil {
+		t.Error("Rebuild without a bucket name = nil, want an error")
+	}
+}
+
+func TestRebuildEmptyLog(t *testing.T) {
+	srv := natstest.Start(t)
+	store, err := jsstore.New(context.Background(), srv.JS, jsstore.Config{})
+	if err != nil {
+		t.Fatalf("store: %v", err)
+	}
+	stats, err := Rebuild(context.Background(), srv.JS, store, Config{Bucket: "empty_rebuild"})
+	if err != nil || stats.Events != 0 || stats.Views != 0 || stats.LastSeq != 0 {
+		t.Errorf("Rebuild of an empty log = %+v, %v; want nothing", stats, err)
+	}
+}
+
+// waitCheckpoint waits until v's checkpoint key reaches seq.
+func waitCheckpoint(t *testing.T, v *View, seq uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := v.kv.Watch(ctx, checkpointKey)
+	if err != nil {
+		t.Fatalf("watch checkpoint: %v", err)
+	}
+	defer stop(w)
+	for {
+		select {
+		case e := <-w.Updates():
+			if e == nil {
+				continue
+			}
+			if string(e.Value()) == strconv.FormatUint(seq, 10) {
+				return
+			}
+		case <-ctx.Done():
+			cp, _ := v.Checkpoint(context.Background())
+			t.Fatalf("checkpoint at %d, want %d", cp, seq)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package jsstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -83,8 +82,8 @@ func (s *Store) loadBatch(ctx context.Context, id string, from uint64, out *[]ev
 
 // decode turns a stored message into its envelope, with Seq and MsgID set.
 func decode(msg *jetstream.RawStreamMsg) (events.Envelope, error) {
-	var env events.Envelope
-	if err := json.Unmarshal(msg.Data, &env); err != nil {
+	env, err := events.DecodeEnvelope(msg.Data)
+	if err != nil {
 		return env, fmt.Errorf("decode %s at %d: %w", msg.Subject, msg.Sequence, err)
 	}
 	env.Seq = msg.Sequence

@@ -2,7 +2,6 @@ package jsstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -116,12 +115,12 @@ func handBack(it jetstream.MessagesContext) {
 // decodeMsg turns a delivered message into its envelope, with Seq and MsgID
 // set.
 func decodeMsg(msg jetstream.Msg) (events.Envelope, error) {
-	var env events.Envelope
 	meta, err := msg.Metadata()
 	if err != nil {
-		return env, fmt.Errorf("metadata of %s: %w", msg.Subject(), err)
+		return events.Envelope{}, fmt.Errorf("metadata of %s: %w", msg.Subject(), err)
 	}
-	if err := json.Unmarshal(msg.Data(), &env); err != nil {
+	env, err := events.DecodeEnvelope(msg.Data())
+	if err != nil {
 		return env, fmt.Errorf("decode %s at %d: %w", msg.Subject(), meta.Sequence.Stream, err)
 	}
 	env.Seq = meta.Sequence.Stream

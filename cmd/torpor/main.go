@@ -57,7 +57,7 @@ func rootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCmd())
+	root.AddCommand(serveCmd(), benchCmd())
 	addClientCmds(root)
 	return root
 }

@@ -71,6 +71,11 @@ type app struct {
 	cancel context.CancelFunc
 	hsrv   *http.Server
 	driver *sim.Driver
+	js     jetstream.JetStream
+	store  *jsstore.Store
+	proj   *projections.Runner
+	// Ready reports whether the service may take traffic (/readyz).
+	Ready func(context.Context) error
 }
 
 // start binds and starts every part of the service; they run until ctx ends
@@ -137,6 +142,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		return nil, fmt.Errorf("--http %s: %w", cfg.HTTP, err)
 	}
 	a.HTTPAddr = ln.Addr().String()
+	a.js, a.store, a.proj = js, store, proj
 	ready := func(ctx context.Context) error {
 		if !a.nc.IsConnected() {
 			return errors.New("not connected to NATS")
@@ -153,29 +159,40 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		}
 		return nil
 	}
+	a.Ready = ready
 	h := gateway.NewHTTP(svc, viewAdapter{view}, ready, log.With().Str("part", "http").Logger())
 	a.hsrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, a.cancel = context.WithCancel(ctx)
 	a.g, ctx = errgroup.WithContext(ctx)
+	// Every part runs until ctx ends; one that fails stops them all, and says why.
+	run := func(part string, f func() error) {
+		a.g.Go(func() error {
+			err := f()
+			if err != nil {
+				log.Error().Err(err).Str("part", part).Msg("stopped with an error; shutting down")
+			}
+			return err
+		})
+	}
 	bus := gateway.NewBus(a.nc, svc, 0, log.With().Str("part", "bus").Logger())
 	if err := bus.Listen(ctx); err != nil {
 		a.cancel()
 		_ = ln.Close()
 		return nil, err
 	}
-	a.g.Go(func() error { return bus.Run(ctx) })
-	a.g.Go(func() error { return runner.Run(ctx) })
+	run("bus", func() error { return bus.Run(ctx) })
+	run("sagas", func() error { return runner.Run(ctx) })
 	if !cfg.noProjection {
-		a.g.Go(func() error { return proj.Run(ctx) })
+		run("kvview", func() error { return proj.Run(ctx) })
 	}
-	a.g.Go(func() error {
+	run("http", func() error {
 		if err := a.hsrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}
 		return nil
 	})
-	a.g.Go(func() error {
+	run("shutdown", func() error {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -76,7 +76,7 @@ func (s *Store) Subscribe(ctx context.Context, name string, h events.Handler) er
 // SubscribeBatch share the consumer's config, so one name may move between
 // them.
 func (s *Store) messages(ctx context.Context, name string) (jetstream.MessagesContext, error) {
-	cons, err := s.js.CreateOrUpdateConsumer(ctx, s.cfg.Stream, jetstream.ConsumerConfig{
+	cfg := jetstream.ConsumerConfig{
 		Durable:       name,
 		Description:   "torpor subscriber " + name,
 		FilterSubject: SubjectPrefix + ">",
@@ -84,7 +84,13 @@ func (s *Store) messages(ctx context.Context, name string) (jetstream.MessagesCo
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		MaxAckPending: maxAckPending,
 		AckWait:       s.cfg.AckWait,
-	})
+	}
+	// A consumer that exists keeps where it starts (an operator may have
+	// created it past a settled history); the server refuses to change that.
+	if c, err := s.js.Consumer(ctx, s.cfg.Stream, name); err == nil {
+		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = c.CachedInfo().Config.DeliverPolicy, c.CachedInfo().Config.OptStartSeq, c.CachedInfo().Config.OptStartTime
+	}
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, s.cfg.Stream, cfg)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, nil

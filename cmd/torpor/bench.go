@@ -1,0 +1,360 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	torpor "github.com/torpor/torpor/sdk/go"
+)
+
+// benchConfig is what `torpor bench` takes from its flags.
+type benchConfig struct {
+	Sandboxes   int
+	Concurrency int
+	Fsync       string // empty: both modes
+	Quick       bool
+	Output      string
+	Transport   string
+	Duration    time.Duration
+	DatabaseURL string
+	// growth sizes and history lengths
+	sizes        []int
+	shortHistory int
+	longHistory  int
+	longSample   int
+	sample       int
+}
+
+func (c *benchConfig) defaults() error {
+	if c.Quick {
+		c.Sandboxes = min(c.Sandboxes, 200)
+		c.Concurrency = min(c.Concurrency, 16)
+		c.Duration = min(c.Duration, 3*time.Second)
+		c.sizes, c.longHistory, c.longSample, c.sample = []int{1000, 10_000}, 200, 50, 100
+	} else {
+		c.sizes, c.longHistory, c.longSample, c.sample = []int{1000, 10_000, 100_000}, 1000, 100, 200
+	}
+	c.shortHistory = 10
+	switch {
+	case c.Sandboxes < 1 || c.Concurrency < 1:
+		return errors.New("--sandboxes and --concurrency: want 1 or more")
+	case c.Concurrency > c.Sandboxes:
+		return fmt.Errorf("--concurrency %d above --sandboxes %d: each client needs a sandbox of its own", c.Concurrency, c.Sandboxes)
+	case c.Fsync != "" && c.Fsync != "always" && c.Fsync != "interval":
+		return fmt.Errorf("--fsync %q: want always or interval (or nothing for both)", c.Fsync)
+	case c.Transport != "bus" && c.Transport != "http":
+		return fmt.Errorf("--transport %q: want bus or http", c.Transport)
+	case c.Output != "table" && c.Output != "json":
+		return fmt.Errorf("-o %q: want table or json", c.Output)
+	case c.Duration <= 0:
+		return errors.New("--duration: want a positive duration")
+	}
+	return nil
+}
+
+func benchCmd() *cobra.Command {
+	cfg := benchConfig{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "measure the pipeline against the raw bus, in one run, on an embedded server",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Output, _ = cmd.Flags().GetString("output")
+			if err := cfg.defaults(); err != nil {
+				return err
+			}
+			rep, err := runBench(cmd.Context(), cfg, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if cfg.Output == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			}
+			rep.print(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Sandboxes, "sandboxes", 1000, "sandboxes in the pipeline run")
+	f.IntVar(&cfg.Concurrency, "concurrency", 64, "concurrent clients (and the raw async window)")
+	f.StringVar(&cfg.Fsync, "fsync", "", "always or interval; both when empty")
+	f.BoolVar(&cfg.Quick, "quick", false, "smaller sizes, under 45 seconds")
+	f.StringVar(&cfg.Transport, "transport", "bus", "command path: bus or http")
+	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of each timed run")
+	f.StringVar(&cfg.DatabaseURL, "database-url", "", "PostgreSQL/CockroachDB URL for the SQL rows (none yet: the SQL view is a later issue)")
+	return cmd
+}
+
+// modeResult is one durability mode's run.
+type modeResult struct {
+	Fsync    string             `json:"fsync"`
+	Raw      rawResult          `json:"raw"`
+	Pipeline pipelineResult     `json:"pipeline"`
+	Latency  latencyResult      `json:"latency_ms"`
+	Ratios   map[string]float64 `json:"ratios"`
+}
+
+type growthRow struct {
+	Sandboxes        int           `json:"sandboxes"`
+	EventsPerSandbox int           `json:"events_per_sandbox"`
+	LogEvents        int           `json:"log_events"`
+	FirstTouch       latencyResult `json:"first_touch_ms"`
+	Steady           latencyResult `json:"steady_ms"`
+}
+
+type growthResult struct {
+	Rows                []growthRow `json:"rows"`
+	CatchUpEPS          float64     `json:"catch_up_eps"`
+	HeapPerSandboxBytes float64     `json:"heap_per_sandbox_bytes"`
+	RecoverySeconds     float64     `json:"recovery_seconds"`
+	RecoverySandboxes   int         `json:"recovery_sandboxes"`
+}
+
+type replayResult struct {
+	Events            int     `json:"events"`
+	RawOrderedReadEPS float64 `json:"raw_ordered_read_eps"`
+	KVRebuildEPS      float64 `json:"kv_rebuild_eps"`
+}
+
+type target struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	Cmp   string  `json:"cmp"`
+	Want  float64 `json:"want"`
+	Met   bool    `json:"met"`
+}
+
+// benchReport is the JSON document of `torpor bench -o json`. The top-level
+// raw, pipeline, latency_ms and ratios are the primary mode's (interval when
+// it ran).
+type benchReport struct {
+	Machine  map[string]any     `json:"machine"`
+	Config   map[string]any     `json:"config"`
+	Modes    []modeResult       `json:"modes"`
+	Raw      rawResult          `json:"raw"`
+	Pipeline pipelineResult     `json:"pipeline"`
+	Latency  latencyResult      `json:"latency_ms"`
+	Growth   *growthResult      `json:"growth,omitempty"`
+	Replay   *replayResult      `json:"replay,omitempty"`
+	Ratios   map[string]float64 `json:"ratios"`
+	Targets  []target           `json:"targets"`
+	Notes    []string           `json:"notes"`
+	Seconds  float64            `json:"seconds"`
+}
+
+// runBench runs every section and assembles the report; progress goes to log.
+func runBench(ctx context.Context, cfg benchConfig, log io.Writer) (*benchReport, error) {
+	began := time.Now()
+	host, _ := os.Hostname()
+	rep := &benchReport{
+		Machine: map[string]any{"host": host, "cpus": runtime.NumCPU(), "go": runtime.Version(), "os": runtime.GOOS + "/" + runtime.GOARCH},
+		Config: map[string]any{"sandboxes": cfg.Sandboxes, "concurrency": cfg.Concurrency, "fsync": cfg.Fsync, "quick": cfg.Quick,
+			"transport": cfg.Transport, "duration": cfg.Duration.String(), "growth_sizes": cfg.sizes},
+		Ratios: map[string]float64{},
+	}
+	modes := []string{"interval", "always"}
+	if cfg.Fsync != "" {
+		modes = []string{cfg.Fsync}
+	}
+	for _, m := range modes {
+		fmt.Fprintf(log, "bench: fsync %s: raw bus, then %d sandboxes × %d clients over %s\n", m, cfg.Sandboxes, cfg.Concurrency, cfg.Transport)
+		mr, err := runMode(ctx, cfg, m)
+		if err != nil {
+			return nil, fmt.Errorf("fsync %s: %w", m, err)
+		}
+		rep.Modes = append(rep.Modes, mr)
+	}
+	primary := rep.Modes[0]
+	rep.Raw, rep.Pipeline, rep.Latency = primary.Raw, primary.Pipeline, primary.Latency
+	for k, v := range primary.Ratios {
+		rep.Ratios[k] = v
+	}
+	if cfg.Fsync == "" || cfg.Fsync == "interval" {
+		fmt.Fprintf(log, "bench: growth over %v sandboxes, replay, recovery (fsync interval)\n", cfg.sizes)
+		g, r, err := runGrowth(ctx, cfg, log)
+		if err != nil {
+			return nil, fmt.Errorf("growth: %w", err)
+		}
+		rep.Growth, rep.Replay = g, r
+		if len(g.Rows) >= 2 && g.Rows[0].Steady.P50 > 0 {
+			rep.Ratios["growth_latency_p50"] = g.Rows[len(g.Rows)-1].Steady.P50 / g.Rows[0].Steady.P50
+			rep.Ratios["growth_latency_p99"] = g.Rows[len(g.Rows)-1].Steady.P99 / g.Rows[0].Steady.P99
+		}
+		if r.RawOrderedReadEPS > 0 {
+			rep.Ratios["kv_rebuild_vs_raw_read"] = r.KVRebuildEPS / r.RawOrderedReadEPS
+		}
+	}
+	if cfg.DatabaseURL != "" {
+		rep.Notes = append(rep.Notes, "--database-url given, but there is no SQL view yet: the SQL rows come with the issue that builds it")
+	}
+	rep.targets()
+	rep.Seconds = time.Since(began).Seconds()
+	return rep, nil
+}
+
+// runMode measures the raw bus and the pipeline on a fresh service in one
+// durability mode.
+func runMode(ctx context.Context, cfg benchConfig, fsync string) (modeResult, error) {
+	mr := modeResult{Fsync: fsync, Ratios: map[string]float64{}}
+	dir, err := os.MkdirTemp("", "torpor-bench-")
+	if err != nil {
+		return mr, err
+	}
+	defer os.RemoveAll(dir)
+	a, err := start(ctx, serveConfig{Data: dir, HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: fsync, Node: "local", Deadline: time.Minute}, zerolog.Nop())
+	if err != nil {
+		return mr, err
+	}
+	defer func() { _ = a.Stop() }()
+	nc, err := nats.Connect(a.NATSURL)
+	if err != nil {
+		return mr, err
+	}
+	defer nc.Close()
+
+	rawDur := min(cfg.Duration/3, 3*time.Second)
+	if mr.Raw, err = benchRaw(ctx, nc, cfg.Sandboxes, cfg.Concurrency, rawDur); err != nil {
+		return mr, err
+	}
+	js, _ := jetstream.New(nc)
+	vw, err := newViewWaiter(ctx, js)
+	if err != nil {
+		return mr, err
+	}
+	cmd := commanderFor(cfg.Transport, a, nc)
+	ids, createRate, err := createReady(ctx, cmd, vw, cfg.Sandboxes, cfg.Concurrency)
+	if err != nil {
+		return mr, err
+	}
+	before, err := lastSeq(ctx, js)
+	if err != nil {
+		return mr, err
+	}
+	transitions, secs, err := cycle(ctx, cmd, vw, ids, cfg.Concurrency, cfg.Duration)
+	if err != nil {
+		return mr, err
+	}
+	after, err := lastSeq(ctx, js)
+	if err != nil {
+		return mr, err
+	}
+	mr.Pipeline = pipelineResult{
+		Transport: cfg.Transport, Sandboxes: cfg.Sandboxes, Concurrency: cfg.Concurrency, Seconds: secs,
+		Transitions: transitions, Events: after - before, TransitionsPerS: float64(transitions) / secs,
+		EventsPerS: float64(after-before) / secs, CreateToReadyPerS: createRate,
+	}
+	if mr.Latency, err = openLoop(ctx, cmd, vw, ids, mr.Pipeline.TransitionsPerS/2, cfg.Duration); err != nil {
+		return mr, err
+	}
+	if mr.Raw.AppendCheckAsyncEPS > 0 {
+		mr.Ratios["pipeline_vs_raw_append"] = mr.Pipeline.EventsPerS / mr.Raw.AppendCheckAsyncEPS
+	}
+	if mr.Raw.AppendCheckSyncEPS > 0 {
+		mr.Ratios["pipeline_vs_raw_append_sync"] = mr.Pipeline.EventsPerS / mr.Raw.AppendCheckSyncEPS
+	}
+	return mr, nil
+}
+
+func commanderFor(transport string, a *app, nc *nats.Conn) commander {
+	if transport == "http" {
+		return httpCommander{c: torpor.New(a.HTTPAddr, nil)}
+	}
+	return busCommander{nc: nc}
+}
+
+func lastSeq(ctx context.Context, js jetstream.JetStream) (uint64, error) {
+	s, err := js.Stream(ctx, "TORPOR_EVENTS")
+	if err != nil {
+		return 0, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.LastSeq, nil
+}
+
+// targets checks the issue's targets against what this run measured.
+func (r *benchReport) targets() {
+	add := func(name string, v float64, cmp string, want float64, ok bool) {
+		if !ok {
+			return
+		}
+		met := v >= want
+		if cmp == "<=" {
+			met = v <= want
+		}
+		r.Targets = append(r.Targets, target{Name: name, Value: v, Cmp: cmp, Want: want, Met: met})
+	}
+	for _, m := range r.Modes {
+		v, ok := m.Ratios["pipeline_vs_raw_append"]
+		add("pipeline events/s ÷ raw async append ("+m.Fsync+")", v, ">=", 0.5, ok)
+		if m.Fsync == "interval" {
+			add("p99 ms at half the max rate (interval)", m.Latency.P99, "<=", 10, m.Latency.Samples > 0)
+		}
+	}
+	if g := r.Growth; g != nil {
+		v, ok := r.Ratios["growth_latency_p50"]
+		add("command latency, largest fleet & longest history ÷ smallest (p50)", v, "<=", 1.25, ok)
+		add("heap bytes per idle sandbox", g.HeapPerSandboxBytes, "<=", 2048, g.HeapPerSandboxBytes > 0)
+		add(fmt.Sprintf("restart to ready with %d sandboxes (s)", g.RecoverySandboxes), g.RecoverySeconds, "<=", 3, g.RecoverySeconds > 0)
+	}
+	v, ok := r.Ratios["kv_rebuild_vs_raw_read"]
+	add("KV rebuild ÷ raw ordered read", v, ">=", 0.5, ok)
+}
+
+// print writes the report as tables, with the gap of every target missed.
+func (r *benchReport) print(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "torpor bench — %v CPUs, %s, %s; transport %s, %d sandboxes, %d clients\n\n", r.Machine["cpus"], r.Machine["go"], r.Machine["os"], r.Pipeline.Transport, r.Pipeline.Sandboxes, r.Pipeline.Concurrency)
+	fmt.Fprintln(tw, "fsync\traw sync append/s\traw async append/s\traw ordered read/s\traw KV put/s\tpipeline events/s\ttransitions/s\tratio\tp50 ms\tp90 ms\tp99 ms\tmax ms\t")
+	for _, m := range r.Modes {
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", m.Fsync, m.Raw.AppendCheckSyncEPS, m.Raw.AppendCheckAsyncEPS,
+			m.Raw.OrderedReadEPS, m.Raw.KVPutEPS, m.Pipeline.EventsPerS, m.Pipeline.TransitionsPerS, m.Ratios["pipeline_vs_raw_append"],
+			m.Latency.P50, m.Latency.P90, m.Latency.P99, m.Latency.Max)
+	}
+	tw.Flush()
+	if g := r.Growth; g != nil {
+		fmt.Fprintln(w)
+		fmt.Fprintln(tw, "sandboxes\tevents/sandbox\tlog events\tfirst touch p50 ms\tsteady p50 ms\tsteady p99 ms\t")
+		for _, row := range g.Rows {
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t\n", row.Sandboxes, row.EventsPerSandbox, row.LogEvents, row.FirstTouch.P50, row.Steady.P50, row.Steady.P99)
+		}
+		tw.Flush()
+		fmt.Fprintf(w, "live view catch-up %.0f events/s; heap %.0f B per idle sandbox; restart to ready with %d sandboxes %.2fs\n", g.CatchUpEPS, g.HeapPerSandboxBytes, g.RecoverySandboxes, g.RecoverySeconds)
+	}
+	if rp := r.Replay; rp != nil {
+		fmt.Fprintf(w, "replay of %d events: raw ordered read %.0f/s, KV rebuild %.0f/s\n", rp.Events, rp.RawOrderedReadEPS, rp.KVRebuildEPS)
+	}
+	fmt.Fprintln(w)
+	for _, t := range r.Targets {
+		mark := "met"
+		if !t.Met {
+			gap := t.Value / t.Want
+			if t.Cmp == "<=" {
+				gap = t.Want / t.Value
+			}
+			mark = fmt.Sprintf("MISSED (at %.0f%% of the target)", 100*gap)
+		}
+		fmt.Fprintf(w, "target %-66s %10.3f %s %-8g %s\n", t.Name, t.Value, t.Cmp, t.Want, mark)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintln(w, "note:", strings.TrimSpace(n))
+	}
+	fmt.Fprintf(w, "\nran %.0fs\n", r.Seconds)
+}

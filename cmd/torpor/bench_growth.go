@@ -1,0 +1,371 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/jsstore"
+	"github.com/torpor/torpor/projections/kvview"
+	"github.com/torpor/torpor/sagas"
+	"github.com/torpor/torpor/services/gateway"
+)
+
+// history returns a settled lifecycle of about n events for sandbox id, each
+// stamped with the phase the table gives: created, attached, then suspend and
+// resume cycles, ending ready. It is what a long-lived sandbox's log looks like.
+func history(id string, n int, now time.Time) ([]events.Envelope, error) {
+	evs := []events.Event{
+		&events.Created{Name: "bench-" + id[len(id)-12:], Driver: "sim", Node: "local", Generation: 1},
+		&events.Started{Generation: 1},
+		&events.SupervisorAttached{Generation: 1},
+	}
+	for g := int64(1); len(evs)+6 <= n; g++ {
+		ref := "sim:" + id + ":" + strconv.FormatInt(g, 10) + ":bench"
+		evs = append(evs,
+			&events.SuspendRequested{Generation: g},
+			&events.Suspended{Generation: g, RestoreRef: ref},
+			&events.ResumeRequested{Generation: g + 1, RestoreRef: ref},
+			&events.RetainedStateConsumed{Generation: g + 1, RestoreRef: ref},
+			&events.Resumed{Generation: g + 1, Outcome: events.OutcomeRestored},
+			&events.SupervisorAttached{Generation: g + 1},
+		)
+	}
+	out := make([]events.Envelope, len(evs))
+	phase := events.PhaseNone
+	for i, e := range evs {
+		env, err := events.NewEnvelope(id, e, events.Meta{Actor: "bench"}, now)
+		if err != nil {
+			return nil, err
+		}
+		if phase, err = gateway.Next(phase, e.Type()); err != nil {
+			return nil, err
+		}
+		env.Phase = phase
+		out[i] = env
+	}
+	return out, nil
+}
+
+// populate appends n settled sandboxes of about perSandbox events each
+// straight to the log (async, a bounded window), then moves the sagas'
+// durable consumers past them: the histories are complete, nothing is left
+// for a saga to drive. It returns the ids and the events written.
+func populate(ctx context.Context, nc *nats.Conn, n, perSandbox int) ([]string, int, error) {
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return nil, 0, err
+	}
+	ids := make([]string, n)
+	written := 0
+	now := time.Now()
+	for i := range ids {
+		ids[i] = uuid.Must(uuid.NewV7()).String()
+		envs, err := history(ids[i], perSandbox, now)
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, env := range envs {
+			data, err := json.Marshal(env)
+			if err != nil {
+				return nil, 0, err
+			}
+			m := &nats.Msg{Subject: jsstore.Subject(ids[i]), Data: data, Header: nats.Header{jsstore.HeaderType: []string{env.Type}}}
+			if _, err := js.PublishMsgAsync(m, jetstream.WithMsgID(env.ID)); err != nil {
+				return nil, 0, fmt.Errorf("populate: %w", err)
+			}
+			written++
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(2 * time.Minute):
+		return nil, 0, errors.New("populate: acks not complete in 2m")
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	}
+	return ids, written, settleSagas(ctx, js)
+}
+
+// settleSagas positions the sagas' durable consumers after the last event.
+func settleSagas(ctx context.Context, js jetstream.JetStream) error {
+	s, err := js.Stream(ctx, "TORPOR_EVENTS")
+	if err != nil {
+		return err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return err
+	}
+	for _, name := range []string{sagas.FloorName, sagas.AheadName} {
+		if err := s.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return err
+		}
+		if _, err := s.CreateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable: name, FilterSubject: "torpor.sandbox.>", AckPolicy: jetstream.AckExplicitPolicy,
+			DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: info.State.LastSeq + 1,
+		}); err != nil {
+			return fmt.Errorf("settle %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// caughtUp waits until the service is ready and its view has no lag.
+func caughtUp(ctx context.Context, a *app) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if a.Ready(ctx) == nil {
+			if lag, err := a.proj.Lag(ctx); err == nil && lag == 0 {
+				return nil
+			}
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return fmt.Errorf("view not caught up: %w", ctx.Err())
+		}
+	}
+}
+
+// heap is the live heap after a full collection.
+func heap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// sampleLatency measures command-to-visible latency on ids with c clients:
+// each id goes suspend → resume twice; the first touch of an id (a cold
+// cache: its history is loaded) is reported apart from the rest.
+func sampleLatency(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, c int) (first, steady latencyResult, err error) {
+	var (
+		mu           sync.Mutex
+		cold, warm   []time.Duration
+		wg           sync.WaitGroup
+		ferr         error
+		work         = make(chan string, len(ids))
+		start        = time.Now()
+		sequentially = [][2]string{{"suspend", string(events.PhaseSuspended)}, {"resume", string(events.PhaseReady)}, {"suspend", string(events.PhaseSuspended)}, {"resume", string(events.PhaseReady)}}
+	)
+	for _, id := range ids {
+		work <- id
+	}
+	close(work)
+	for w := 0; w < c; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range work {
+				for i, s := range sequentially {
+					t0 := time.Now()
+					if err := step(ctx, cmd, vw, s[0], id, events.Phase(s[1])); err != nil {
+						mu.Lock()
+						ferr = errors.Join(ferr, err)
+						mu.Unlock()
+						return
+					}
+					lat := time.Since(t0)
+					mu.Lock()
+					if i == 0 {
+						cold = append(cold, lat)
+					} else {
+						warm = append(warm, lat)
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start).Seconds()
+	first = latencyResult{Samples: len(cold), AchievedPerS: float64(len(cold)+len(warm)) / el}
+	first.P50, first.P90, first.P99, first.Max = percentiles(cold)
+	steady = latencyResult{Samples: len(warm), AchievedPerS: first.AchievedPerS}
+	steady.P50, steady.P90, steady.P99, steady.Max = percentiles(warm)
+	return first, steady, ferr
+}
+
+// runGrowth grows a log (fsync interval) through cfg.sizes sandboxes of
+// shortHistory events, adding longSample sandboxes of longHistory events at
+// the largest size; at each size it restarts the service, waits for the view
+// to catch up, and measures command latency on a sample. Then it measures the
+// restart to ready at the largest size, the heap per sandbox, and the replay.
+func runGrowth(ctx context.Context, cfg benchConfig, log io.Writer) (*growthResult, *replayResult, error) {
+	dir, err := os.MkdirTemp("", "torpor-bench-growth-")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(dir)
+	scfg := serveConfig{Data: dir, HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: "interval", Node: "local", Deadline: time.Minute}
+	g := &growthResult{}
+	var (
+		total     int
+		logEvents int
+		heapSmall uint64
+		catchEv   int
+		catchSecs float64
+	)
+	for i, size := range cfg.sizes {
+		last := i == len(cfg.sizes)-1
+		short, long, written, err := grow(ctx, scfg, size-total, cfg.shortHistory, map[bool]int{true: cfg.longSample}[last], cfg.longHistory)
+		if err != nil {
+			return nil, nil, err
+		}
+		total, logEvents = size, logEvents+written
+		fmt.Fprintf(log, "bench: growth: %d sandboxes, %d events in the log\n", total, logEvents)
+
+		t0 := time.Now()
+		a, err := start(ctx, scfg, zerolog.Nop())
+		if err != nil {
+			return nil, nil, err
+		}
+		err = caughtUp(ctx, a)
+		catchEv, catchSecs = catchEv+written, catchSecs+time.Since(t0).Seconds()
+		if err != nil {
+			_ = a.Stop()
+			return nil, nil, err
+		}
+		rows, err := measureGrowth(ctx, cfg, a, short[:min(cfg.sample, len(short))], long, total, logEvents)
+		if err == nil && i == 0 {
+			heapSmall = heap()
+		}
+		if err == nil && last {
+			if heapLarge := heap(); heapLarge > heapSmall && size > cfg.sizes[0] {
+				g.HeapPerSandboxBytes = float64(heapLarge-heapSmall) / float64(size-cfg.sizes[0])
+			}
+		}
+		_ = a.Stop()
+		if err != nil {
+			return nil, nil, err
+		}
+		g.Rows = append(g.Rows, rows...)
+	}
+	g.CatchUpEPS = float64(catchEv) / catchSecs
+
+	// Restart to ready with everything in the log.
+	t0 := time.Now()
+	a, err := start(ctx, scfg, zerolog.Nop())
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = a.Stop() }()
+	if err := readyWait(ctx, a); err != nil {
+		return nil, nil, err
+	}
+	g.RecoverySeconds, g.RecoverySandboxes = time.Since(t0).Seconds(), total
+	r, err := benchReplay(ctx, a, logEvents)
+	return g, r, err
+}
+
+// grow appends n sandboxes of short events and nLong of long events to the
+// log under scfg.Data, with the service stopped.
+func grow(ctx context.Context, scfg serveConfig, n, short, nLong, long int) ([]string, []string, int, error) {
+	ns, err := embedded(scfg)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := jsstore.New(ctx, js, jsstore.Config{}); err != nil {
+		return nil, nil, 0, err
+	}
+	ids, written, err := populate(ctx, nc, n, short)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	var longIDs []string
+	if nLong > 0 {
+		var w int
+		if longIDs, w, err = populate(ctx, nc, nLong, long); err != nil {
+			return nil, nil, 0, err
+		}
+		written += w
+	}
+	return ids, longIDs, written, nil
+}
+
+// measureGrowth samples command latency on short (and long) sandboxes.
+func measureGrowth(ctx context.Context, cfg benchConfig, a *app, short, long []string, total, logEvents int) ([]growthRow, error) {
+	nc, err := nats.Connect(a.NATSURL)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	vw, err := newViewWaiter(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	cmd := commanderFor(cfg.Transport, a, nc)
+	clients := min(8, cfg.Concurrency)
+	var rows []growthRow
+	for _, set := range []struct {
+		ids []string
+		per int
+	}{{short, cfg.shortHistory}, {long, cfg.longHistory}} {
+		if len(set.ids) == 0 {
+			continue
+		}
+		first, steady, err := sampleLatency(ctx, cmd, vw, set.ids, clients)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, growthRow{Sandboxes: total, EventsPerSandbox: set.per, LogEvents: logEvents, FirstTouch: first, Steady: steady})
+	}
+	return rows, nil
+}
+
+// readyWait waits until the service answers ready.
+func readyWait(ctx context.Context, a *app) error {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for a.Ready(ctx) != nil {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// benchReplay reads the whole log with an ordered consumer, then rebuilds
+// the KV view from it into a fresh bucket.
+func benchReplay(ctx context.Context, a *app, events int) (*replayResult, error) {
+	r := &replayResult{Events: events}
+	var err error
+	if r.RawOrderedReadEPS, err = orderedRead(ctx, a.js, "TORPOR_EVENTS"); err != nil {
+		return nil, err
+	}
+	const bucket = "torpor_phases_rebuild"
+	_ = a.js.DeleteKeyValue(ctx, bucket)
+	defer func() { _ = a.js.DeleteKeyValue(context.WithoutCancel(ctx), bucket) }()
+	t0 := time.Now()
+	st, err := kvview.Rebuild(ctx, a.js, a.store, kvview.Config{Bucket: bucket})
+	if err != nil {
+		return nil, fmt.Errorf("rebuild: %w", err)
+	}
+	r.KVRebuildEPS = float64(st.Events) / time.Since(t0).Seconds()
+	return r, nil
+}

@@ -1,0 +1,342 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/torpor/torpor/events"
+	torpor "github.com/torpor/torpor/sdk/go"
+)
+
+// commander sends lifecycle commands through the real command path.
+type commander interface {
+	create(ctx context.Context) (events.View, error)
+	do(ctx context.Context, verb, id string) (events.View, error)
+}
+
+type busCommander struct{ nc *nats.Conn }
+
+func (b busCommander) request(ctx context.Context, verb string, body any) (events.View, error) {
+	data, _ := json.Marshal(body)
+	msg, err := b.nc.RequestWithContext(ctx, "torpor.cmd."+verb, data)
+	if err != nil {
+		return events.View{}, err
+	}
+	var eb events.ErrorBody
+	if json.Unmarshal(msg.Data, &eb) == nil && eb.Error != nil {
+		return events.View{}, eb.Error
+	}
+	var v events.View
+	return v, json.Unmarshal(msg.Data, &v)
+}
+
+func (b busCommander) create(ctx context.Context) (events.View, error) {
+	return b.request(ctx, "create", map[string]string{"driver": "sim"})
+}
+
+func (b busCommander) do(ctx context.Context, verb, id string) (events.View, error) {
+	return b.request(ctx, verb, map[string]string{"id": id})
+}
+
+type httpCommander struct{ c *torpor.Client }
+
+func (h httpCommander) create(ctx context.Context) (events.View, error) {
+	return h.c.Create(ctx, torpor.CreateRequest{Driver: "sim"}, "")
+}
+
+func (h httpCommander) do(ctx context.Context, verb, id string) (events.View, error) {
+	return h.c.Lifecycle(ctx, verb, id, false, "")
+}
+
+// viewWaiter watches the KV phase view and wakes whoever waits for a
+// sandbox to reach a phase: "until the phase view shows each outcome".
+type viewWaiter struct {
+	mu    sync.Mutex
+	waits map[string]*phaseWait
+	kv    jetstream.KeyValue
+}
+
+type phaseWait struct {
+	phase events.Phase
+	ch    chan events.Phase
+}
+
+func newViewWaiter(ctx context.Context, js jetstream.JetStream) (*viewWaiter, error) {
+	kv, err := js.KeyValue(ctx, "torpor_phases")
+	if err != nil {
+		return nil, err
+	}
+	w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		return nil, err
+	}
+	vw := &viewWaiter{waits: map[string]*phaseWait{}, kv: kv}
+	go func() {
+		defer func() { _ = w.Stop() }()
+		for e := range w.Updates() {
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var v struct {
+				Phase events.Phase `json:"phase"`
+			}
+			if json.Unmarshal(e.Value(), &v) != nil {
+				continue
+			}
+			vw.mu.Lock()
+			if pw := vw.waits[e.Key()]; pw != nil && (v.Phase == pw.phase || v.Phase == events.PhaseError) {
+				delete(vw.waits, e.Key())
+				pw.ch <- v.Phase
+			}
+			vw.mu.Unlock()
+		}
+	}()
+	return vw, nil
+}
+
+// expect registers interest in id reaching phase; call it before the command.
+func (vw *viewWaiter) expect(id string, phase events.Phase) <-chan events.Phase {
+	ch := make(chan events.Phase, 1)
+	vw.mu.Lock()
+	vw.waits[id] = &phaseWait{phase: phase, ch: ch}
+	vw.mu.Unlock()
+	return ch
+}
+
+func (vw *viewWaiter) cancel(id string) {
+	vw.mu.Lock()
+	delete(vw.waits, id)
+	vw.mu.Unlock()
+}
+
+func (vw *viewWaiter) wait(ctx context.Context, id string, phase events.Phase, ch <-chan events.Phase) error {
+	select {
+	case got := <-ch:
+		if got != phase {
+			return fmt.Errorf("sandbox %s went to %s waiting for %s", id, got, phase)
+		}
+		return nil
+	case <-ctx.Done():
+		vw.cancel(id)
+		return fmt.Errorf("sandbox %s: no %s in the view: %w", id, phase, ctx.Err())
+	}
+}
+
+// step sends verb to id and waits until the view shows target.
+func step(ctx context.Context, cmd commander, vw *viewWaiter, verb, id string, target events.Phase) error {
+	ch := vw.expect(id, target)
+	if _, err := cmd.do(ctx, verb, id); err != nil {
+		vw.cancel(id)
+		return fmt.Errorf("%s %s: %w", verb, id, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return vw.wait(wctx, id, target, ch)
+}
+
+// createReady creates n sandboxes with c clients and waits until all are ready.
+func createReady(ctx context.Context, cmd commander, vw *viewWaiter, n, c int) ([]string, float64, error) {
+	ids := make([]string, n)
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		ferr error
+	)
+	start := time.Now()
+	for w := 0; w < c; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := createOne(ctx, cmd, vw, ids, i); err != nil {
+					mu.Lock()
+					ferr = errors.Join(ferr, err)
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return ids, float64(n) / time.Since(start).Seconds(), ferr
+}
+
+func createOne(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, i int) error {
+	v, err := cmd.create(ctx)
+	if err != nil {
+		return fmt.Errorf("create: %w", err)
+	}
+	ids[i] = v.ID
+	ch := vw.expect(v.ID, events.PhaseReady)
+	// The attach may have been projected before we registered: look once.
+	if e, err := vw.kv.Get(ctx, v.ID); err == nil {
+		var cur events.View
+		if json.Unmarshal(e.Value(), &cur) == nil && cur.Phase == events.PhaseReady {
+			vw.cancel(v.ID)
+			return nil
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return vw.wait(wctx, v.ID, events.PhaseReady, ch)
+}
+
+// pipelineResult is the full command path under load.
+type pipelineResult struct {
+	Transport         string  `json:"transport"`
+	Sandboxes         int     `json:"sandboxes"`
+	Concurrency       int     `json:"concurrency"`
+	Seconds           float64 `json:"seconds"`
+	Transitions       int64   `json:"transitions"`
+	Events            uint64  `json:"events"`
+	TransitionsPerS   float64 `json:"transitions_per_s"`
+	EventsPerS        float64 `json:"events_per_s"`
+	CreateToReadyPerS float64 `json:"create_to_ready_per_s"`
+}
+
+// cycle runs c clients, each cycling its share of ids through suspend →
+// suspended → resume → ready, for d; a transition counts once the view shows
+// it.
+func cycle(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, c int, d time.Duration) (int64, float64, error) {
+	var (
+		transitions atomic.Int64
+		wg          sync.WaitGroup
+		mu          sync.Mutex
+		ferr        error
+	)
+	until := time.Now().Add(d)
+	start := time.Now()
+	for w := 0; w < c; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := w; time.Now().Before(until); k += c {
+				id := ids[k%len(ids)]
+				for _, s := range []struct {
+					verb   string
+					target events.Phase
+				}{{"suspend", events.PhaseSuspended}, {"resume", events.PhaseReady}} {
+					if err := step(ctx, cmd, vw, s.verb, id, s.target); err != nil {
+						mu.Lock()
+						ferr = errors.Join(ferr, err)
+						mu.Unlock()
+						return
+					}
+					transitions.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return transitions.Load(), time.Since(start).Seconds(), ferr
+}
+
+// latencyResult is command-to-visible latency at a fixed offered rate.
+type latencyResult struct {
+	OfferedPerS  float64 `json:"offered_per_s"`
+	AchievedPerS float64 `json:"achieved_per_s"`
+	Samples      int     `json:"samples"`
+	Skipped      int     `json:"skipped"`
+	P50          float64 `json:"p50"`
+	P90          float64 `json:"p90"`
+	P99          float64 `json:"p99"`
+	Max          float64 `json:"max"`
+}
+
+// openLoop offers rate commands per second for d, each on an idle sandbox
+// (suspend if ready, resume if suspended), and measures from sending the
+// command to the view showing its outcome. A tick that finds no idle sandbox
+// is skipped and counted.
+func openLoop(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, rate float64, d time.Duration) (latencyResult, error) {
+	res := latencyResult{OfferedPerS: rate}
+	if rate <= 0 {
+		return res, errors.New("latency: no rate to offer")
+	}
+	type sb struct {
+		id        string
+		suspended bool
+	}
+	idle := make(chan sb, len(ids))
+	for _, id := range ids {
+		idle <- sb{id: id}
+	}
+	var (
+		mu   sync.Mutex
+		lats []time.Duration
+		ferr error
+		wg   sync.WaitGroup
+	)
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer tick.Stop()
+	start := time.Now()
+	for time.Since(start) < d {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
+		var s sb
+		select {
+		case s = <-idle:
+		default:
+			res.Skipped++
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			verb, target := "suspend", events.PhaseSuspended
+			if s.suspended {
+				verb, target = "resume", events.PhaseReady
+			}
+			t0 := time.Now()
+			err := step(ctx, cmd, vw, verb, s.id, target)
+			lat := time.Since(t0)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				ferr = errors.Join(ferr, err)
+				return
+			}
+			lats = append(lats, lat)
+			s.suspended = !s.suspended
+			idle <- s
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	res.Samples = len(lats)
+	res.AchievedPerS = float64(len(lats)) / elapsed
+	res.P50, res.P90, res.P99, res.Max = percentiles(lats)
+	return res, ferr
+}
+
+// percentiles returns p50, p90, p99 and max in milliseconds.
+func percentiles(ds []time.Duration) (p50, p90, p99, mx float64) {
+	if len(ds) == 0 {
+		return
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	at := func(q float64) float64 {
+		i := int(math.Ceil(q*float64(len(ds)))) - 1
+		return ms(ds[max(0, min(i, len(ds)-1))])
+	}
+	return at(0.50), at(0.90), at(0.99), ms(ds[len(ds)-1])
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

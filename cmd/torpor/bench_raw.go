@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// rawResult is the denominator: the bus itself, on the same server, in the
+// same run.
+type rawResult struct {
+	AppendCheckSyncEPS  float64 `json:"append_check_sync_eps"`
+	AppendCheckAsyncEPS float64 `json:"append_check_async_eps"`
+	OrderedReadEPS      float64 `json:"ordered_read_eps"`
+	KVPutEPS            float64 `json:"kv_put_eps"`
+	// SQLUpsertEPS is absent until the SQL view exists (a later issue adds it).
+	SQLUpsertEPS *float64 `json:"sql_upsert_eps,omitempty"`
+	Messages     int      `json:"messages"`
+}
+
+const rawStream = "BENCH_RAW"
+
+// benchRaw measures appends with the expected-last-subject-sequence check
+// (one publisher waiting for each ack, and an async window of concurrency
+// publishes over as many subjects as the pipeline has sandboxes), an
+// ordered-consumer read of what was written, and KV puts.
+func benchRaw(ctx context.Context, nc *nats.Conn, subjects, concurrency int, d time.Duration) (rawResult, error) {
+	var r rawResult
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(concurrency))
+	if err != nil {
+		return r, err
+	}
+	_ = js.DeleteStream(ctx, rawStream)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: rawStream, Subjects: []string{"bench.raw.>"}, Storage: jetstream.FileStorage}); err != nil {
+		return r, fmt.Errorf("raw stream: %w", err)
+	}
+	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), rawStream) }()
+	body := make([]byte, 300) // about the size of an envelope
+	for i := range body {
+		body[i] = 'x'
+	}
+	last := make([]uint64, subjects)
+	subj := func(i int) string { return "bench.raw." + strconv.Itoa(i) }
+
+	// Sync: one publisher, one ack at a time.
+	n, start := 0, time.Now()
+	for time.Since(start) < d {
+		i := n % subjects
+		ack, err := js.Publish(ctx, subj(i), body, jetstream.WithExpectLastSequencePerSubject(last[i]))
+		if err != nil {
+			return r, fmt.Errorf("raw sync append: %w", err)
+		}
+		last[i] = ack.Sequence
+		n++
+	}
+	r.AppendCheckSyncEPS = float64(n) / time.Since(start).Seconds()
+	r.Messages += n
+
+	// Async: a window of concurrency appends in flight, round robin over the
+	// subjects; each subject's next append expects the sequence its previous
+	// one got.
+	futs := make([]jetstream.PubAckFuture, subjects)
+	n, start = 0, time.Now()
+	for time.Since(start) < d {
+		i := n % subjects
+		if f := futs[i]; f != nil {
+			select {
+			case ack := <-f.Ok():
+				last[i] = ack.Sequence
+			case err := <-f.Err():
+				return r, fmt.Errorf("raw async append: %w", err)
+			case <-ctx.Done():
+				return r, ctx.Err()
+			}
+		}
+		f, err := js.PublishMsgAsync(&nats.Msg{Subject: subj(i), Data: body}, jetstream.WithExpectLastSequencePerSubject(last[i]))
+		if err != nil {
+			return r, fmt.Errorf("raw async append: %w", err)
+		}
+		futs[i] = f
+		n++
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		return r, fmt.Errorf("raw async append: acks not complete in 30s")
+	}
+	for _, f := range futs {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return r, fmt.Errorf("raw async append: %w", err)
+		}
+	}
+	r.AppendCheckAsyncEPS = float64(n) / time.Since(start).Seconds()
+	r.Messages += n
+
+	if r.OrderedReadEPS, err = orderedRead(ctx, js, rawStream); err != nil {
+		return r, err
+	}
+
+	// KV puts: concurrency writers, each waiting for its ack.
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "bench_raw_kv", Storage: jetstream.FileStorage})
+	if err != nil {
+		return r, fmt.Errorf("raw kv: %w", err)
+	}
+	defer func() { _ = js.DeleteKeyValue(context.WithoutCancel(ctx), "bench_raw_kv") }()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		puts  int
+		perr  error
+		until = time.Now().Add(d)
+	)
+	start = time.Now()
+	for w := 0; w < concurrency; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k := 0
+			for time.Now().Before(until) {
+				if _, err := kv.Put(ctx, fmt.Sprintf("k%d_%d", w, k%max(1, subjects/concurrency)), body); err != nil {
+					mu.Lock()
+					perr = err
+					mu.Unlock()
+					return
+				}
+				k++
+			}
+			mu.Lock()
+			puts += k
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if perr != nil {
+		return r, fmt.Errorf("raw kv put: %w", perr)
+	}
+	r.KVPutEPS = float64(puts) / time.Since(start).Seconds()
+	return r, nil
+}
+
+// orderedRead reads a whole stream with an ordered consumer, decoding
+// nothing, and returns messages per second.
+func orderedRead(ctx context.Context, js jetstream.JetStream, stream string) (float64, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, err
+	}
+	total := s.CachedInfo().State.Msgs
+	if total == 0 {
+		return 0, nil
+	}
+	start := time.Now()
+	c, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return 0, fmt.Errorf("ordered read: %w", err)
+	}
+	it, err := c.Messages(jetstream.PullMaxMessages(4096))
+	if err != nil {
+		return 0, fmt.Errorf("ordered read: %w", err)
+	}
+	defer it.Stop()
+	var n uint64
+	for n < total {
+		if _, err := it.Next(); err != nil {
+			return 0, fmt.Errorf("ordered read after %d of %d: %w", n, total, err)
+		}
+		n++
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}

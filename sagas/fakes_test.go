@@ -252,15 +252,44 @@ func (c *counting) Delete(ctx context.Context, spec compute.Spec) error {
 
 // reports collects the sim's supervisor reports without ever blocking it.
 type reports struct {
-	mu  sync.Mutex
-	all []compute.Report
+	mu      sync.Mutex
+	all     []compute.Report
+	arrived chan struct{} // closed and replaced on every report
 }
 
 func (r *reports) Report(ctx context.Context, rep compute.Report) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.all = append(r.all, rep)
+	if r.arrived != nil {
+		close(r.arrived)
+	}
+	r.arrived = make(chan struct{})
 	return nil
+}
+
+// waitFor waits until at least n reports arrived.
+func (r *reports) waitFor(t *testing.T, n int) []compute.Report {
+	t.Helper()
+	timeout := time.After(wait)
+	for {
+		r.mu.Lock()
+		if len(r.all) >= n {
+			all := append([]compute.Report(nil), r.all...)
+			r.mu.Unlock()
+			return all
+		}
+		if r.arrived == nil {
+			r.arrived = make(chan struct{})
+		}
+		ch := r.arrived
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timeout:
+			t.Fatalf("timed out waiting for %d supervisor reports", n)
+		}
+	}
 }
 
 func (r *reports) list() []compute.Report {

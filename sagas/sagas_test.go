@@ -257,8 +257,7 @@ func TestCreateStartsTheFirstGeneration(t *testing.T) {
 	sb, created := h.create(node, nil)
 	sb.then(sb.outcome(created, 1), &events.Started{Generation: 1})
 	// The sim's supervisor attached with the credential minted for generation 1.
-	h.store.waitUntil(t, "the attach report", func() bool { return len(h.reports.list()) > 0 })
-	rep := h.reports.list()[0]
+	rep := h.reports.waitFor(t, 1)[0]
 	if rep.Kind != compute.ReportAttached || rep.Generation != 1 || !h.creds.Verify(sb.id, 1, rep.Credential) {
 		t.Fatalf("report = %+v, want an attach of generation 1 with its credential", rep)
 	}

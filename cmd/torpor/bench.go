@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -30,6 +31,8 @@ type benchConfig struct {
 	Transport   string
 	Duration    time.Duration
 	DatabaseURL string
+	CPUProfile  string
+	SkipGrowth  bool
 	// growth sizes and history lengths
 	sizes        []int
 	shortHistory int
@@ -76,6 +79,17 @@ func benchCmd() *cobra.Command {
 			if err := cfg.defaults(); err != nil {
 				return err
 			}
+			if cfg.CPUProfile != "" {
+				f, err := os.Create(cfg.CPUProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			rep, err := runBench(cmd.Context(), cfg, cmd.ErrOrStderr())
 			if err != nil {
 				return err
@@ -96,6 +110,8 @@ func benchCmd() *cobra.Command {
 	f.BoolVar(&cfg.Quick, "quick", false, "smaller sizes, under 45 seconds")
 	f.StringVar(&cfg.Transport, "transport", "bus", "command path: bus or http")
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of each timed run")
+	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run (service and load) to this file")
+	f.BoolVar(&cfg.SkipGrowth, "skip-growth", false, "only the raw bus, pipeline and latency sections")
 	f.StringVar(&cfg.DatabaseURL, "database-url", "", "PostgreSQL/CockroachDB URL for the SQL rows (none yet: the SQL view is a later issue)")
 	return cmd
 }
@@ -184,7 +200,7 @@ func runBench(ctx context.Context, cfg benchConfig, log io.Writer) (*benchReport
 	for k, v := range primary.Ratios {
 		rep.Ratios[k] = v
 	}
-	if cfg.Fsync == "" || cfg.Fsync == "interval" {
+	if !cfg.SkipGrowth && (cfg.Fsync == "" || cfg.Fsync == "interval") {
 		fmt.Fprintf(log, "bench: growth over %v sandboxes, replay, recovery (fsync interval)\n", cfg.sizes)
 		g, r, err := runGrowth(ctx, cfg, log)
 		if err != nil {

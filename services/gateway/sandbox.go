@@ -257,3 +257,35 @@ func fence(s *Sandbox, e events.Event) error {
 	}
 	return nil
 }
+
+// reported decides what a report (a saga's outcome, a supervisor's report)
+// appends: every event must speak for the current generation (fence); facts
+// the log already holds are left out; and the attach of a resumed generation
+// whose outcome the saga has not recorded yet records the consumption with
+// it: a restored workload's supervisor running is proof that the retained
+// state was consumed, and the view must not show it held once the sandbox is
+// ready. The saga's own record of the consumption, arriving later, is then a
+// fact already held.
+func reported(s *Sandbox, evs []events.Event) ([]events.Event, error) {
+	if !s.Exists() {
+		return nil, events.Errorf(events.CodeNotFound, "sandbox %s not found", s.ID)
+	}
+	out := make([]events.Event, 0, len(evs)+1)
+	for _, e := range evs {
+		if err := fence(s, e); err != nil {
+			return nil, err
+		}
+		switch e := e.(type) {
+		case *events.RetainedStateConsumed:
+			if s.RestoreRef != e.RestoreRef {
+				continue // recorded already (with the attach), or never held
+			}
+		case *events.SupervisorAttached:
+			if s.Phase == phStarting && s.Resuming && s.RestoreRef != "" {
+				out = append(out, &events.RetainedStateConsumed{Generation: e.Generation, RestoreRef: s.RestoreRef})
+			}
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"regexp"
-	"strconv"
 	"sync"
 	"time"
 
@@ -256,18 +255,10 @@ func (s *Service) Record(ctx context.Context, cause events.Envelope, actor strin
 	defer s.lock(cause.SandboxID)()
 	dedup := ""
 	if cause.ID != "" {
-		dedup = "r:" + cause.ID + ":" + evs[0].Type()
+		dedup = "r:" + cause.ID
 	}
 	sb, err := s.append(ctx, cause.SandboxID, cause.Caused(actor), dedup, func(sb *Sandbox) ([]events.Event, error) {
-		if !sb.Exists() {
-			return nil, events.Errorf(events.CodeNotFound, "sandbox %s not found", sb.ID)
-		}
-		for _, e := range evs {
-			if err := fence(sb, e); err != nil {
-				return nil, err
-			}
-		}
-		return evs, nil
+		return reported(sb, evs)
 	})
 	if err == nil && sb.Phase == phDeleted {
 		if err := s.names.Release(ctx, sb.Spec.Name, sb.ID); err != nil {
@@ -301,7 +292,7 @@ func (s *Service) append(ctx context.Context, id string, meta events.Meta, dedup
 				return nil, err
 			}
 			if dedup != "" {
-				env.MsgID = dedup + "." + strconv.Itoa(i)
+				env.MsgID = dedup + ":" + e.Type()
 			}
 			if err := next.apply(env); err != nil {
 				return nil, err

@@ -6,10 +6,11 @@
 //
 // The driver keeps its state in memory, per sandbox, behind one mutex. Its
 // effects are idempotent per (sandbox, generation, operation). Supervisor
-// reports (attached, exited) go out through the Reporter from one goroutine
-// the driver owns, in the order they were produced, so a driver call never
-// waits for the bus and a generation's exit never overtakes its attach. Close
-// stops that goroutine and every timer.
+// reports (attached, exited) go out through the Reporter from goroutines the
+// driver owns, one per sandbox with reports pending, in the order they were
+// produced for that sandbox: a driver call never waits for the bus, a
+// generation's exit never overtakes its attach, and one sandbox's slow report
+// never holds up another's. Close stops them and every timer.
 //
 // Restore references look like "sim:<sandbox>:<generation>:<random>". Because
 // the service may restart while the sim's memory is lost, a reference the
@@ -40,15 +41,17 @@ var ErrClosed = errors.New("sim driver closed")
 // Driver is the sim driver. The zero value is not usable; call New.
 type Driver struct {
 	rep    compute.Reporter
-	cancel context.CancelFunc // ends the report loop's context
-	wake   chan struct{}      // a report was queued
+	ctx    context.Context    // the report senders' context
+	cancel context.CancelFunc // ends it
 	quit   chan struct{}      // closed by Close
 	once   sync.Once
-	wg     sync.WaitGroup // the report loop and armed exit timers
+	wg     sync.WaitGroup // report senders and armed exit timers
 
 	mu     sync.Mutex
 	closed bool
-	queue  []pending
+	// queues holds each sandbox's reports not yet sent; a sandbox has a
+	// sender goroutine exactly while it has an entry.
+	queues map[string][]pending
 	boxes  map[string]*box
 	// dead holds references that were consumed elsewhere, discarded or
 	// invalidated by a delete, so that the lenient rule for unknown
@@ -92,17 +95,15 @@ type pending struct {
 // New returns a sim driver that sends supervisor reports through r.
 func New(r compute.Reporter) *Driver {
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &Driver{
+	return &Driver{
 		rep:    r,
+		ctx:    ctx,
 		cancel: cancel,
-		wake:   make(chan struct{}, 1),
 		quit:   make(chan struct{}),
+		queues: map[string][]pending{},
 		boxes:  map[string]*box{},
 		dead:   map[string]bool{},
 	}
-	d.wg.Add(1)
-	go d.loop(ctx)
-	return d
 }
 
 // Close stops the report loop and every timer and waits for them. Reports
@@ -114,7 +115,7 @@ func (d *Driver) Close() {
 		for _, b := range d.boxes {
 			d.disarmLocked(b)
 		}
-		d.queue = nil
+		clear(d.queues)
 		d.mu.Unlock()
 		close(d.quit)
 		d.cancel()
@@ -395,45 +396,40 @@ func (d *Driver) boxLocked(id string) *box {
 }
 
 func (d *Driver) enqueueLocked(p pending) {
-	d.queue = append(d.queue, p)
-	select {
-	case d.wake <- struct{}{}:
-	default:
+	id := p.r.SandboxID
+	q, sending := d.queues[id]
+	d.queues[id] = append(q, p)
+	if !sending && !d.closed {
+		d.wg.Add(1)
+		go d.send(id)
 	}
 }
 
-// loop delivers queued reports in order. After an attach is delivered it arms
-// the exit_after timer of that generation, so the exit follows the attach.
-func (d *Driver) loop(ctx context.Context) {
+// send delivers sandbox id's queued reports in order and ends when its queue
+// is empty. After an attach is delivered it arms the exit_after timer of that
+// generation, so the exit follows the attach.
+func (d *Driver) send(id string) {
 	defer d.wg.Done()
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-d.wake:
-		}
-		for {
-			d.mu.Lock()
-			if len(d.queue) == 0 {
-				d.mu.Unlock()
-				break
-			}
-			p := d.queue[0]
-			d.queue = d.queue[1:]
+		d.mu.Lock()
+		q := d.queues[id]
+		if len(q) == 0 || d.ctx.Err() != nil {
+			delete(d.queues, id)
 			d.mu.Unlock()
+			return
+		}
+		p := q[0]
+		d.queues[id] = q[1:]
+		d.mu.Unlock()
 
-			// A report the Reporter refuses is dropped, as a supervisor that
-			// gave up would drop it.
-			err := d.rep.Report(ctx, p.r)
-			if p.done != nil {
-				p.done <- err
-			}
-			if err == nil && p.r.Kind == compute.ReportAttached {
-				d.arm(p.r.SandboxID, p.r.Generation)
-			}
-			if ctx.Err() != nil {
-				return
-			}
+		// A report the Reporter refuses is dropped, as a supervisor that
+		// gave up would drop it.
+		err := d.rep.Report(d.ctx, p.r)
+		if p.done != nil {
+			p.done <- err
+		}
+		if err == nil && p.r.Kind == compute.ReportAttached {
+			d.arm(p.r.SandboxID, p.r.Generation)
 		}
 	}
 }

@@ -101,7 +101,7 @@ type Service struct {
 	log     zerolog.Logger
 	now     func() time.Time
 
-	locks [256]sync.Mutex
+	locks [4096]sync.Mutex
 	mu    sync.Mutex
 	cache map[string]*Sandbox
 }

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// BenchmarkPipelineVsRaw runs the raw-bus and pipeline sections of `torpor
+// bench` (quick sizes) in each durability mode and reports the figures and
+// their ratio, measured in the same run:
+//
+//	go test -run XXX -bench PipelineVsRaw -benchtime 1x ./cmd/torpor
+func BenchmarkPipelineVsRaw(b *testing.B) {
+	for _, fsync := range []string{"interval", "always"} {
+		b.Run(fsync, func(b *testing.B) {
+			cfg := benchConfig{Sandboxes: 200, Concurrency: 16, Quick: true, Output: "table", Transport: "bus", Duration: 3 * time.Second}
+			if err := cfg.defaults(); err != nil {
+				b.Fatal(err)
+			}
+			var mr modeResult
+			for b.Loop() {
+				var err error
+				if mr, err = runMode(context.Background(), cfg, fsync); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(mr.Raw.AppendCheckAsyncEPS, "raw-append/s")
+			b.ReportMetric(mr.Pipeline.EventsPerS, "pipeline-events/s")
+			b.ReportMetric(mr.Pipeline.TransitionsPerS, "transitions/s")
+			b.ReportMetric(mr.Ratios["pipeline_vs_raw_append"], "ratio")
+			b.ReportMetric(mr.Latency.P99, "p99-ms")
+		})
+	}
+}
+
+// BenchmarkGrowth runs the growth section on small sizes (1k and 5k
+// sandboxes, 200-event histories) and reports the latency ratio, the heap per
+// sandbox and the rebuild ratio.
+func BenchmarkGrowth(b *testing.B) {
+	cfg := benchConfig{Sandboxes: 200, Concurrency: 16, Quick: true, Output: "table", Transport: "bus", Duration: 3 * time.Second}
+	if err := cfg.defaults(); err != nil {
+		b.Fatal(err)
+	}
+	cfg.sizes = []int{1000, 5000}
+	var (
+		g *growthResult
+		r *replayResult
+	)
+	for b.Loop() {
+		var err error
+		if g, r, err = runGrowth(context.Background(), cfg, b.Output()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	first, last := g.Rows[0], g.Rows[len(g.Rows)-1]
+	b.ReportMetric(last.Steady.P50/first.Steady.P50, "latency-ratio")
+	b.ReportMetric(g.HeapPerSandboxBytes, "heap-B/sandbox")
+	b.ReportMetric(g.RecoverySeconds, "recovery-s")
+	b.ReportMetric(r.KVRebuildEPS/r.RawOrderedReadEPS, "rebuild-ratio")
+}
+
+// TestBenchQuickReport runs a shortened bench end to end and checks that the
+// JSON document has every figure the issue names, each measured (non-zero).
+func TestBenchQuickReport(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the service under load for a few seconds")
+	}
+	cfg := benchConfig{Sandboxes: 20, Concurrency: 4, Quick: true, Output: "json", Transport: "bus", Duration: 600 * time.Millisecond, Fsync: "interval"}
+	if err := cfg.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.sizes, cfg.longSample, cfg.longHistory, cfg.sample = []int{100, 300}, 10, 50, 20
+	rep, err := runBench(context.Background(), cfg, t.Output())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]float64{
+		"raw.append_check_async_eps":    rep.Raw.AppendCheckAsyncEPS,
+		"raw.ordered_read_eps":          rep.Raw.OrderedReadEPS,
+		"pipeline.events_per_s":         rep.Pipeline.EventsPerS,
+		"pipeline.transitions_per_s":    rep.Pipeline.TransitionsPerS,
+		"latency_ms.p50":                rep.Latency.P50,
+		"latency_ms.p99":                rep.Latency.P99,
+		"ratios.pipeline_vs_raw_append": rep.Ratios["pipeline_vs_raw_append"],
+		"ratios.kv_rebuild_vs_raw_read": rep.Ratios["kv_rebuild_vs_raw_read"],
+		"growth.heap_per_sandbox_bytes": rep.Growth.HeapPerSandboxBytes,
+		"growth.recovery_seconds":       rep.Growth.RecoverySeconds,
+		"replay.kv_rebuild_eps":         rep.Replay.KVRebuildEPS,
+	} {
+		if !(v > 0) {
+			t.Errorf("%s = %v, want a measured figure", name, v)
+		}
+	}
+	if len(rep.Targets) < 5 {
+		t.Errorf("%d targets checked, want every target the run measured", len(rep.Targets))
+	}
+	// Events appended per transition: a suspend or a resume appends at least
+	// its request and its outcome.
+	if per := float64(rep.Pipeline.Events) / float64(rep.Pipeline.Transitions); per < 2 {
+		t.Errorf("%.2f events per transition; the count of events appended is wrong", per)
+	}
+}

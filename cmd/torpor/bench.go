@@ -396,7 +396,7 @@ func (r *benchReport) markdown(w io.Writer, command string) {
 	fmt.Fprintln(w, "```")
 	r.print(w)
 	fmt.Fprintln(w, "```")
-	fmt.Fprintln(w, benchmarksNotes)
+	fmt.Fprint(w, benchmarksNotes)
 }
 
 // benchmarksNotes explains the figures in BENCHMARKS.md.

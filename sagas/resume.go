@@ -11,7 +11,7 @@ import (
 // Resume saga:
 //   sandbox.resume_requested{generation, restore_ref, restart_if_restore_fails}
 //     → driver.Resume(spec, generation, credential minted for it, ref)
-//     ok                       → record sandbox.retained_state_consumed{generation, ref} + sandbox.resumed{generation, restored}
+//     ok                       → record sandbox.retained_state_consumed{generation, ref}, then sandbox.resumed{generation, restored}
 //     failed, not consumed     → record sandbox.resume_failed{generation}   (suspended again, retryable)
 //     failed after consuming   → record sandbox.retained_state_consumed + one of, in the same record:
 //                                  restart_if_restore_fails: sandbox.start_requested{generation+1, fallback} (the start saga cold-starts it)
@@ -36,7 +36,13 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 	consumed := &events.RetainedStateConsumed{Generation: gen, RestoreRef: in.RestoreRef}
 	switch {
 	case err == nil:
-		return r.recordOrDrop(ctx, s, consumed, &events.Resumed{Generation: gen, Outcome: events.OutcomeRestored})
+		// The consumption first, on its own: the point of no return, recorded
+		// before the outcome (two appends cost far less than one atomic batch;
+		// a crash between them re-drives the resume, see progress).
+		if err := r.recordOrDrop(ctx, s, consumed); err != nil {
+			return err
+		}
+		return r.recordOrDrop(ctx, s, &events.Resumed{Generation: gen, Outcome: events.OutcomeRestored})
 	case errors.Is(err, errStopping):
 		return err
 	case errors.Is(err, errDeadline):

@@ -547,3 +547,25 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeWithOnlyTheConsumptionRecordedIsRedriven: the consumption is
+// recorded on its own before the outcome; a crash between the two leaves an
+// intent that is not settled, and a restarted runner records the outcome
+// (the driver's resume is idempotent for the same generation and reference).
+func TestResumeWithOnlyTheConsumptionRecordedIsRedriven(t *testing.T) {
+	h := newHarness(t, sagas.Config{})
+	sb, ref := h.suspended(nil)
+	in := sb.when(&events.ResumeRequested{Generation: 2, RestoreRef: ref})
+	sb.given(&events.RetainedStateConsumed{Generation: 2, RestoreRef: ref}) // the crash came here
+	drv := newCounting(h.sim, "")
+	h.run(drv)
+	// The fake recorder filters nothing: the re-drive records the
+	// consumption again (the gateway leaves that out) and then the outcome.
+	out := sb.outcome(in, 3)
+	if got := out[len(out)-1]; got.Type() != "sandbox.resumed" {
+		t.Fatalf("last outcome %s, want sandbox.resumed", got.Type())
+	}
+	if n := drv.count("resume"); n != 1 {
+		t.Fatalf("driver resume called %d times, want 1 (the re-drive)", n)
+	}
+}

@@ -144,13 +144,22 @@ func (r *Runner) step(ctx context.Context, env events.Envelope) error {
 func settled(intent events.Envelope, later []events.Envelope) string {
 	for _, e := range later {
 		switch {
-		case e.CausationID == intent.ID:
+		case e.CausationID == intent.ID && !progress[e.Type]:
 			return "outcome already recorded"
 		case intents[e.Type]:
 			return "superseded by " + e.Type
 		}
 	}
 	return ""
+}
+
+// progress are the events a saga records on its way, before its outcome:
+// the resume saga records the consumption of the retained state on its own,
+// at the point of no return, and its outcome after it. An intent with only
+// progress recorded is not settled: a re-driven resume (idempotent in the
+// driver) goes on to record the outcome.
+var progress = map[string]bool{
+	events.RetainedStateConsumed{}.Type(): true,
 }
 
 // within runs call under the phase deadline of s's intent. It returns an

@@ -201,7 +201,17 @@ func (s *Service) Report(ctx context.Context, id string, data []byte) error {
 	default:
 		return events.Errorf(events.CodeInvalidArgument, "unknown report kind %q", r.Kind)
 	}
-	err := s.Record(ctx, events.Envelope{SandboxID: id}, fmt.Sprintf("supervisor:%d", r.Generation), e)
+	actor := fmt.Sprintf("supervisor:%d", r.Generation)
+	if r.Kind == compute.ReportAttached {
+		// Two appends, not one atomic batch: each stands alone, and an atomic
+		// batch costs far more than two appends (see jsstore.Store.Append).
+		if err := s.RecordFunc(ctx, id, actor, func(sb *Sandbox) ([]events.Event, error) {
+			return consumedByAttach(sb, r.Generation), nil
+		}); err != nil {
+			return err
+		}
+	}
+	err := s.Record(ctx, events.Envelope{SandboxID: id}, actor, e)
 	if r.Kind == compute.ReportAttached && events.CodeOf(err) == events.CodeFailedPrecondition {
 		// A repeated attach of the generation that is already attached is fine.
 		if sb, lerr := s.Sandbox(ctx, id); lerr == nil && sb.Phase == phReady && sb.Generation == r.Generation {

@@ -259,33 +259,34 @@ func fence(s *Sandbox, e events.Event) error {
 }
 
 // reported decides what a report (a saga's outcome, a supervisor's report)
-// appends: every event must speak for the current generation (fence); facts
-// the log already holds are left out; and the attach of a resumed generation
-// whose outcome the saga has not recorded yet records the consumption with
-// it: a restored workload's supervisor running is proof that the retained
-// state was consumed, and the view must not show it held once the sandbox is
-// ready. The saga's own record of the consumption, arriving later, is then a
-// fact already held.
+// appends: every event must speak for the current generation (fence), and a
+// consumption the log already holds is left out: the attach of a resumed
+// generation may have recorded it before the saga did (see consumedByAttach).
 func reported(s *Sandbox, evs []events.Event) ([]events.Event, error) {
 	if !s.Exists() {
 		return nil, events.Errorf(events.CodeNotFound, "sandbox %s not found", s.ID)
 	}
-	out := make([]events.Event, 0, len(evs)+1)
+	out := make([]events.Event, 0, len(evs))
 	for _, e := range evs {
 		if err := fence(s, e); err != nil {
 			return nil, err
 		}
-		switch e := e.(type) {
-		case *events.RetainedStateConsumed:
-			if s.RestoreRef != e.RestoreRef {
-				continue // recorded already (with the attach), or never held
-			}
-		case *events.SupervisorAttached:
-			if s.Phase == phStarting && s.Resuming && s.RestoreRef != "" {
-				out = append(out, &events.RetainedStateConsumed{Generation: e.Generation, RestoreRef: s.RestoreRef})
-			}
+		if c, ok := e.(*events.RetainedStateConsumed); ok && s.RestoreRef != c.RestoreRef {
+			continue // recorded already, or never held
 		}
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// consumedByAttach is what the attach of generation gen records before the
+// attach itself: while a resume of gen is under way and its retained state is
+// still held, a restored workload's supervisor running is proof that the
+// state was consumed, and a ready view must never show it held. The saga's
+// own record of the consumption, arriving later, is then a fact already held.
+func consumedByAttach(s *Sandbox, gen int64) []events.Event {
+	if s.Phase == phStarting && s.Resuming && s.RestoreRef != "" && s.Generation == gen {
+		return []events.Event{&events.RetainedStateConsumed{Generation: gen, RestoreRef: s.RestoreRef}}
+	}
+	return nil
 }

@@ -269,6 +269,23 @@ func (s *Service) Record(ctx context.Context, cause events.Envelope, actor strin
 	return err
 }
 
+// RecordFunc appends what f decides from sandbox id's current state, as a
+// report of actor's (under the sandbox's lock; no events is a no-op).
+func (s *Service) RecordFunc(ctx context.Context, id, actor string, f func(*Sandbox) ([]events.Event, error)) error {
+	if err := ParseID(id); err != nil {
+		return err
+	}
+	defer s.lock(id)()
+	_, err := s.append(ctx, id, events.Meta{Actor: actor}, "", func(sb *Sandbox) ([]events.Event, error) {
+		evs, err := f(sb)
+		if err != nil || len(evs) == 0 {
+			return nil, err
+		}
+		return reported(sb, evs)
+	})
+	return err
+}
+
 // append runs decide against the current state and appends what it returns,
 // stamping each event with the phase the table gives; on a concurrent change it
 // reloads and decides again. dedup, when set, derives the message ids so that a

@@ -34,6 +34,11 @@ type Envelope struct {
 	// MsgID is the deduplication id of the append; the store sets it on read
 	// from the message header. Empty means ID.
 	MsgID string `json:"-"`
+
+	// event is the typed event NewEnvelope encoded into Data, so that the
+	// writer does not decode what it just encoded. Events are never changed
+	// once wrapped.
+	event Event
 }
 
 // Meta is what a command or a saga step says about who caused an event.
@@ -65,6 +70,7 @@ func NewEnvelope(id string, e Event, m Meta, now time.Time) (Envelope, error) {
 		CorrelationID: m.CorrelationID,
 		CausationID:   m.CausationID,
 		Data:          data,
+		event:         e,
 	}, nil
 }
 
@@ -77,7 +83,12 @@ func (e Envelope) DedupID() string {
 }
 
 // Decode returns the typed event inside e, or ErrUnknownType.
-func (e Envelope) Decode() (Event, error) { return Decode(e.Type, e.Data) }
+func (e Envelope) Decode() (Event, error) {
+	if e.event != nil {
+		return e.event, nil
+	}
+	return Decode(e.Type, e.Data)
+}
 
 // Meta returns the causal metadata of e, for events it causes: same
 // correlation, caused by e.

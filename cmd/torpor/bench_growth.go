@@ -153,55 +153,69 @@ func heap() uint64 {
 	return m.HeapAlloc
 }
 
-// sampleLatency measures command-to-visible latency on ids with c clients:
-// each id goes suspend → resume twice; the first touch of an id (a cold
-// cache: its history is loaded) is reported apart from the rest.
+// sampleLatency measures command-to-visible latency on ids with c clients.
+// First every id is touched once (suspend, resume): the first command on an
+// id finds a cold cache and loads its history, and is reported as first
+// touch. Then, with every id warm, each goes through two more suspend →
+// resume cycles: the steady latency, not disturbed by other ids' cold loads.
 func sampleLatency(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, c int) (first, steady latencyResult, err error) {
+	cycle := [][2]string{{"suspend", string(events.PhaseSuspended)}, {"resume", string(events.PhaseReady)}}
+	cold, _, err := timeSteps(ctx, cmd, vw, ids, c, cycle)
+	if err != nil {
+		return first, steady, err
+	}
+	warm, el, err := timeSteps(ctx, cmd, vw, ids, c, append(cycle, cycle...))
+	if err != nil {
+		return first, steady, err
+	}
+	first = latencyResult{Samples: len(cold[0])}
+	first.P50, first.P90, first.P99, first.Max = percentiles(cold[0])
+	var all []time.Duration
+	for _, ds := range warm {
+		all = append(all, ds...)
+	}
+	steady = latencyResult{Samples: len(all), AchievedPerS: float64(len(all)) / el}
+	steady.P50, steady.P90, steady.P99, steady.Max = percentiles(all)
+	return first, steady, nil
+}
+
+// timeSteps runs steps on every id with c clients and returns the latencies
+// by step index, and the seconds it took.
+func timeSteps(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, c int, steps [][2]string) ([][]time.Duration, float64, error) {
 	var (
-		mu           sync.Mutex
-		cold, warm   []time.Duration
-		wg           sync.WaitGroup
-		ferr         error
-		work         = make(chan string, len(ids))
-		start        = time.Now()
-		sequentially = [][2]string{{"suspend", string(events.PhaseSuspended)}, {"resume", string(events.PhaseReady)}, {"suspend", string(events.PhaseSuspended)}, {"resume", string(events.PhaseReady)}}
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		ferr error
+		lats = make([][]time.Duration, len(steps))
+		work = make(chan string, len(ids))
 	)
 	for _, id := range ids {
 		work <- id
 	}
 	close(work)
+	start := time.Now()
 	for w := 0; w < c; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for id := range work {
-				for i, s := range sequentially {
+				for i, s := range steps {
 					t0 := time.Now()
-					if err := step(ctx, cmd, vw, s[0], id, events.Phase(s[1])); err != nil {
-						mu.Lock()
+					err := step(ctx, cmd, vw, s[0], id, events.Phase(s[1]))
+					mu.Lock()
+					if err != nil {
 						ferr = errors.Join(ferr, err)
 						mu.Unlock()
 						return
 					}
-					lat := time.Since(t0)
-					mu.Lock()
-					if i == 0 {
-						cold = append(cold, lat)
-					} else {
-						warm = append(warm, lat)
-					}
+					lats[i] = append(lats[i], time.Since(t0))
 					mu.Unlock()
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	el := time.Since(start).Seconds()
-	first = latencyResult{Samples: len(cold), AchievedPerS: float64(len(cold)+len(warm)) / el}
-	first.P50, first.P90, first.P99, first.Max = percentiles(cold)
-	steady = latencyResult{Samples: len(warm), AchievedPerS: first.AchievedPerS}
-	steady.P50, steady.P90, steady.P99, steady.Max = percentiles(warm)
-	return first, steady, ferr
+	return lats, time.Since(start).Seconds(), ferr
 }
 
 // runGrowth grows a log (fsync interval) through cfg.sizes sandboxes of

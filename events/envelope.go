@@ -84,7 +84,7 @@ func (e Envelope) DedupID() string {
 
 // Decode returns the typed event inside e, or ErrUnknownType.
 func (e Envelope) Decode() (Event, error) {
-	if e.event != nil {
+	if e.event != nil && e.event.Type() == e.Type {
 		return e.event, nil
 	}
 	return Decode(e.Type, e.Data)

@@ -28,6 +28,19 @@ type View struct {
 	Seq         uint64            `json:"seq"`
 }
 
+// foldReads are the event types whose fields Fold reads. The others move a
+// view by their type alone, so Fold does not decode their data: most of a
+// rebuild's events are of those types.
+var foldReads = map[string]bool{
+	Created{}.Type():         true,
+	StartRequested{}.Type():  true,
+	Stopped{}.Type():         true,
+	SuspendRejected{}.Type(): true,
+	ResumeRequested{}.Type(): true,
+	Resumed{}.Type():         true,
+	Exited{}.Type():          true,
+}
+
 // Fold folds env into v and reports whether it changed v. An event at or below
 // v.Seq is skipped (a view never goes back), and so is an event of a type this
 // build does not know: projections skip unknown types.
@@ -35,8 +48,13 @@ func (v *View) Fold(env Envelope) bool {
 	if env.Seq != 0 && env.Seq <= v.Seq {
 		return false
 	}
-	e, err := env.Decode()
-	if err != nil {
+	var e Event
+	if foldReads[env.Type] || (env.event != nil && env.event.Type() == env.Type) {
+		var err error
+		if e, err = env.Decode(); err != nil {
+			return false
+		}
+	} else if e, _ = New(env.Type); e == nil {
 		return false
 	}
 	if env.Phase != PhaseNone {

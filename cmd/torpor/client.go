@@ -81,28 +81,21 @@ func addClientCmds(root *cobra.Command) {
 			Use:   verb + " ID|NAME",
 			Short: verb + " a sandbox, waiting until it is " + string(target) + " unless --no-wait",
 			Args:  cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				c := f.client()
-				id, err := resolve(cmd, c, args[0])
-				if err != nil {
-					return err
-				}
-				var v events.View
+			RunE: f.onSandbox(func(cmd *cobra.Command, c *torpor.Client, id string) (any, error) {
+				var (
+					v   events.View
+					err error
+				)
 				if verb == "delete" {
 					v, err = c.Delete(cmd.Context(), id, f.key)
 				} else {
 					v, err = c.Lifecycle(cmd.Context(), verb, id, restart, f.key)
 				}
-				if err != nil {
-					return err
+				if err != nil || f.noWait || v.Phase == target {
+					return v, err
 				}
-				if !f.noWait && v.Phase != target {
-					if v, err = c.Wait(cmd.Context(), v.ID, target, f.timeout); err != nil {
-						return err
-					}
-				}
-				return f.print(cmd, v)
-			},
+				return c.Wait(cmd.Context(), v.ID, target, f.timeout)
+			}),
 		}
 		cmd.Flags().BoolVar(&f.noWait, "no-wait", false, "return once the command is accepted")
 		cmd.Flags().DurationVar(&f.timeout, "timeout", 2*time.Minute, "how long to wait for the phase")
@@ -210,18 +203,9 @@ func addClientCmds(root *cobra.Command) {
 		Use:   "history ID|NAME",
 		Short: "the audit history of a sandbox, from the log",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c := f.client()
-			id, err := resolve(cmd, c, args[0])
-			if err != nil {
-				return err
-			}
-			h, err := c.History(cmd.Context(), id, after)
-			if err != nil {
-				return err
-			}
-			return f.print(cmd, h)
-		},
+		RunE: f.onSandbox(func(cmd *cobra.Command, c *torpor.Client, id string) (any, error) {
+			return c.History(cmd.Context(), id, after)
+		}),
 	}
 	history.Flags().Uint64Var(&after, "after", 0, "only events after this sequence")
 
@@ -229,23 +213,31 @@ func addClientCmds(root *cobra.Command) {
 		Use:   "wait ID|NAME --for PHASE",
 		Short: "wait until a sandbox reaches a phase",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c := f.client()
-			id, err := resolve(cmd, c, args[0])
-			if err != nil {
-				return err
-			}
-			v, err := c.Wait(cmd.Context(), id, events.Phase(waitFor), createTimeout)
-			if err != nil {
-				return err
-			}
-			return f.print(cmd, v)
-		},
+		RunE: f.onSandbox(func(cmd *cobra.Command, c *torpor.Client, id string) (any, error) {
+			return c.Wait(cmd.Context(), id, events.Phase(waitFor), createTimeout)
+		}),
 	}
 	wait.Flags().StringVar(&waitFor, "for", "ready", "the phase to wait for")
 	wait.Flags().DurationVar(&createTimeout, "timeout", 2*time.Minute, "how long to wait")
 
 	root.AddCommand(create, get, list, history, wait)
+}
+
+// onSandbox is the RunE of a verb on one sandbox, named by id or name: it
+// resolves the id, runs do and prints what do returns.
+func (f *clientFlags) onSandbox(do func(cmd *cobra.Command, c *torpor.Client, id string) (any, error)) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c := f.client()
+		id, err := resolve(cmd, c, args[0])
+		if err != nil {
+			return err
+		}
+		v, err := do(cmd, c, id)
+		if err != nil {
+			return err
+		}
+		return f.print(cmd, v)
+	}
 }
 
 // resolve turns a name into an id (the HTTP API takes ids on commands); an

@@ -240,7 +240,11 @@ func runGrowth(ctx context.Context, cfg benchConfig, log io.Writer) (*growthResu
 	)
 	for i, size := range cfg.sizes {
 		last := i == len(cfg.sizes)-1
-		short, long, written, err := grow(ctx, scfg, size-total, cfg.shortHistory, map[bool]int{true: cfg.longSample}[last], cfg.longHistory)
+		nLong := 0
+		if last {
+			nLong = cfg.longSample // the long histories join at the largest size
+		}
+		short, long, written, err := grow(ctx, scfg, size-total, cfg.shortHistory, nLong, cfg.longHistory)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -47,6 +47,12 @@ type Checkpointer interface {
 	Checkpoint(ctx context.Context) (uint64, error)
 }
 
+// Flusher is a Projection that holds back some writes (a checkpoint, say)
+// and writes them when the runner stops.
+type Flusher interface {
+	Flush(ctx context.Context) error
+}
+
 // Config tunes a Runner. The zero value is usable.
 type Config struct {
 	// Attempts is how often one delivery is applied before the error goes
@@ -142,8 +148,19 @@ func (r *Runner) Run(ctx context.Context) error {
 	} else {
 		err = r.src.Subscribe(ctx, r.p.Name(), r.apply)
 	}
+	if f, ok := r.p.(Flusher); ok {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		ferr := f.Flush(fctx)
+		cancel()
+		if ferr != nil && err == nil {
+			err = ferr
+		}
+	}
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("projection %s: %w", r.p.Name(), err)
+	}
+	if err != nil {
+		r.cfg.Logger.Warn().Err(err).Str("projection", r.p.Name()).Msg("stopped")
 	}
 	return nil
 }

@@ -405,3 +405,33 @@ func (p *projection) applies() []uint64 {
 	defer p.mu.Unlock()
 	return p.applied
 }
+
+// flushed is a projection that is also a Flusher, counting its flushes.
+type flushed struct {
+	*projection
+	flushes chan struct{}
+}
+
+func (p flushed) Flush(context.Context) error {
+	p.flushes <- struct{}{}
+	return nil
+}
+
+// TestRunnerFlushesWhenItStops: a Flusher's held-back writes are written when
+// the runner stops, once, after the last apply.
+func TestRunnerFlushesWhenItStops(t *testing.T) {
+	src := newSource(envs(t, 1, 2)...)
+	p := flushed{projection: &projection{}, flushes: make(chan struct{}, 2)}
+	r := newRunner(t, src, p, fast)
+	stop := start(t, r)
+	wait(t, src.delivered)
+	if len(p.flushes) != 0 {
+		t.Fatal("flushed while running")
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if got := len(p.flushes); got != 1 {
+		t.Fatalf("%d flushes after stop, want 1", got)
+	}
+}

@@ -56,6 +56,7 @@ func TestBadInputOverHTTP(t *testing.T) {
 		{"bad at", "GET", "/v1/sandboxes/" + v.ID + "?at=yesterday", ``, 400, events.CodeInvalidArgument},
 		{"bad after", "GET", "/v1/sandboxes/" + v.ID + "/events?after=-1", ``, 400, events.CodeInvalidArgument},
 		{"bad wait phase", "GET", "/v1/sandboxes/" + v.ID + "/wait?phase=asleep", ``, 400, events.CodeInvalidArgument},
+		{"bad wait after", "GET", "/v1/sandboxes/" + v.ID + "/wait?phase=ready&after=x", ``, 400, events.CodeInvalidArgument},
 		{"bad wait timeout", "GET", "/v1/sandboxes/" + v.ID + "/wait?phase=ready&timeout=soon", ``, 400, events.CodeInvalidArgument},
 		{"wait times out", "GET", "/v1/sandboxes/" + v.ID + "/wait?phase=stopped&timeout=50ms", ``, 504, events.CodeDeadlineExceeded},
 		{"bad list phase", "GET", "/v1/sandboxes?phase=asleep", ``, 400, events.CodeInvalidArgument},

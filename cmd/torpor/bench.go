@@ -261,7 +261,11 @@ func runMode(ctx context.Context, cfg benchConfig, fsync string) (modeResult, er
 	if err != nil {
 		return mr, err
 	}
-	before, err := lastSeq(ctx, js)
+	before, err := lastSeq(ctx, js, "TORPOR_EVENTS")
+	if err != nil {
+		return mr, err
+	}
+	viewsBefore, err := lastSeq(ctx, js, "KV_torpor_phases")
 	if err != nil {
 		return mr, err
 	}
@@ -269,14 +273,18 @@ func runMode(ctx context.Context, cfg benchConfig, fsync string) (modeResult, er
 	if err != nil {
 		return mr, err
 	}
-	after, err := lastSeq(ctx, js)
+	after, err := lastSeq(ctx, js, "TORPOR_EVENTS")
+	if err != nil {
+		return mr, err
+	}
+	viewsAfter, err := lastSeq(ctx, js, "KV_torpor_phases")
 	if err != nil {
 		return mr, err
 	}
 	mr.Pipeline = pipelineResult{
 		Transport: cfg.Transport, Sandboxes: cfg.Sandboxes, Concurrency: cfg.Concurrency, Seconds: secs,
 		Transitions: transitions, Events: after - before, TransitionsPerS: float64(transitions) / secs,
-		EventsPerS: float64(after-before) / secs, CreateToReadyPerS: createRate,
+		EventsPerS: float64(after-before) / secs, CreateToReadyPerS: createRate, ViewWrites: viewsAfter - viewsBefore,
 	}
 	if mr.Latency, err = openLoop(ctx, cmd, vw, ids, mr.Pipeline.TransitionsPerS/2, cfg.Duration); err != nil {
 		return mr, err
@@ -297,8 +305,9 @@ func commanderFor(transport string, a *app, nc *nats.Conn) commander {
 	return busCommander{nc: nc}
 }
 
-func lastSeq(ctx context.Context, js jetstream.JetStream) (uint64, error) {
-	s, err := js.Stream(ctx, "TORPOR_EVENTS")
+// lastSeq is the last sequence of stream.
+func lastSeq(ctx context.Context, js jetstream.JetStream, stream string) (uint64, error) {
+	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return 0, err
 	}

@@ -198,12 +198,15 @@ func createOne(ctx context.Context, cmd commander, vw *viewWaiter, ids []string,
 
 // pipelineResult is the full command path under load.
 type pipelineResult struct {
-	Transport         string  `json:"transport"`
-	Sandboxes         int     `json:"sandboxes"`
-	Concurrency       int     `json:"concurrency"`
-	Seconds           float64 `json:"seconds"`
-	Transitions       int64   `json:"transitions"`
-	Events            uint64  `json:"events"`
+	Transport   string  `json:"transport"`
+	Sandboxes   int     `json:"sandboxes"`
+	Concurrency int     `json:"concurrency"`
+	Seconds     float64 `json:"seconds"`
+	Transitions int64   `json:"transitions"`
+	Events      uint64  `json:"events"`
+	// ViewWrites counts the writes to the KV view meanwhile (views and
+	// checkpoints): how much the projection coalesced.
+	ViewWrites        uint64  `json:"view_writes"`
 	TransitionsPerS   float64 `json:"transitions_per_s"`
 	EventsPerS        float64 `json:"events_per_s"`
 	CreateToReadyPerS float64 `json:"create_to_ready_per_s"`

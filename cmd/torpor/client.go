@@ -94,7 +94,7 @@ func addClientCmds(root *cobra.Command) {
 				if err != nil || f.noWait || v.Phase == target {
 					return v, err
 				}
-				return c.Wait(cmd.Context(), v.ID, target, f.timeout)
+				return c.WaitAfter(cmd.Context(), v.ID, target, v.Seq, f.timeout)
 			}),
 		}
 		cmd.Flags().BoolVar(&f.noWait, "no-wait", false, "return once the command is accepted")

@@ -109,7 +109,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, err
 	}
-	view, err := kvview.New(ctx, js, kvview.Config{})
+	view, err := kvview.New(ctx, js, kvview.Config{CheckpointEvery: 100 * time.Millisecond})
 	if err != nil {
 		return nil, err
 	}
@@ -330,8 +330,8 @@ type viewAdapter struct{ v *kvview.View }
 func (a viewAdapter) Get(ctx context.Context, id string) (events.View, error) {
 	return a.v.Get(ctx, id)
 }
-func (a viewAdapter) Wait(ctx context.Context, id string, p events.Phase) (events.View, error) {
-	return a.v.Wait(ctx, id, p)
+func (a viewAdapter) Wait(ctx context.Context, id string, p events.Phase, after uint64) (events.View, error) {
+	return a.v.Wait(ctx, id, p, after)
 }
 func (a viewAdapter) Counts(ctx context.Context) (map[events.Phase]int, error) {
 	return a.v.Counts(ctx)

@@ -86,19 +86,29 @@ func TestSimBehavioursEndToEnd(t *testing.T) {
 			if len(tc.verbs) > 0 {
 				mustWait(t, c, v.ID, events.PhaseReady)
 			}
+			var seen uint64 // the seq the last command answered with
 			for i, step := range tc.verbs {
 				verb, then, ok := strings.Cut(step, ":")
 				if !ok {
 					then = string(after[verb])
 				}
-				if _, err := c.Lifecycle(ctx, verb, v.ID, tc.restart && verb == "resume", ""); err != nil {
+				accepted, err := c.Lifecycle(ctx, verb, v.ID, tc.restart && verb == "resume", "")
+				if err != nil {
 					t.Fatalf("%s: %v", verb, err)
 				}
+				seen = accepted.Seq
 				if i < len(tc.verbs)-1 {
-					mustWait(t, c, v.ID, events.Phase(then))
+					// After the command's own events: the view from before it
+					// may be in the phase waited for (suspended, say).
+					if _, err := c.WaitAfter(ctx, v.ID, events.Phase(then), accepted.Seq, waitFor); err != nil {
+						t.Fatalf("%s: wait for %s: %v", verb, then, err)
+					}
 				}
 			}
-			got := mustWait(t, c, v.ID, tc.phase)
+			got, err := c.WaitAfter(ctx, v.ID, tc.phase, seen, waitFor)
+			if err != nil {
+				t.Fatalf("wait for %s: %v (view %+v)", tc.phase, err, got)
+			}
 			tc.check(t, got)
 		})
 	}

@@ -95,9 +95,29 @@ func (v *View) ApplyBatch(ctx context.Context, envs []events.Envelope) error {
 		}
 		return fmt.Errorf("apply seq %d to %d: %w", envs[0].Seq, envs[len(envs)-1].Seq, err)
 	}
+	if v.cfg.CheckpointEvery > 0 && time.Since(v.savedAt) < v.cfg.CheckpointEvery {
+		v.unsaved = max(v.unsaved, top)
+		return nil
+	}
 	if err := v.saveCheckpoint(ctx, top); err != nil {
 		return fmt.Errorf("apply seq %d to %d: %w", envs[0].Seq, envs[len(envs)-1].Seq, err)
 	}
+	v.unsaved, v.savedAt = 0, time.Now()
+	return nil
+}
+
+// Flush writes the checkpoint of everything applied, when CheckpointEvery
+// left some of it unwritten. The runner calls it when it stops.
+func (v *View) Flush(ctx context.Context) error {
+	v.wmu.Lock()
+	defer v.wmu.Unlock()
+	if v.unsaved == 0 {
+		return nil
+	}
+	if err := v.saveCheckpoint(ctx, v.unsaved); err != nil {
+		return fmt.Errorf("flush checkpoint: %w", err)
+	}
+	v.unsaved, v.savedAt = 0, time.Now()
 	return nil
 }
 

@@ -231,7 +231,7 @@ func TestCheckpointKeyIsNoView(t *testing.T) {
 	if _, err := v.Get(ctx, checkpointKey); !errors.Is(err, events.ErrNotFound) {
 		t.Errorf("Get(%s) = %v, want ErrNotFound", checkpointKey, err)
 	}
-	if _, err := v.Wait(ctx, checkpointKey, events.PhaseReady); !errors.Is(err, events.ErrNotFound) {
+	if _, err := v.Wait(ctx, checkpointKey, events.PhaseReady, 0); !errors.Is(err, events.ErrNotFound) {
 		t.Errorf("Wait(%s) = %v, want ErrNotFound", checkpointKey, err)
 	}
 	wctx, cancel := context.WithCancel(ctx)
@@ -389,5 +389,33 @@ func waitCheckpoint(t *testing.T, v *View, seq uint64) {
 			cp, _ := v.Checkpoint(context.Background())
 			t.Fatalf("checkpoint at %d, want %d", cp, seq)
 		}
+	}
+}
+
+// TestCheckpointEveryHoldsBackAndFlushes: with CheckpointEvery the key is
+// written at most that often, never ahead of the views, and Flush writes the
+// rest; a new writer then starts from everything applied.
+func TestCheckpointEveryHoldsBackAndFlushes(t *testing.T) {
+	srv := natstest.Start(t)
+	v, err := New(context.Background(), srv.JS, Config{CheckpointEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := randomLog(t, 3, 20, 200)
+	applyBatch(t, v, log[:50]...)
+	applyBatch(t, v, log[50:]...)
+	// The first batch wrote the key; the second is held back for an hour.
+	w := newView(t, srv.JS)
+	checkpointIs(t, w, 50)
+	if err := v.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w = newView(t, srv.JS)
+	checkpointIs(t, w, 200)
+	if err := v.Flush(context.Background()); err != nil { // nothing left: no write
+		t.Fatal(err)
+	}
+	if _, err := New(context.Background(), srv.JS, Config{CheckpointEvery: -time.Second}); err == nil {
+		t.Fatal("a negative CheckpointEvery was accepted")
 	}
 }

@@ -174,7 +174,7 @@ func TestCounts(t *testing.T) {
 func TestWaitAlreadyThere(t *testing.T) {
 	v := newView(t, natstest.Start(t).JS)
 	id := fleet(t, v, member{nil, events.PhaseReady})[0]
-	got, err := v.Wait(context.Background(), id, events.PhaseReady)
+	got, err := v.Wait(context.Background(), id, events.PhaseReady, 0)
 	if err != nil || got.Phase != events.PhaseReady || got.ID != id {
 		t.Errorf("Wait = %+v, %v; want the ready view", got, err)
 	}
@@ -188,7 +188,7 @@ type waited struct {
 func waitAsync(ctx context.Context, v *View, id string, p events.Phase) <-chan waited {
 	ch := make(chan waited, 1)
 	go func() {
-		view, err := v.Wait(ctx, id, p)
+		view, err := v.Wait(ctx, id, p, 0)
 		ch <- waited{view, err}
 	}()
 	return ch
@@ -234,7 +234,7 @@ func TestWaitTimeout(t *testing.T) {
 	id := fleet(t, v, member{nil, events.PhaseProvisioning})[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	got, err := v.Wait(ctx, id, events.PhaseReady)
+	got, err := v.Wait(ctx, id, events.PhaseReady, 0)
 	if !errors.Is(err, context.DeadlineExceeded) || events.CodeOf(err) != events.CodeDeadlineExceeded {
 		t.Errorf("Wait err = %v, want one wrapping context.DeadlineExceeded", err)
 	}
@@ -257,7 +257,7 @@ func TestWaitTerminal(t *testing.T) {
 	}
 
 	// Waiting for the terminal phase itself succeeds.
-	if got, err := v.Wait(context.Background(), id, events.PhaseError); err != nil || got.Phase != events.PhaseError {
+	if got, err := v.Wait(context.Background(), id, events.PhaseError, 0); err != nil || got.Phase != events.PhaseError {
 		t.Errorf("Wait(error) = %+v, %v; want the error view", got, err)
 	}
 }
@@ -299,5 +299,36 @@ func TestWatch(t *testing.T) {
 
 	cancel()
 	for range ch { // closed when ctx ends
+	}
+}
+
+// TestWaitAfter: a view at or below after does not answer a wait, even in
+// the phase waited for; the next one in that phase does.
+func TestWaitAfter(t *testing.T) {
+	v := newView(t, natstest.Start(t).JS)
+	id := newID(t)
+	apply(t, v,
+		env(t, id, 1, events.PhaseProvisioning, &events.Created{Name: "w", Generation: 1}),
+		env(t, id, 2, events.PhaseReady, &events.SupervisorAttached{Generation: 1}),
+		env(t, id, 3, events.PhaseSuspending, &events.SuspendRequested{Generation: 1}),
+		env(t, id, 4, events.PhaseSuspended, &events.Suspended{Generation: 1, RestoreRef: "r"}),
+	)
+	// A resume was just accepted at seq 5; its events are not projected yet.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if got, err := v.Wait(ctx, id, events.PhaseSuspended, 5); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait(suspended, after 5) = %+v, %v; the view at 4 must not answer", got, err)
+	}
+	ch := make(chan waited, 1)
+	go func() {
+		view, err := v.Wait(context.Background(), id, events.PhaseSuspended, 5)
+		ch <- waited{view, err}
+	}()
+	apply(t, v,
+		env(t, id, 5, events.PhaseStarting, &events.ResumeRequested{Generation: 2, RestoreRef: "r"}),
+		env(t, id, 6, events.PhaseSuspended, &events.ResumeFailed{Generation: 2}),
+	)
+	if w := receive(t, ch); w.err != nil || w.view.Seq != 6 {
+		t.Fatalf("Wait after 5 = %+v, %v; want the view at 6", w.view, w.err)
 	}
 }

@@ -47,7 +47,7 @@ func TestRunnerFeedsView(t *testing.T) {
 
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wcancel()
-	got, err := v.Wait(wctx, id, events.PhaseReady)
+	got, err := v.Wait(wctx, id, events.PhaseReady, 0)
 	if err != nil || got.Seq != 2 {
 		t.Errorf("Wait = %+v, %v; want ready at seq 2", got, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -24,6 +25,13 @@ type Config struct {
 	Replicas int
 	// CacheSize bounds the views the writer keeps in memory; default 100000.
 	CacheSize int
+	// CheckpointEvery is how often the checkpoint key is written: zero means
+	// after every batch; a duration means at most once per that duration,
+	// the rest written by Flush when the writer stops. The views are always
+	// written first, so the checkpoint is never ahead of them; after a crash
+	// it may be behind by up to CheckpointEvery, which only makes the
+	// restarted runner report a little lag until the next event.
+	CheckpointEvery time.Duration
 }
 
 // Validate reports a config that cannot work.
@@ -33,6 +41,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("replicas %d: want 1 to 5", c.Replicas)
 	case c.CacheSize < 0:
 		return fmt.Errorf("cache size %d: must not be negative", c.CacheSize)
+	case c.CheckpointEvery < 0:
+		return fmt.Errorf("checkpoint every %s: must not be negative", c.CheckpointEvery)
 	case c.Bucket != "" && !validKey(c.Bucket):
 		return fmt.Errorf("bucket %q: not a valid bucket name", c.Bucket)
 	}
@@ -62,6 +72,10 @@ type View struct {
 
 	wmu sync.Mutex // one ApplyBatch at a time
 	cp  checkpoint // the writer's copy of the checkpoint key; wmu held
+	// unsaved is the highest applied seq not yet in the checkpoint key and
+	// savedAt when the key was last written (CheckpointEvery); wmu held.
+	unsaved uint64
+	savedAt time.Time
 
 	mu    sync.Mutex
 	cache map[string]entry // id → the last view written and its revision

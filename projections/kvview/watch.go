@@ -9,13 +9,16 @@ import (
 	"github.com/torpor/torpor/events"
 )
 
-// Wait returns the view of sandbox id as soon as its phase is phase. A view
+// Wait returns the view of sandbox id as soon as its phase is phase, at a
+// sequence above after (0: any): a client that just sent a command passes
+// the sequence the command answered with, so that a view from before the
+// command, in the phase it waits for, does not answer it. A view
 // in a terminal phase other than phase comes back with a FAILED_PRECONDITION
 // error: it will never get there. An id the bucket does not hold yet may not
 // be projected yet, so Wait keeps waiting for it. When ctx ends, Wait returns
 // the last view it saw (zero if none) and an error wrapping ctx.Err(), which
 // is context.DeadlineExceeded at a timeout.
-func (v *View) Wait(ctx context.Context, id string, phase events.Phase) (events.View, error) {
+func (v *View) Wait(ctx context.Context, id string, phase events.Phase, after uint64) (events.View, error) {
 	if !validKey(id) || id == checkpointKey {
 		return events.View{}, fmt.Errorf("sandbox %q: %w", id, events.ErrNotFound)
 	}
@@ -44,6 +47,8 @@ func (v *View) Wait(ctx context.Context, id string, phase events.Phase) (events.
 			}
 			last = view
 			switch {
+			case view.Seq <= after:
+				continue // from before what the caller waits on
 			case view.Phase == phase:
 				return view, nil
 			case view.Phase.Terminal():

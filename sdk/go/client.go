@@ -148,8 +148,14 @@ func (c *Client) History(ctx context.Context, id string, after uint64) ([]Event,
 
 // Wait returns when the sandbox reaches phase, or DEADLINE_EXCEEDED after timeout.
 func (c *Client) Wait(ctx context.Context, id string, phase events.Phase, timeout time.Duration) (events.View, error) {
+	return c.WaitAfter(ctx, id, phase, 0, timeout)
+}
+
+// WaitAfter is Wait for a view at a sequence above after: pass the sequence
+// a command answered with, so that the view from before it does not count.
+func (c *Client) WaitAfter(ctx context.Context, id string, phase events.Phase, after uint64, timeout time.Duration) (events.View, error) {
 	var v events.View
-	return v, c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/sandboxes/%s/wait?phase=%s&timeout=%s", url.PathEscape(id), phase, timeout), "", nil, &v)
+	return v, c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/sandboxes/%s/wait?phase=%s&after=%d&timeout=%s", url.PathEscape(id), phase, after, timeout), "", nil, &v)
 }
 
 // Phases returns the count of sandboxes per phase.

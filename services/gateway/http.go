@@ -258,13 +258,21 @@ func (h *HTTP) wait(w http.ResponseWriter, r *http.Request) {
 		}
 		timeout = d
 	}
+	var after uint64
+	if a := q.Get("after"); a != "" {
+		var err error
+		if after, err = strconv.ParseUint(a, 10, 64); err != nil {
+			writeError(w, events.Errorf(events.CodeInvalidArgument, "after=%q: want a sequence number", a))
+			return
+		}
+	}
 	if _, err := h.svc.Sandbox(r.Context(), id); err != nil {
 		writeError(w, err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
-	v, err := h.views.Wait(ctx, id, phase)
+	v, err := h.views.Wait(ctx, id, phase, after)
 	if err != nil {
 		if ctx.Err() != nil {
 			err = events.Errorf(events.CodeDeadlineExceeded, "sandbox %s did not reach %s in %s (it is %s)", id, phase, timeout, v.Phase)

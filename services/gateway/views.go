@@ -18,9 +18,9 @@ type ListQuery struct {
 type Views interface {
 	Get(ctx context.Context, id string) (events.View, error)
 	List(ctx context.Context, q ListQuery) (events.Page, error)
-	// Wait returns when id's view reaches phase; FAILED_PRECONDITION if it
-	// reached a terminal phase instead.
-	Wait(ctx context.Context, id string, phase events.Phase) (events.View, error)
+	// Wait returns when id's view reaches phase at a seq above after;
+	// FAILED_PRECONDITION if it reached a terminal phase instead.
+	Wait(ctx context.Context, id string, phase events.Phase, after uint64) (events.View, error)
 	Counts(ctx context.Context) (map[events.Phase]int, error)
 	// Watch streams view changes with a seq above after until ctx ends.
 	Watch(ctx context.Context, after uint64) (<-chan events.View, error)

@@ -181,6 +181,13 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		_ = ln.Close()
 		return nil, err
 	}
+	// A round trip to the server, so that its subscriptions are in place
+	// when start returns: a request sent right after must find a responder.
+	if err := a.nc.FlushTimeout(10 * time.Second); err != nil {
+		a.cancel()
+		_ = ln.Close()
+		return nil, fmt.Errorf("bus: %w", err)
+	}
 	run("bus", func() error { return bus.Run(ctx) })
 	run("sagas", func() error { return runner.Run(ctx) })
 	if !cfg.noProjection {

@@ -157,15 +157,8 @@ func (s *Store) Subscribe(ctx context.Context, name string, h events.Handler) er
 	for {
 		env, ok, wait := s.next(name)
 		if !ok {
-			var timer <-chan time.Time
-			if wait.due > 0 {
-				timer = time.After(wait.due)
-			}
-			select {
-			case <-ctx.Done():
+			if !wait.sleep(ctx) {
 				return nil
-			case <-wait.changed:
-			case <-timer:
 			}
 			continue
 		}
@@ -187,6 +180,22 @@ func (s *Store) Subscribe(ctx context.Context, name string, h events.Handler) er
 type waitFor struct {
 	changed <-chan struct{}
 	due     time.Duration // until the next redelivery; 0: none
+}
+
+// sleep waits until the log changes or the next redelivery is due; false
+// when ctx ended first.
+func (w waitFor) sleep(ctx context.Context) bool {
+	var timer <-chan time.Time
+	if w.due > 0 {
+		timer = time.After(w.due)
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-w.changed:
+	case <-timer:
+	}
+	return true
 }
 
 // next takes the next event for durable name: a redelivery that is due,
@@ -250,15 +259,8 @@ func (s *Store) SubscribeBatch(ctx context.Context, name string, max int, h even
 	for {
 		envs, wait := s.nextBatch(name, max)
 		if len(envs) == 0 {
-			var timer <-chan time.Time
-			if wait.due > 0 {
-				timer = time.After(wait.due)
-			}
-			select {
-			case <-ctx.Done():
+			if !wait.sleep(ctx) {
 				return nil
-			case <-wait.changed:
-			case <-timer:
 			}
 			continue
 		}

@@ -155,14 +155,7 @@ func TestDuplicateCommandsLandOnce(t *testing.T) {
 		}
 	}
 	mustWait(t, c, first.ID, events.PhaseSuspended)
-	h, err := c.History(ctx, first.ID, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	count := map[string]int{}
-	for _, e := range h {
-		count[e.Type]++
-	}
+	_, count := historyCounts(t, c, first.ID)
 	if count["sandbox.created"] != 1 || count["sandbox.suspend_requested"] != 1 || count["sandbox.suspended"] != 1 {
 		t.Fatalf("history counts %v, want one create, one suspend request, one suspended", count)
 	}

@@ -262,3 +262,18 @@ func httpDo(t *testing.T, method, url, body string, hdr map[string]string) (int,
 }
 
 var testLogLevel = zerolog.WarnLevel
+
+// historyCounts returns sandbox id's audit history and how many events of
+// each type it holds.
+func historyCounts(t *testing.T, c *torpor.Client, id string) ([]torpor.Event, map[string]int) {
+	t.Helper()
+	h, err := c.History(context.Background(), id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, e := range h {
+		count[e.Type]++
+	}
+	return h, count
+}

@@ -86,14 +86,7 @@ func TestRestartCatchesUp(t *testing.T) {
 	vd := mustWait(t, c, done.ID, events.PhaseSuspended)
 	vs := mustWait(t, c, slow.ID, events.PhaseSuspended)
 	for _, v := range []events.View{vd, vs} {
-		h, err := c.History(ctx, v.ID, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		count := map[string]int{}
-		for _, e := range h {
-			count[e.Type]++
-		}
+		h, count := historyCounts(t, c, v.ID)
 		for typ, n := range count {
 			if n != 1 {
 				t.Errorf("%s: %d × %s after the restart, want 1", v.Name, n, typ)

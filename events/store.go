@@ -22,32 +22,27 @@ type Store interface {
 	// Load returns the events of sandbox id with a sequence above after, in
 	// order, with Seq set. A sandbox without events yields an empty slice.
 	Load(ctx context.Context, id string, after uint64) ([]Envelope, error)
-	// Subscribe delivers every event of every sandbox to h in stream order,
-	// starting after the last event the durable consumer name acknowledged,
-	// until ctx ends. An event is acknowledged when h returns nil; an error
-	// makes it come again later. Delivery is at least once.
-	Subscribe(ctx context.Context, name string, h Handler) error
+	// Follow hands every event with a sequence above after to h, in stream
+	// order, in batches of up to max events: whatever has arrived when h is
+	// free, never waiting to fill a batch. It runs until ctx ends (then it
+	// returns nil) or h returns an error (then it returns that error).
+	//
+	// Nothing is kept for the follower in the store: it keeps its own
+	// position (a checkpoint) and passes it as after when it follows again,
+	// so delivery is at least once and h must be idempotent. pending is how
+	// many events the log held after the batch's last one when that one was
+	// delivered: 0 means the batch reached the head of the log, so the
+	// follower has seen every event up to that moment. h may keep the
+	// envelopes but not the slice. An envelope that cannot be decoded is left
+	// out (it stays in the log for Load and audit).
+	Follow(ctx context.Context, after uint64, max int, h FollowHandler) error
 	// LastSeq is the sequence of the newest event in the whole log.
 	LastSeq(ctx context.Context) (uint64, error)
 }
 
-// Handler handles one delivered event.
-type Handler func(ctx context.Context, env Envelope) error
-
-// BatchHandler handles a run of consecutive events (stream order); nil
-// acknowledges them all, an error makes them all come again later.
-type BatchHandler func(ctx context.Context, envs []Envelope) error
-
-// BatchSubscriber is a Store that can deliver events in batches, so a
-// consumer pays its per-write cost once per batch rather than per event.
-// Both stores of this module implement it; it is optional for others.
-type BatchSubscriber interface {
-	// SubscribeBatch is Subscribe delivering up to max events at a time:
-	// whatever is already available, without waiting to fill a batch. The
-	// durable name is shared with Subscribe: either resumes after what the
-	// other acknowledged. h may keep the envelopes, not the slice.
-	SubscribeBatch(ctx context.Context, name string, max int, h BatchHandler) error
-}
+// FollowHandler handles a run of consecutive events of the log (see
+// Store.Follow); pending counts the events after the last of them.
+type FollowHandler func(ctx context.Context, envs []Envelope, pending uint64) error
 
 // CheckAppend rejects appends no store may hold: an id that cannot be a
 // subject token, no events, an event of another sandbox or without an id.

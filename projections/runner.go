@@ -1,6 +1,7 @@
-// Package projections folds the event log into read models. A Runner feeds
-// every event of one durable subscription to a Projection, retrying a failed
-// apply with backoff, and tells how far behind the log the projection is.
+// Package projections folds the event log into read models. A Runner follows
+// the log from the projection's own checkpoint and feeds every event to the
+// Projection, retrying a failed apply with backoff, and tells how far behind
+// the log the projection is.
 package projections
 
 import (
@@ -15,9 +16,9 @@ import (
 	"github.com/torpor/torpor/events"
 )
 
-// Source delivers the log to a durable consumer; events.Store satisfies it.
+// Source delivers the log from a position on; events.Store satisfies it.
 type Source interface {
-	Subscribe(ctx context.Context, name string, h events.Handler) error
+	Follow(ctx context.Context, after uint64, max int, h events.FollowHandler) error
 }
 
 // Head tells the sequence of the newest event in the log; events.Store
@@ -27,7 +28,9 @@ type Head interface {
 }
 
 // Projection is one read model. Apply must be idempotent: delivery is at
-// least once, so an event may come again after it was applied.
+// least once (a restarted Runner follows the log from the projection's
+// checkpoint, or from the start without one), so an event may come again
+// after it was applied.
 type Projection interface {
 	Name() string
 	Apply(ctx context.Context, env events.Envelope) error
@@ -41,8 +44,10 @@ type BatchProjection interface {
 	ApplyBatch(ctx context.Context, envs []events.Envelope) error
 }
 
-// Checkpointer is a Projection that knows the last sequence it holds, so a
-// restarted Runner reports its lag before the first new event arrives.
+// Checkpointer is a Projection that knows the last sequence it holds: a
+// Runner follows the log from there, and reports its lag before the first
+// new event arrives. A Projection that is not one is fed the whole log on
+// every Run.
 type Checkpointer interface {
 	Checkpoint(ctx context.Context) (uint64, error)
 }
@@ -55,16 +60,16 @@ type Flusher interface {
 
 // Config tunes a Runner. The zero value is usable.
 type Config struct {
-	// Attempts is how often one delivery is applied before the error goes
-	// back to the source, which delivers the event again later. Default 5.
+	// Attempts is how often one event (or batch) is applied before the
+	// Runner gives up on this reading of the log and follows it again from
+	// the last event applied, after MaxBackoff. Default 5.
 	Attempts int
 	// MinBackoff is the wait after the first failed apply; it doubles on each
 	// further failure up to MaxBackoff. Defaults 50ms and 5s.
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
-	// BatchSize bounds the events of one ApplyBatch, when the Source is an
-	// events.BatchSubscriber and the Projection a BatchProjection. Default
-	// 1000.
+	// BatchSize bounds the events handed over at once (to one ApplyBatch,
+	// when the Projection is a BatchProjection). Default 1000.
 	BatchSize int
 	// Logger receives apply failures; the zero value logs nothing.
 	Logger zerolog.Logger
@@ -104,8 +109,7 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Runner applies the log to one Projection through a durable subscription
-// named after the projection.
+// Runner applies the log to one Projection.
 type Runner struct {
 	src  Source
 	head Head
@@ -124,9 +128,11 @@ func NewRunner(src Source, p Projection, cfg Config) (*Runner, error) {
 	return r, nil
 }
 
-// Run subscribes and applies events until ctx ends; then it returns nil.
-// Events come in batches when the Source is an events.BatchSubscriber and
-// the Projection a BatchProjection, one at a time otherwise.
+// Run follows the log from the projection's checkpoint and applies events
+// until ctx ends; then it returns nil. Events are applied in batches when the
+// Projection is a BatchProjection, one at a time otherwise. When an apply
+// fails Attempts times, or the log cannot be read, Run follows the log again
+// from the last event applied, after a backoff.
 func (r *Runner) Run(ctx context.Context) error {
 	if cp, ok := r.p.(Checkpointer); ok {
 		seq, err := cp.Checkpoint(ctx)
@@ -138,35 +144,45 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		r.advance(seq)
 	}
-	var err error
-	bs, batchSrc := r.src.(events.BatchSubscriber)
-	bp, batchProj := r.p.(BatchProjection)
-	if batchSrc && batchProj {
-		err = bs.SubscribeBatch(ctx, r.p.Name(), r.cfg.BatchSize, func(ctx context.Context, envs []events.Envelope) error {
+	bp, batched := r.p.(BatchProjection)
+	h := func(ctx context.Context, envs []events.Envelope, _ uint64) error {
+		if batched {
 			return r.applyBatch(ctx, bp, envs)
-		})
-	} else {
-		err = r.src.Subscribe(ctx, r.p.Name(), r.apply)
+		}
+		for _, env := range envs {
+			if err := r.apply(ctx, env); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for ctx.Err() == nil {
+		from := r.Position()
+		err := r.src.Follow(ctx, from, r.cfg.BatchSize, h)
+		if ctx.Err() != nil {
+			break
+		}
+		r.cfg.Logger.Warn().Err(err).Str("projection", r.p.Name()).Uint64("seq", from).
+			Dur("backoff", r.cfg.MaxBackoff).Msg("following the log again")
+		t := time.NewTimer(r.cfg.MaxBackoff)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	if f, ok := r.p.(Flusher); ok {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		ferr := f.Flush(fctx)
-		cancel()
-		if ferr != nil && err == nil {
-			err = ferr
+		defer cancel()
+		if err := f.Flush(fctx); err != nil {
+			return fmt.Errorf("projection %s: flush: %w", r.p.Name(), err)
 		}
-	}
-	if err != nil && ctx.Err() == nil {
-		return fmt.Errorf("projection %s: %w", r.p.Name(), err)
-	}
-	if err != nil {
-		r.cfg.Logger.Warn().Err(err).Str("projection", r.p.Name()).Msg("stopped")
 	}
 	return nil
 }
 
-// apply is the subscription handler: Apply with bounded retries. The last
-// error goes back to the source so the event is delivered again later.
+// apply is Apply with bounded retries; the last error ends the reading of
+// the log, which Run starts again from the last event applied.
 func (r *Runner) apply(ctx context.Context, env events.Envelope) error {
 	wait := r.cfg.MinBackoff
 	for attempt := 1; ; attempt++ {
@@ -178,7 +194,7 @@ func (r *Runner) apply(ctx context.Context, env events.Envelope) error {
 		log := r.cfg.Logger.With().Str("projection", r.p.Name()).Str("sandbox_id", env.SandboxID).
 			Str("event_type", env.Type).Uint64("seq", env.Seq).Int("attempt", attempt).Logger()
 		if attempt >= r.cfg.Attempts || ctx.Err() != nil {
-			log.Error().Err(err).Msg("apply failed; event goes back to the log")
+			log.Error().Err(err).Msg("apply failed; following the log again")
 			return fmt.Errorf("apply %s seq %d: %w", env.Type, env.Seq, err)
 		}
 		log.Warn().Err(err).Dur("backoff", wait).Msg("apply failed; retrying")
@@ -193,8 +209,7 @@ func (r *Runner) apply(ctx context.Context, env events.Envelope) error {
 	}
 }
 
-// applyBatch is the batch subscription handler: ApplyBatch with the same
-// bounded retries as apply.
+// applyBatch is ApplyBatch with the same bounded retries as apply.
 func (r *Runner) applyBatch(ctx context.Context, p BatchProjection, envs []events.Envelope) error {
 	if len(envs) == 0 {
 		return nil
@@ -204,17 +219,13 @@ func (r *Runner) applyBatch(ctx context.Context, p BatchProjection, envs []event
 	for attempt := 1; ; attempt++ {
 		err := p.ApplyBatch(ctx, envs)
 		if err == nil {
-			var top uint64 // a redelivery may put an older seq last
-			for _, env := range envs {
-				top = max(top, env.Seq)
-			}
-			r.advance(top)
+			r.advance(last.Seq)
 			return nil
 		}
 		log := r.cfg.Logger.With().Str("projection", r.p.Name()).Uint64("seq", first.Seq).
 			Uint64("last_seq", last.Seq).Int("events", len(envs)).Int("attempt", attempt).Logger()
 		if attempt >= r.cfg.Attempts || ctx.Err() != nil {
-			log.Error().Err(err).Msg("apply failed; batch goes back to the log")
+			log.Error().Err(err).Msg("apply failed; following the log again")
 			return fmt.Errorf("apply seq %d to %d: %w", first.Seq, last.Seq, err)
 		}
 		log.Warn().Err(err).Dur("backoff", wait).Msg("apply failed; retrying")

@@ -15,12 +15,18 @@ type Config struct {
 	Deadline time.Duration
 	// Workers bounds the driver steps running at once (default 64).
 	Workers int
+	// CheckpointEvery is how often the Runner saves its Position while it
+	// moves (default 1s); it also saves it when it stops. A crash re-reads
+	// at most this much of the log, skipping the intents already settled.
+	CheckpointEvery time.Duration
 }
 
 // Default values of Config.
 const (
 	DefaultDeadline = 2 * time.Minute
 	DefaultWorkers  = 64
+	// DefaultCheckpointEvery is the default of Config.CheckpointEvery.
+	DefaultCheckpointEvery = time.Second
 )
 
 // withDefaults returns c with zero fields set to their defaults.
@@ -30,6 +36,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Workers == 0 {
 		c.Workers = DefaultWorkers
+	}
+	if c.CheckpointEvery == 0 {
+		c.CheckpointEvery = DefaultCheckpointEvery
 	}
 	return c
 }
@@ -44,6 +53,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("sagas config: deadline %s is negative", c.Deadline)
 	case c.Workers < 0:
 		return fmt.Errorf("sagas config: workers %d is negative", c.Workers)
+	case c.CheckpointEvery < 0:
+		return fmt.Errorf("sagas config: checkpoint interval %s is negative", c.CheckpointEvery)
 	}
 	return nil
 }

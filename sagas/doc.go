@@ -7,30 +7,33 @@
 //
 // Events of one sandbox are handled in order, different sandboxes in
 // parallel, at most Config.Workers driver steps at once. A slow driver holds
-// up only its own sandbox (and, after a bounded look-ahead, the ack floor
-// described below), never the stream.
+// up only its own sandbox, never the log, until 16×Workers intents are
+// unfinished; then the Runner reads no further until one finishes.
 //
-// # Crash recovery
+// # Reading the log, and crash recovery
 //
-// The Runner reads the log through two durable subscriptions:
+// The Runner follows the log (events.Store.Follow: an ordered consumer,
+// nothing acknowledged to the server) from its Position, and keeps that
+// Position itself: every Config.CheckpointEvery, and when it stops, it saves
+// the floor, the highest sequence at or below which every intent has
+// finished its step (its outcome is recorded, or it was found settled or
+// superseded, or its compensation ran). A crash between an intent and its
+// outcome therefore leaves the intent above the saved floor, and the next
+// Run re-drives it. Intents that did finish may be read again; before
+// acting on an intent at sequence S a step looks at the sandbox's events
+// after S and skips the intent if an event caused by it is there (already
+// recorded) or a later intent is (superseded).
 //
-//   - "sagas-ahead" dispatches every intent to its sandbox's queue and
-//     acknowledges it at once, so work on many sandboxes overlaps. It runs at
-//     most 4×Workers intents ahead of the floor.
-//   - "sagas" is the ack floor: its handler returns (acknowledges) an intent
-//     only once the intent's step has finished, i.e. its outcome is recorded,
-//     or it was found settled or superseded, or its compensation ran. If it
-//     meets an intent this process has not dispatched (an intent left over
-//     from before a crash, below the look-ahead's position), it dispatches it
-//     itself and waits for it.
+// Those events come from the log itself: every event the Runner reads also
+// goes to the jobs waiting in its sandbox's queue, and a job that starts
+// after the Runner read a batch that reached the head of the log has seen
+// everything that followed its intent, so it needs no round trip. A job
+// that starts earlier (catching up after a restart) loads them.
 //
-// A crash between an intent and its outcome therefore leaves the intent
-// unacknowledged on "sagas", and the next Run re-drives it. Steps that did
-// finish may be delivered again; before acting on an intent at sequence S a
-// step loads the sandbox's events after S and skips the intent if an event
-// caused by it is there (already recorded) or a later intent is (superseded).
-// A step that fails (the log unreachable, a record retried to exhaustion) is
-// not acknowledged on "sagas" and comes again; an intent is never lost.
+// A step that fails (the log unreachable, a record retried to exhaustion)
+// runs again after a backoff, holding up only its sandbox; an intent is
+// never lost. Each node's Runner reads the whole log and drives only the
+// sandboxes created on its node, under a Position of its own.
 //
 // # Deadlines
 //

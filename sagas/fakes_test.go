@@ -15,19 +15,23 @@ import (
 // wait bounds every wait of these tests.
 const wait = 10 * time.Second
 
-// tracked is a memstore that tells waiters about appends and acknowledgements.
+// tracked is a memstore that tells waiters about appends and about the
+// runner's saved position.
 type tracked struct {
 	*memstore.Store
 
 	appendMu sync.Mutex // serialises appendNext
 
 	mu      sync.Mutex
-	acked   map[string]map[uint64]bool // durable name → acknowledged sequences
-	changed chan struct{}              // closed and replaced on every change
+	pos     uint64        // the runner's saved position
+	sets    int           // how often it was saved
+	loads   int           // Loads of the events after an intent (after > 0)
+	handed  uint64        // the last sequence the runner's Follow handler took
+	changed chan struct{} // closed and replaced on every change
 }
 
 func newTracked() *tracked {
-	return &tracked{Store: memstore.New(), acked: map[string]map[uint64]bool{}, changed: make(chan struct{})}
+	return &tracked{Store: memstore.New(), changed: make(chan struct{})}
 }
 
 func (s *tracked) notify() {
@@ -37,21 +41,67 @@ func (s *tracked) notify() {
 	s.mu.Unlock()
 }
 
-// Subscribe notes every acknowledged event.
-func (s *tracked) Subscribe(ctx context.Context, name string, h events.Handler) error {
-	return s.Store.Subscribe(ctx, name, func(ctx context.Context, env events.Envelope) error {
-		err := h(ctx, env)
-		if err == nil {
+// Load counts the loads of what followed an event.
+func (s *tracked) Load(ctx context.Context, id string, after uint64) ([]events.Envelope, error) {
+	if after > 0 {
+		s.mu.Lock()
+		s.loads++
+		s.mu.Unlock()
+	}
+	return s.Store.Load(ctx, id, after)
+}
+
+// Follow notes the last sequence the handler took, once it returned.
+func (s *tracked) Follow(ctx context.Context, after uint64, batch int, h events.FollowHandler) error {
+	return s.Store.Follow(ctx, after, batch, func(ctx context.Context, envs []events.Envelope, pending uint64) error {
+		err := h(ctx, envs, pending)
+		if err == nil && len(envs) > 0 {
 			s.mu.Lock()
-			if s.acked[name] == nil {
-				s.acked[name] = map[uint64]bool{}
-			}
-			s.acked[name][env.Seq] = true
+			s.handed = max(s.handed, envs[len(envs)-1].Seq)
 			s.mu.Unlock()
 			s.notify()
 		}
 		return err
 	})
+}
+
+// followed is the last sequence the runner took from the log.
+func (s *tracked) followed() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.handed
+}
+
+// laterLoads is how often the events after an event were loaded.
+func (s *tracked) laterLoads() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.loads
+}
+
+// position is the runner's sagas.Position, kept by the tracked store.
+type position struct{ s *tracked }
+
+func (p position) Get(context.Context) (uint64, error) {
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
+	return p.s.pos, nil
+}
+
+func (p position) Set(_ context.Context, seq uint64) error {
+	p.s.mu.Lock()
+	p.s.pos = seq
+	p.s.sets++
+	p.s.mu.Unlock()
+	p.s.notify()
+	return nil
+}
+
+// saved is the runner's last saved position.
+func (s *tracked) saved() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pos
 }
 
 // appendNext appends envs after the sandbox's last event.
@@ -96,14 +146,11 @@ func (s *tracked) waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// waitAcked waits until durable name acknowledged seq.
-func (s *tracked) waitAcked(t *testing.T, name string, seq uint64) {
+// waitPast waits until the runner saved a position at or past seq: every
+// intent up to seq has finished its step.
+func (s *tracked) waitPast(t *testing.T, seq uint64) {
 	t.Helper()
-	s.waitUntil(t, fmt.Sprintf("%s to acknowledge %d", name, seq), func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.acked[name][seq]
-	})
+	s.waitUntil(t, fmt.Sprintf("the saved position to reach %d", seq), func() bool { return s.saved() >= seq })
 }
 
 // recorder is a Recorder that validates nothing: it appends what it is given
@@ -166,18 +213,20 @@ func (r *recorder) callsOf(typ string) int {
 }
 
 // counting wraps a driver, counts its calls per operation, and blocks the
-// operation named block until the call's context ends, saying so on entered.
+// operation named block until the call's context ends (or release is
+// closed: then the call goes on to the driver), saying so on entered.
 type counting struct {
 	compute.Driver
 	block   string
 	entered chan string
+	release chan struct{}
 
 	mu    sync.Mutex
 	calls map[string]int
 }
 
 func newCounting(d compute.Driver, block string) *counting {
-	return &counting{Driver: d, block: block, entered: make(chan string, 16), calls: map[string]int{}}
+	return &counting{Driver: d, block: block, entered: make(chan string, 16), release: make(chan struct{}), calls: map[string]int{}}
 }
 
 func (c *counting) enter(ctx context.Context, op string) error {
@@ -188,8 +237,12 @@ func (c *counting) enter(ctx context.Context, op string) error {
 		return nil
 	}
 	c.entered <- op
-	<-ctx.Done()
-	return ctx.Err()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.release:
+		return nil
+	}
 }
 
 func (c *counting) count(op string) int {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -13,10 +14,19 @@ import (
 	"github.com/torpor/torpor/services/compute"
 )
 
-// Source delivers the log (events.Store satisfies it).
+// Source is the log as the Runner reads it (events.Store satisfies it).
 type Source interface {
-	Subscribe(ctx context.Context, name string, h events.Handler) error
+	Follow(ctx context.Context, after uint64, max int, h events.FollowHandler) error
 	Load(ctx context.Context, id string, after uint64) ([]events.Envelope, error)
+}
+
+// Position keeps the Runner's place in the log between runs (jsstore's
+// Position keeps it in a KV bucket). The Runner sets it only to a sequence
+// at or below which every intent has finished its step, so a new Run that
+// follows the log from there re-drives whatever was left unfinished.
+type Position interface {
+	Get(ctx context.Context) (uint64, error)
+	Set(ctx context.Context, seq uint64) error
 }
 
 // Recorder appends outcome events through the lifecycle state machine (the
@@ -35,15 +45,16 @@ type Drivers interface {
 
 var _ Drivers = compute.Registry(nil)
 
-// The durable subscription names (see the package comment).
 const (
-	FloorName = "sagas"
-	AheadName = "sagas-ahead"
+	// followBatch bounds the events the Runner takes from the log at once.
+	followBatch = 256
+	// queuedFactor × Workers bounds the unfinished intents; the Runner reads
+	// no further in the log while that many are queued or running.
+	queuedFactor = 16
+	// A step that fails comes again after retryMin, doubling up to retryMax.
+	retryMin = 100 * time.Millisecond
+	retryMax = 5 * time.Second
 )
-
-// aheadFactor × Workers is how many intents the look-ahead subscription may
-// dispatch beyond the ack floor.
-const aheadFactor = 4
 
 // intents are the event types that ask for a driver step.
 var intents = map[string]bool{
@@ -58,6 +69,7 @@ var intents = map[string]bool{
 // Runner runs the sagas of one node. Run it once.
 type Runner struct {
 	src   Source
+	pos   Position
 	rec   Recorder
 	drv   Drivers
 	creds *compute.Credentials
@@ -65,30 +77,32 @@ type Runner struct {
 	log   zerolog.Logger
 
 	sem     chan struct{} // a token per running step
-	ahead   chan struct{} // a token per job the look-ahead dispatched and the floor has not passed
 	workers sync.WaitGroup
 	started atomic.Bool
 	specs   *specCache
 
-	mu     sync.Mutex
-	jobs   map[uint64]*job   // dispatched intents by sequence, until the floor passes them
-	queues map[string][]*job // per sandbox, jobs waiting for its worker
-	floor  uint64            // the highest sequence the floor subscription passed
+	mu        sync.Mutex
+	jobs      map[uint64]*job   // unfinished intents by sequence
+	queues    map[string][]*job // per sandbox, jobs waiting for its worker; a key exists while the worker runs
+	freed     chan struct{}     // closed and replaced when a job finishes
+	processed uint64            // the last sequence handed to dispatch
+	caughtUp  uint64            // the last sequence of the newest batch that reached the head of the log
 }
 
 // job is one intent on its way through a step.
 type job struct {
-	env   events.Envelope
-	ahead bool // dispatched by the look-ahead; holds an ahead token
-	done  chan struct{}
-	err   error // set before done is closed
+	env events.Envelope
+	// later holds the sandbox's events that came after the intent while the
+	// job waited in its queue.
+	later []events.Envelope
 }
 
-// New returns a Runner over the log src that records through rec and drives
-// the drivers of drv, minting supervisor credentials with creds.
-func New(src Source, rec Recorder, drv Drivers, creds *compute.Credentials, cfg Config, log zerolog.Logger) (*Runner, error) {
-	if src == nil || rec == nil || drv == nil || creds == nil {
-		return nil, errors.New("sagas: source, recorder, drivers and credentials are required")
+// New returns a Runner over the log src, keeping its place in pos, that
+// records through rec and drives the drivers of drv, minting supervisor
+// credentials with creds.
+func New(src Source, pos Position, rec Recorder, drv Drivers, creds *compute.Credentials, cfg Config, log zerolog.Logger) (*Runner, error) {
+	if src == nil || pos == nil || rec == nil || drv == nil || creds == nil {
+		return nil, errors.New("sagas: source, position, recorder, drivers and credentials are required")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -96,141 +110,172 @@ func New(src Source, rec Recorder, drv Drivers, creds *compute.Credentials, cfg 
 	cfg = cfg.withDefaults()
 	return &Runner{
 		src:    src,
+		pos:    pos,
 		rec:    rec,
 		drv:    drv,
 		creds:  creds,
 		cfg:    cfg,
 		log:    log,
 		sem:    make(chan struct{}, cfg.Workers),
-		ahead:  make(chan struct{}, aheadFactor*cfg.Workers),
 		specs:  newSpecCache(specCacheSize),
 		jobs:   map[uint64]*job{},
 		queues: map[string][]*job{},
+		freed:  make(chan struct{}),
 	}, nil
 }
 
-// Run subscribes to the log and drives sagas until ctx ends or a
-// subscription fails. It returns after every goroutine it started has
-// finished; nil when ctx ended.
+// Run follows the log from the saved position and drives sagas until ctx
+// ends; it then waits for every step it started, saves its position and
+// returns nil. An error means the position could not be read.
 func (r *Runner) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
 		return errors.New("sagas: Run called twice")
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	subs := []struct {
-		name string
-		h    events.Handler
-	}{
-		{FloorName, func(hctx context.Context, env events.Envelope) error { return r.onFloor(ctx, hctx, env) }},
-		{AheadName, func(hctx context.Context, env events.Envelope) error { return r.onAhead(ctx, hctx, env) }},
+	from, err := r.pos.Get(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("sagas: position: %w", err)
 	}
-	errc := make(chan error, len(subs))
-	var wg sync.WaitGroup
-	for _, s := range subs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer cancel() // one subscription ending ends the other
-			if err := r.src.Subscribe(ctx, s.name, s.h); err != nil && ctx.Err() == nil {
-				errc <- fmt.Errorf("subscribe %s: %w", s.name, err)
-			}
-		}()
+	r.processed = from
+	r.log.Info().Str("node", r.cfg.Node).Int("workers", r.cfg.Workers).Dur("deadline", r.cfg.Deadline).
+		Uint64("seq", from).Msg("sagas running")
+
+	var saver sync.WaitGroup
+	saved := from
+	saver.Go(func() { saved = r.saveEvery(ctx, saved) })
+
+	wait := retryMin
+	for ctx.Err() == nil {
+		r.mu.Lock()
+		after := r.processed
+		r.mu.Unlock()
+		err := r.src.Follow(ctx, after, followBatch, func(_ context.Context, envs []events.Envelope, pending uint64) error {
+			return r.dispatch(ctx, envs, pending)
+		})
+		if ctx.Err() != nil {
+			break
+		}
+		r.log.Warn().Err(err).Uint64("seq", after).Dur("backoff", wait).Msg("following the log failed; following again")
+		if !sleep(ctx, wait) {
+			break
+		}
+		wait = min(2*wait, retryMax)
 	}
-	r.log.Info().Str("node", r.cfg.Node).Int("workers", r.cfg.Workers).Dur("deadline", r.cfg.Deadline).Msg("sagas running")
-	wg.Wait()
-	// Jobs are dispatched only from the handlers, which have returned.
+	// Jobs are started only by dispatch, which has returned.
 	r.workers.Wait()
+	saver.Wait()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if f := r.floor(); f > saved {
+		if err := r.pos.Set(sctx, f); err != nil {
+			r.log.Warn().Err(err).Uint64("seq", f).Msg("save position; the next run re-reads from an older one")
+		}
+	}
 	r.log.Info().Msg("sagas stopped")
-	select {
-	case err := <-errc:
-		return err
-	default:
-		return nil
-	}
-}
-
-// onFloor handles an event on the ack floor: it returns only when an intent's
-// step has finished, dispatching the intent itself if the look-ahead has not.
-func (r *Runner) onFloor(runCtx, ctx context.Context, env events.Envelope) error {
-	if !intents[env.Type] {
-		r.pass(env.Seq, nil)
-		return nil
-	}
-	r.mu.Lock()
-	j := r.jobs[env.Seq]
-	if j == nil {
-		j = r.dispatchLocked(runCtx, env, false)
-	}
-	r.mu.Unlock()
-	select {
-	case <-j.done:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	r.pass(env.Seq, j)
-	return j.err
-}
-
-// pass records that the floor passed seq, finishing with j (nil for a
-// non-intent). A failed step does not move the floor: it comes again.
-func (r *Runner) pass(seq uint64, j *job) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if j != nil {
-		if r.jobs[seq] == j {
-			delete(r.jobs, seq)
-			if j.ahead {
-				<-r.ahead
-			}
-		}
-		if j.err != nil {
-			return
-		}
-	}
-	if seq > r.floor {
-		r.floor = seq
-	}
-}
-
-// onAhead dispatches an intent and acknowledges it at once, unless the floor
-// already passed it or it is already dispatched. It waits while the
-// look-ahead is full.
-func (r *Runner) onAhead(runCtx, ctx context.Context, env events.Envelope) error {
-	if !intents[env.Type] {
-		return nil
-	}
-	select {
-	case r.ahead <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if env.Seq <= r.floor || r.jobs[env.Seq] != nil {
-		<-r.ahead
-		return nil
-	}
-	r.dispatchLocked(runCtx, env, true)
 	return nil
 }
 
-// dispatchLocked queues env on its sandbox's queue, starting the sandbox's
-// worker if it has none. r.mu is held.
-func (r *Runner) dispatchLocked(ctx context.Context, env events.Envelope, ahead bool) *job {
-	j := &job{env: env, ahead: ahead, done: make(chan struct{})}
-	r.jobs[env.Seq] = j
-	q, busy := r.queues[env.SandboxID]
-	r.queues[env.SandboxID] = append(q, j)
-	if !busy {
-		r.workers.Add(1)
-		go r.work(ctx, env.SandboxID)
+// saveEvery saves the floor every Config.CheckpointEvery while it moves,
+// until ctx ends; it returns the last position saved.
+func (r *Runner) saveEvery(ctx context.Context, saved uint64) uint64 {
+	t := time.NewTicker(r.cfg.CheckpointEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return saved
+		case <-t.C:
+		}
+		f := r.floor()
+		if f <= saved {
+			continue
+		}
+		if err := r.pos.Set(ctx, f); err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn().Err(err).Uint64("seq", f).Msg("save position")
+			}
+			continue
+		}
+		saved = f
 	}
-	return j
+}
+
+// floor is the highest sequence at or below which every intent has
+// finished.
+func (r *Runner) floor() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := r.processed
+	for seq := range r.jobs {
+		f = min(f, seq-1)
+	}
+	return f
+}
+
+// dispatch hands a batch of the log to the sandboxes' queues. Intents become
+// jobs; every event also goes to the jobs still waiting in its sandbox's
+// queue, so that a job that starts after the Runner caught up with the log
+// knows what followed its intent without loading it. Workers for new queues
+// start once the whole batch is in place. It waits while too many jobs are
+// unfinished.
+func (r *Runner) dispatch(ctx context.Context, envs []events.Envelope, pending uint64) error {
+	if err := r.room(ctx); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	var start []string
+	for _, env := range envs {
+		if env.Seq <= r.processed {
+			continue // a follow that started again hands out what was dispatched
+		}
+		for _, j := range r.queues[env.SandboxID] {
+			j.later = append(j.later, env)
+		}
+		if intents[env.Type] {
+			j := &job{env: env}
+			r.jobs[env.Seq] = j
+			q, busy := r.queues[env.SandboxID]
+			r.queues[env.SandboxID] = append(q, j)
+			if !busy {
+				start = append(start, env.SandboxID)
+			}
+		}
+		r.processed = env.Seq
+	}
+	if pending == 0 && len(envs) > 0 {
+		r.caughtUp = max(r.caughtUp, envs[len(envs)-1].Seq)
+	}
+	r.workers.Add(len(start))
+	r.mu.Unlock()
+	for _, id := range start {
+		go r.work(ctx, id)
+	}
+	return nil
+}
+
+// room waits until fewer than queuedFactor × Workers jobs are unfinished.
+func (r *Runner) room(ctx context.Context) error {
+	for {
+		r.mu.Lock()
+		full, freed := len(r.jobs) >= queuedFactor*r.cfg.Workers, r.freed
+		r.mu.Unlock()
+		if !full {
+			return nil
+		}
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // work runs the queued jobs of one sandbox in order and ends when its queue
-// is empty.
+// is empty. A job whose step fails runs again after a backoff, holding up
+// only its sandbox; a job left unfinished when ctx ends stays below the
+// floor, for the next Run.
 func (r *Runner) work(ctx context.Context, id string) {
 	defer r.workers.Done()
 	for {
@@ -243,15 +288,48 @@ func (r *Runner) work(ctx context.Context, id string) {
 		}
 		j := q[0]
 		r.queues[id] = q[1:]
+		// Every event up to caughtUp went to the job while it waited.
+		seen := r.caughtUp >= j.env.Seq
 		r.mu.Unlock()
 
-		select {
-		case r.sem <- struct{}{}:
-			j.err = r.step(ctx, j.env)
-			<-r.sem
-		case <-ctx.Done():
-			j.err = ctx.Err()
+		later := j.later
+		for wait := retryMin; ; wait = min(2*wait, retryMax) {
+			var err error
+			select {
+			case r.sem <- struct{}{}:
+				err = r.step(ctx, j.env, later, seen)
+				<-r.sem
+			case <-ctx.Done():
+				return
+			}
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			r.log.Warn().Err(err).Str("sandbox_id", id).Uint64("seq", j.env.Seq).Dur("backoff", wait).Msg("step failed; it comes again")
+			if !sleep(ctx, wait) {
+				return
+			}
+			seen, later = false, nil // the log moved meanwhile: load it again
 		}
-		close(j.done)
+		r.mu.Lock()
+		delete(r.jobs, j.env.Seq)
+		close(r.freed)
+		r.freed = make(chan struct{})
+		r.mu.Unlock()
+	}
+}
+
+// sleep waits d; false if ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }

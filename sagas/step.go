@@ -64,9 +64,11 @@ func sagaOf(typ string) string {
 }
 
 // step drives one intent: it checks the intent is ours and still open, then
-// runs its saga. A nil error means the intent is finished with (recorded,
-// skipped or compensated); an error means it must come again.
-func (r *Runner) step(ctx context.Context, env events.Envelope) error {
+// runs its saga. later holds the sandbox's events after the intent when seen
+// says they are all there is; otherwise step loads them. A nil error means
+// the intent is finished with (recorded, skipped or compensated); an error
+// means it must come again.
+func (r *Runner) step(ctx context.Context, env events.Envelope, later []events.Envelope, seen bool) error {
 	log := r.log.With().
 		Str("sandbox_id", env.SandboxID).
 		Str("event_type", env.Type).
@@ -90,10 +92,11 @@ func (r *Runner) step(ctx context.Context, env events.Envelope) error {
 	if created.Node != r.cfg.Node {
 		return nil
 	}
-	later, err := r.src.Load(ctx, env.SandboxID, env.Seq)
-	if err != nil {
-		log.Warn().Err(err).Msg("load later events")
-		return fmt.Errorf("load %s after %d: %w", env.SandboxID, env.Seq, err)
+	if !seen {
+		if later, err = r.src.Load(ctx, env.SandboxID, env.Seq); err != nil {
+			log.Warn().Err(err).Msg("load later events")
+			return fmt.Errorf("load %s after %d: %w", env.SandboxID, env.Seq, err)
+		}
 	}
 	if why := settled(env, later); why != "" {
 		log.Debug().Str("step", "skip").Msg(why)

@@ -20,7 +20,6 @@ import (
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/jsstore"
 	"github.com/torpor/torpor/projections/kvview"
-	"github.com/torpor/torpor/sagas"
 	"github.com/torpor/torpor/services/gateway"
 )
 
@@ -61,9 +60,9 @@ func history(id string, n int, now time.Time) ([]events.Envelope, error) {
 }
 
 // populate appends n settled sandboxes of about perSandbox events each
-// straight to the log (async, a bounded window), then moves the sagas'
-// durable consumers past them: the histories are complete, nothing is left
-// for a saga to drive. It returns the ids and the events written.
+// straight to the log (async, a bounded window), then saves the sagas'
+// position past them: the histories are complete, nothing is left for a
+// saga to drive. It returns the ids and the events written.
 func populate(ctx context.Context, nc *nats.Conn, n, perSandbox int) ([]string, int, error) {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
@@ -103,26 +102,23 @@ func populate(ctx context.Context, nc *nats.Conn, n, perSandbox int) ([]string, 
 	return ids, written, settleSagas(ctx, js)
 }
 
-// settleSagas positions the sagas' durable consumers after the last event.
+// settleSagas saves the saga runner's position after the last event: a
+// settled history has nothing left to drive.
 func settleSagas(ctx context.Context, js jetstream.JetStream) error {
-	s, err := js.Stream(ctx, "TORPOR_EVENTS")
+	store, err := jsstore.New(ctx, js, jsstore.Config{})
 	if err != nil {
 		return err
 	}
-	info, err := s.Info(ctx)
+	last, err := store.LastSeq(ctx)
 	if err != nil {
 		return err
 	}
-	for _, name := range []string{sagas.FloorName, sagas.AheadName} {
-		if err := s.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return err
-		}
-		if _, err := s.CreateConsumer(ctx, jetstream.ConsumerConfig{
-			Durable: name, FilterSubject: "torpor.sandbox.>", AckPolicy: jetstream.AckExplicitPolicy,
-			DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: info.State.LastSeq + 1,
-		}); err != nil {
-			return fmt.Errorf("settle %s: %w", name, err)
-		}
+	pos, err := store.Position(ctx, sagasPosition("local"))
+	if err != nil {
+		return err
+	}
+	if err := pos.Set(ctx, last); err != nil {
+		return fmt.Errorf("settle sagas: %w", err)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -51,6 +52,8 @@ func (c serveConfig) Validate() error {
 		return errors.New("--data: want a directory")
 	case c.HTTP == "":
 		return errors.New("--http: want an address")
+	case !validNode.MatchString(c.Node):
+		return fmt.Errorf("--node %q: want 1 to 64 letters, digits, '-' or '_' (it names subjects and keys)", c.Node)
 	}
 	if c.NATSURL == "" {
 		if _, _, err := net.SplitHostPort(c.NATSListen); err != nil {
@@ -59,6 +62,13 @@ func (c serveConfig) Validate() error {
 	}
 	return nil
 }
+
+// validNode is what a node name may be: a token of NATS subjects
+// (torpor.driver.<node>.<op>) and of KV keys.
+var validNode = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// sagasPosition names the KV key of node's saga runner position.
+func sagasPosition(node string) string { return "sagas." + node }
 
 // app is a running torpor service: every part started, the addresses bound.
 type app struct {
@@ -127,7 +137,11 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, err
 	}
-	runner, err := sagas.New(store, svc, drivers, creds, sagas.Config{Node: cfg.Node, Deadline: cfg.Deadline}, log.With().Str("part", "sagas").Logger())
+	pos, err := store.Position(ctx, sagasPosition(cfg.Node))
+	if err != nil {
+		return nil, err
+	}
+	runner, err := sagas.New(store, pos, svc, drivers, creds, sagas.Config{Node: cfg.Node, Deadline: cfg.Deadline}, log.With().Str("part", "sagas").Logger())
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,7 @@
 // Package jsstore is the event store on NATS JetStream: one stream holds the
 // whole log, one subject per sandbox (torpor.sandbox.<id>), appends guarded by
 // the expected last sequence of that subject and deduplicated by message id,
-// durable pull consumers for subscribers.
+// ordered consumers for followers, whose positions live in a KV bucket.
 package jsstore
 
 import (
@@ -27,8 +27,6 @@ const (
 	DefaultStream          = "TORPOR_EVENTS"
 	DefaultReplicas        = 1
 	DefaultDuplicateWindow = 2 * time.Minute
-	DefaultNakDelay        = 200 * time.Millisecond
-	DefaultAckWait         = 5 * time.Second
 )
 
 // Subject is the subject of sandbox id's events.
@@ -39,22 +37,14 @@ func Subject(id string) string { return SubjectPrefix + id }
 type Config struct {
 	// Stream is the stream name; default TORPOR_EVENTS.
 	Stream string
-	// Replicas is the stream's replication factor; default 1.
+	// Replicas is the replication factor of the stream and of the
+	// positions bucket; default 1.
 	Replicas int
 	// Storage is file (the zero value, and the default) or memory.
 	Storage jetstream.StorageType
 	// DuplicateWindow is how long message ids are remembered for
 	// deduplication; default 2m.
 	DuplicateWindow time.Duration
-	// NakDelay is how long an event whose handler failed waits before it is
-	// delivered again; default 200ms.
-	NakDelay time.Duration
-	// AckWait is how long the server waits for the acknowledgement of an
-	// event before it delivers it again; default 5s. While a handler runs,
-	// Subscribe keeps the event in progress, so a slow handler is not
-	// redelivered, while an event held by a crashed process comes again after
-	// at most AckWait.
-	AckWait time.Duration
 }
 
 // withDefaults fills the zero fields of c.
@@ -67,12 +57,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = DefaultDuplicateWindow
-	}
-	if c.NakDelay == 0 {
-		c.NakDelay = DefaultNakDelay
-	}
-	if c.AckWait == 0 {
-		c.AckWait = DefaultAckWait
 	}
 	return c
 }
@@ -89,10 +73,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("storage %v: want file or memory", c.Storage)
 	case c.DuplicateWindow < 0:
 		return fmt.Errorf("duplicate window %v: want positive", c.DuplicateWindow)
-	case c.NakDelay < 0:
-		return fmt.Errorf("nak delay %v: want positive", c.NakDelay)
-	case c.AckWait < 0 || (c.AckWait > 0 && c.AckWait < 100*time.Millisecond):
-		return fmt.Errorf("ack wait %v: want 100ms or more", c.AckWait)
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
@@ -26,7 +25,7 @@ func TestContract(t *testing.T) {
 
 func newStore(t *testing.T, srv *natstest.Server) *jsstore.Store {
 	t.Helper()
-	s, err := jsstore.New(context.Background(), srv.JS, jsstore.Config{NakDelay: 20 * time.Millisecond})
+	s, err := jsstore.New(context.Background(), srv.JS, jsstore.Config{})
 	if err != nil {
 		t.Fatalf("new store: %v", err)
 	}
@@ -290,28 +289,25 @@ func TestRestart(t *testing.T) {
 		}
 		want = append(want, env.ID)
 	}
-	// A durable subscriber handles everything so far.
-	seen := make(chan events.Envelope, 100)
-	sctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- s.Subscribe(sctx, "restart", func(ctx context.Context, env events.Envelope) error {
-			seen <- env
-			return nil
-		})
-	}()
-	for range 3 {
-		select {
-		case <-seen:
-		case <-time.After(storetest.Timeout):
-			t.Fatal("subscriber got fewer than 3 events")
+	// A follower handles everything so far and keeps its position.
+	pos, err := s.Position(ctx, "restart")
+	if err != nil {
+		t.Fatalf("position: %v", err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, storetest.Timeout)
+	defer cancel()
+	err = s.Follow(fctx, 0, 10, func(ctx context.Context, envs []events.Envelope, pending uint64) error {
+		if err := pos.Set(ctx, envs[len(envs)-1].Seq); err != nil {
+			return err
 		}
+		if pending == 0 {
+			cancel()
+		}
+		return nil
+	})
+	if err != nil || fctx.Err() == context.DeadlineExceeded {
+		t.Fatalf("follow to the head: %v (context: %v)", err, fctx.Err())
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("subscribe: %v", err)
-	}
-	waitAckFloor(t, s, "restart", last)
 	srv.Stop()
 
 	srv = natstest.StartWith(t, natstest.Options{Dir: dir})
@@ -332,46 +328,117 @@ func TestRestart(t *testing.T) {
 	if _, err := s.Append(ctx, "sbx1", last, env); err != nil {
 		t.Fatalf("append after restart: %v", err)
 	}
-	sctx, cancel = context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		_ = s.Subscribe(sctx, "restart", func(ctx context.Context, env events.Envelope) error {
-			seen <- env
-			return nil
-		})
-	}()
-	select {
-	case e := <-seen:
-		if e.ID != env.ID {
-			t.Errorf("resumed subscriber: first got %s (seq %d), want the new event %s", e.ID, e.Seq, env.ID)
-		}
-	case <-time.After(storetest.Timeout):
-		t.Fatal("resumed subscriber got nothing")
+	if pos, err = s.Position(ctx, "restart"); err != nil {
+		t.Fatalf("position after restart: %v", err)
+	}
+	after, err := pos.Get(ctx)
+	if err != nil || after != last {
+		t.Fatalf("position after restart: got %d, %v, want %d", after, err, last)
+	}
+	if got := follow(t, s, after, 1); len(got) != 1 || got[0].ID != env.ID {
+		t.Errorf("following from the kept position: got %v, want only the new event %s", got, env.ID)
 	}
 }
 
-// waitAckFloor waits until durable's acknowledgements reach seq on the
-// server, so that a restart right after does not lose them.
-func waitAckFloor(t *testing.T, s *jsstore.Store, durable string, seq uint64) {
+// follow follows s from after until n events have come, and returns them.
+func follow(t *testing.T, s *jsstore.Store, after uint64, n int) []events.Envelope {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), storetest.Timeout)
 	defer cancel()
-	for {
-		c, err := s.Stream().Consumer(ctx, durable)
+	var got []events.Envelope
+	err := s.Follow(ctx, after, 100, func(ctx context.Context, envs []events.Envelope, pending uint64) error {
+		got = append(got, envs...)
+		if len(got) >= n {
+			cancel()
+		}
+		return nil
+	})
+	if err != nil || ctx.Err() == context.DeadlineExceeded {
+		t.Fatalf("follow from %d: %v with %d events in %v, want %d", after, err, len(got), storetest.Timeout, n)
+	}
+	return got
+}
+
+func TestFollowSkipsWhatIsNotJSON(t *testing.T) {
+	srv := natstest.Start(t)
+	s := newStore(t, srv)
+	ctx := context.Background()
+	e1, e2 := envelope(t, "sbx1", 1), envelope(t, "sbx1", 2)
+	first, err := s.Append(ctx, "sbx1", 0, e1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Someone writes a message that is not an envelope to the subject.
+	junk := &nats.Msg{Subject: jsstore.Subject("sbx1"), Data: []byte("not json")}
+	ack, err := srv.JS.PublishMsg(ctx, junk, jetstream.WithExpectLastSequencePerSubject(first))
+	if err != nil {
+		t.Fatalf("raw publish: %v", err)
+	}
+	if _, err := s.Append(ctx, "sbx1", ack.Sequence, e2); err != nil {
+		t.Fatal(err)
+	}
+	got := follow(t, s, 0, 2)
+	if len(got) != 2 || got[0].ID != e1.ID || got[1].ID != e2.ID {
+		t.Errorf("followed: got %d events %v, want e1 and e2 around the junk", len(got), got)
+	}
+}
+
+func TestPosition(t *testing.T) {
+	srv := natstest.Start(t)
+	s := newStore(t, srv)
+	ctx := context.Background()
+	p, err := s.Position(ctx, "views.kv-1")
+	if err != nil {
+		t.Fatalf("position: %v", err)
+	}
+	if got, err := p.Get(ctx); err != nil || got != 0 {
+		t.Errorf("before any set: got %d, %v, want 0", got, err)
+	}
+	for _, seq := range []uint64{42, 7, 1<<64 - 1} {
+		if err := p.Set(ctx, seq); err != nil {
+			t.Fatalf("set %d: %v", seq, err)
+		}
+		if got, err := p.Get(ctx); err != nil || got != seq {
+			t.Errorf("after set %d: got %d, %v", seq, got, err)
+		}
+	}
+	if err := p.Set(ctx, 1234); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another store on the same server sees it, under the same name only.
+	js, err := jetstream.New(srv.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := jsstore.New(ctx, js, jsstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]uint64{"views.kv-1": 1234, "views.kv-2": 0} {
+		p, err := other.Position(ctx, name)
 		if err != nil {
-			t.Fatalf("consumer %s: %v", durable, err)
+			t.Fatalf("position %s: %v", name, err)
 		}
-		info, err := c.Info(ctx)
-		if err != nil {
-			t.Fatalf("consumer %s info: %v", durable, err)
+		if got, err := p.Get(ctx); err != nil || got != want {
+			t.Errorf("position %s from another store: got %d, %v, want %d", name, got, err, want)
 		}
-		if info.AckFloor.Stream >= seq {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("ack floor of %s: %d, want %s", durable, info.AckFloor.Stream, strconv.FormatUint(seq, 10))
-		case <-time.After(5 * time.Millisecond):
+	}
+	kv, err := srv.JS.KeyValue(ctx, jsstore.PositionBucket)
+	if err != nil {
+		t.Fatalf("bucket: %v", err)
+	}
+	e, err := kv.Get(ctx, "views.kv-1")
+	if err != nil {
+		t.Fatalf("get the key: %v", err)
+	}
+	if got := string(e.Value()); got != "1234" {
+		t.Errorf("stored value: got %q, want decimal 1234", got)
+	}
+
+	for _, name := range []string{"", "a b", "a*", "a>", ".a", "a.", "a..b", "ü"} {
+		if _, err := s.Position(ctx, name); err == nil {
+			t.Errorf("position %q: got nil error", name)
 		}
 	}
 }

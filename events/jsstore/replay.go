@@ -25,8 +25,8 @@ const replayPull = 4096
 // sequence of the log at the call: every event from from up to it was
 // handed to h. An error of h stops the replay and is returned.
 //
-// Replay is how a view is rebuilt from nothing; a subscriber that must
-// resume after a restart uses Subscribe.
+// Replay is how a view is rebuilt from nothing: it stops at the head, where
+// Follow goes on with the events appended later.
 func (s *Store) Replay(ctx context.Context, from uint64, h func([]events.Envelope) error) (uint64, error) {
 	last, err := s.LastSeq(ctx)
 	if err != nil {
@@ -46,17 +46,9 @@ func (s *Store) Replay(ctx context.Context, from uint64, h func([]events.Envelop
 // replay runs an ordered consumer from from to last and hands the decoded
 // envelopes to h in chunks.
 func (s *Store) replay(ctx context.Context, from, last uint64, h func([]events.Envelope) error) error {
-	cons, err := s.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{SubjectPrefix + ">"},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    from,
-	})
+	it, err := s.messages(ctx, from, jetstream.PullMaxMessages(replayPull))
 	if err != nil {
-		return unavailable(err)
-	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(replayPull))
-	if err != nil {
-		return unavailable(err)
+		return err
 	}
 	defer it.Stop()
 	chunk := make([]events.Envelope, 0, ReplayChunk)

@@ -10,15 +10,21 @@ import (
 	"github.com/torpor/torpor/projections"
 )
 
-// replay is a fake projections.Source: it hands its events to the handler
-// once, then waits for ctx to end.
+// replay is a fake projections.Source: it hands its events above after to
+// the handler, in batches of up to max, then waits for ctx to end.
 type replay []events.Envelope
 
-func (r replay) Subscribe(ctx context.Context, _ string, h events.Handler) error {
-	for _, e := range r {
-		if err := h(ctx, e); err != nil {
+func (r replay) Follow(ctx context.Context, after uint64, max int, h events.FollowHandler) error {
+	rest := r
+	for len(rest) > 0 && rest[0].Seq <= after {
+		rest = rest[1:]
+	}
+	for len(rest) > 0 {
+		n := min(len(rest), max)
+		if err := h(ctx, rest[:n:n], uint64(len(rest)-n)); err != nil {
 			return err
 		}
+		rest = rest[n:]
 	}
 	<-ctx.Done()
 	return nil

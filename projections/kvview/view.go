@@ -106,7 +106,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*View, error)
 	return &View{kv: kv, js: js, cfg: cfg, pre: keyPrefix(js, cfg.Bucket), cache: make(map[string]entry)}, nil
 }
 
-// Name is the projection's name, also its durable consumer's.
+// Name is the projection's name, in the runner's logs and errors.
 func (v *View) Name() string { return "kvview" }
 
 // Get returns the view of sandbox id, or an error wrapping events.ErrNotFound.

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestServeConfigValidate: every flag serve cannot work with is refused
+// before anything starts, naming the flag.
+func TestServeConfigValidate(t *testing.T) {
+	good := serveConfig{Data: t.TempDir(), HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: "always", Node: "local", Deadline: time.Minute}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("good config: %v", err)
+	}
+	cases := []struct {
+		name, flag string
+		edit       func(*serveConfig)
+	}{
+		{"fsync", "--fsync", func(c *serveConfig) { c.Fsync = "sometimes" }},
+		{"deadline", "--deadline", func(c *serveConfig) { c.Deadline = 0 }},
+		{"no data", "--data", func(c *serveConfig) { c.Data = "" }},
+		{"no http", "--http", func(c *serveConfig) { c.HTTP = "" }},
+		{"nats listen", "--nats-listen", func(c *serveConfig) { c.NATSListen = "nowhere" }},
+		{"empty node", "--node", func(c *serveConfig) { c.Node = "" }},
+		{"node with a dot", "--node", func(c *serveConfig) { c.Node = "rack.1" }},
+		{"node with a wildcard", "--node", func(c *serveConfig) { c.Node = "n*" }},
+		{"node too long", "--node", func(c *serveConfig) { c.Node = strings.Repeat("n", 65) }},
+	}
+	for _, tc := range cases {
+		c := good
+		tc.edit(&c)
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("%s: Validate = %v, want an error naming %s", tc.name, err, tc.flag)
+		}
+	}
+}

@@ -1,0 +1,160 @@
+package jsstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/torpor/torpor/events"
+)
+
+// minFollowPull is the fewest messages a follower's consumer asks for per
+// pull, so that small batches still keep the pipe full.
+const minFollowPull = 512
+
+// delivery is one result of the consumer's iterator.
+type delivery struct {
+	msg jetstream.Msg
+	err error
+}
+
+// Follow runs an ordered consumer from after+1 over every sandbox's subject
+// and hands h the events in stream order, up to max at a time: whatever has
+// arrived when h is free, never waiting to fill a batch. pending is the
+// server's count of the messages after the batch's last one when it sent
+// that one. An ordered consumer keeps no state worth keeping on the server
+// and takes no acknowledgements; when it misses a heartbeat or a message it
+// recreates itself after the last message it saw.
+//
+// Follow returns nil when ctx ends, also when h fails because it did, and
+// h's error otherwise. An envelope that is not JSON is left out of its
+// batch.
+func (s *Store) Follow(ctx context.Context, after uint64, max int, h events.FollowHandler) error {
+	if max < 1 {
+		return fmt.Errorf("follow: batch size %d: want 1 or more", max)
+	}
+	pull := 2 * max
+	if pull < minFollowPull {
+		pull = minFollowPull
+	}
+	it, err := s.messages(ctx, after+1, jetstream.PullMaxMessages(pull))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("follow after %d: %w", after, err)
+	}
+
+	// The pump moves messages from the iterator into a channel, so that the
+	// loop below can take what has arrived without blocking: the iterator
+	// itself has no "is anything buffered" call.
+	pctx, stopPump := context.WithCancel(ctx)
+	ch := make(chan delivery, max)
+	pumped := make(chan struct{})
+	go func() {
+		defer close(pumped)
+		for {
+			msg, err := it.Next(jetstream.NextContext(pctx))
+			if errors.Is(err, jetstream.ErrNoHeartbeat) && pctx.Err() == nil {
+				continue // the ordered consumer recreates itself
+			}
+			select {
+			case ch <- delivery{msg, err}:
+			case <-pctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() {
+		stopPump()
+		it.Stop() // also ends a recreation in progress
+		<-pumped
+	}()
+
+	envs := make([]events.Envelope, 0, max)
+	for {
+		var d delivery
+		select {
+		case <-ctx.Done():
+			return nil
+		case d = <-ch:
+		}
+		envs = envs[:0]
+		var pending uint64
+		var failed error
+	take:
+		for n := 0; ; {
+			if d.err != nil {
+				failed = d.err
+				break
+			}
+			if meta, err := d.msg.Metadata(); err == nil {
+				pending = meta.NumPending
+			}
+			if env, err := decodeMsg(d.msg); err == nil {
+				envs = append(envs, env)
+			}
+			if n++; n == max {
+				break
+			}
+			select {
+			case d = <-ch:
+			default:
+				break take
+			}
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if len(envs) > 0 {
+			if err := h(ctx, envs, pending); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+		}
+		if failed != nil {
+			return fmt.Errorf("follow: %w", unavailable(failed))
+		}
+	}
+}
+
+// messages starts an ordered consumer at sequence start over every
+// sandbox's subject and returns its iterator.
+func (s *Store) messages(ctx context.Context, start uint64, pull jetstream.PullMessagesOpt) (jetstream.MessagesContext, error) {
+	cons, err := s.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{SubjectPrefix + ">"},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    start,
+	})
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	it, err := cons.Messages(pull)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return it, nil
+}
+
+// decodeMsg turns a delivered message into its envelope, with Seq and MsgID
+// set.
+func decodeMsg(msg jetstream.Msg) (events.Envelope, error) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return events.Envelope{}, fmt.Errorf("metadata of %s: %w", msg.Subject(), err)
+	}
+	env, err := events.DecodeEnvelope(msg.Data())
+	if err != nil {
+		return env, fmt.Errorf("decode %s at %d: %w", msg.Subject(), meta.Sequence.Stream, err)
+	}
+	env.Seq = meta.Sequence.Stream
+	env.MsgID = msg.Headers().Get(jetstream.MsgIDHeader)
+	return env, nil
+}

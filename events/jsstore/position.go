@@ -1,0 +1,86 @@
+package jsstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// PositionBucket is the KV bucket of followers' positions: follower name →
+// the sequence of the last event it handled, in decimal.
+const PositionBucket = "torpor_positions"
+
+// Position is a follower's checkpoint, kept in PositionBucket so that it
+// outlives the process: the follower passes it to Follow as after when it
+// starts again. It is safe for concurrent use.
+type Position struct {
+	kv   jetstream.KeyValue
+	name string
+}
+
+// Position creates the positions bucket, or binds to it when it exists, and
+// returns the position of the follower name, a valid KV key (letters,
+// digits, - _ / = and dots between tokens).
+func (s *Store) Position(ctx context.Context, name string) (*Position, error) {
+	if !validKey(name) {
+		return nil, fmt.Errorf("position %q: want letters, digits, - _ / = and dots between tokens", name)
+	}
+	kv, err := s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      PositionBucket,
+		Description: "torpor follower name → last sequence handled",
+		History:     1,
+		Replicas:    s.cfg.Replicas,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("position %s: bucket %s: %w", name, PositionBucket, unavailable(err))
+	}
+	return &Position{kv: kv, name: name}, nil
+}
+
+// Get returns the position last Set, 0 before any.
+func (p *Position) Get(ctx context.Context) (uint64, error) {
+	e, err := p.kv.Get(ctx, p.name)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("get position %s: %w", p.name, unavailable(err))
+	}
+	seq, err := strconv.ParseUint(string(e.Value()), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("position %s at revision %d: %w", p.name, e.Revision(), err)
+	}
+	return seq, nil
+}
+
+// Set stores seq as it is, even below the current position: the follower
+// decides where it is (moving back replays events, which it handles
+// idempotently anyway).
+func (p *Position) Set(ctx context.Context, seq uint64) error {
+	if _, err := p.kv.Put(ctx, p.name, strconv.AppendUint(nil, seq, 10)); err != nil {
+		return fmt.Errorf("set position %s to %d: %w", p.name, seq, unavailable(err))
+	}
+	return nil
+}
+
+// validKey reports whether s is a key the KV API accepts.
+func validKey(s string) bool {
+	if s == "" || s[0] == '.' || s[len(s)-1] == '.' {
+		return false
+	}
+	prev := byte(0)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '-' || c == '_' || c == '/' || c == '=' || c == '.'
+		if !ok || c == '.' && prev == '.' {
+			return false
+		}
+		prev = c
+	}
+	return true
+}

@@ -25,6 +25,16 @@ var Phases = []Phase{PhaseProvisioning, PhaseReady, PhaseStopping, PhaseStopped,
 // Terminal reports whether no event moves a sandbox out of p.
 func (p Phase) Terminal() bool { return p == PhaseDeleted || p == PhaseError }
 
+// Transient reports whether p is a phase a sandbox only passes through, on
+// its way to an outcome, under a deadline (CONTRACT §1, invariant 5).
+func (p Phase) Transient() bool {
+	switch p {
+	case PhaseProvisioning, PhaseStopping, PhaseStarting, PhaseSuspending, PhaseDeleting:
+		return true
+	}
+	return false
+}
+
 // Known reports whether p is one of the contract's phases.
 func (p Phase) Known() bool {
 	for _, q := range Phases {

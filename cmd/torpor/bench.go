@@ -79,17 +79,6 @@ func benchCmd() *cobra.Command {
 			if err := cfg.defaults(); err != nil {
 				return err
 			}
-			if cfg.CPUProfile != "" {
-				f, err := os.Create(cfg.CPUProfile)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return err
-				}
-				defer pprof.StopCPUProfile()
-			}
 			rep, err := runBench(cmd.Context(), cfg, cmd.ErrOrStderr())
 			if err != nil {
 				return err
@@ -114,7 +103,7 @@ func benchCmd() *cobra.Command {
 	f.BoolVar(&cfg.Quick, "quick", false, "smaller sizes, under 45 seconds")
 	f.StringVar(&cfg.Transport, "transport", "bus", "command path: bus or http")
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of each timed run")
-	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run (service and load) to this file")
+	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the closed-loop pipeline run (service and load) to this file; FILE.always for the fsync always run when both run")
 	f.BoolVar(&cfg.SkipGrowth, "skip-growth", false, "only the raw bus, pipeline and latency sections")
 	f.StringVar(&cfg.DatabaseURL, "database-url", "", "PostgreSQL/CockroachDB URL for the SQL rows (none yet: the SQL view is a later issue)")
 	return cmd
@@ -227,6 +216,30 @@ func runBench(ctx context.Context, cfg benchConfig, log io.Writer) (*benchReport
 	return rep, nil
 }
 
+// profile starts the CPU profile of the pipeline run in mode fsync, if one
+// was asked for, and returns the function that stops it.
+func profile(cfg benchConfig, fsync string) (stop func(), err error) {
+	if cfg.CPUProfile == "" {
+		return func() {}, nil
+	}
+	path := cfg.CPUProfile
+	if cfg.Fsync == "" && fsync == "always" {
+		path += ".always"
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
+
 // runMode measures the raw bus and the pipeline on a fresh service in one
 // durability mode.
 func runMode(ctx context.Context, cfg benchConfig, fsync string) (modeResult, error) {
@@ -269,7 +282,12 @@ func runMode(ctx context.Context, cfg benchConfig, fsync string) (modeResult, er
 	if err != nil {
 		return mr, err
 	}
+	stopProfile, err := profile(cfg, fsync)
+	if err != nil {
+		return mr, err
+	}
 	transitions, secs, err := cycle(ctx, cmd, vw, ids, cfg.Concurrency, cfg.Duration)
+	stopProfile()
 	if err != nil {
 		return mr, err
 	}

@@ -57,6 +57,11 @@ func (v *View) Apply(ctx context.Context, env events.Envelope) error {
 //     fail its condition; the view is reloaded, folded again and written,
 //     up to conflictRetries times.
 //
+// With Config.HoldTransient, a view whose new phase is transient is not
+// written yet: its events are kept and folded again with the sandbox's next
+// ones, or written by a timer when the hold is up. The checkpoint stays
+// below every held event.
+//
 // A sandbox missing from the cache is read from the bucket, except when its
 // first event in the batch is sandbox.created: then it is new, and its write
 // is conditional on the key not existing (a redelivered creation fails that
@@ -89,42 +94,133 @@ func (v *View) ApplyBatch(ctx context.Context, envs []events.Envelope) error {
 		}
 		groups[i].envs = append(groups[i].envs, env)
 	}
-	if err := v.applyGroups(ctx, groups); err != nil {
+	for i, g := range groups {
+		if h, ok := v.held[g.id]; ok {
+			groups[i].envs = append(h.envs[:len(h.envs):len(h.envs)], g.envs...)
+			groups[i].since = h.since
+		}
+	}
+	held, err := v.applyGroups(ctx, groups, v.cfg.HoldTransient)
+	if err != nil {
 		for _, g := range groups {
 			v.forget(g.id)
 		}
 		return fmt.Errorf("apply seq %d to %d: %w", envs[0].Seq, envs[len(envs)-1].Seq, err)
 	}
+	for _, g := range groups {
+		delete(v.held, g.id)
+	}
+	for _, g := range held {
+		v.held[g.id] = g
+	}
+	v.armLocked()
+	v.applied = max(v.applied, top)
 	if v.cfg.CheckpointEvery > 0 && time.Since(v.savedAt) < v.cfg.CheckpointEvery {
-		v.unsaved = max(v.unsaved, top)
 		return nil
 	}
-	if err := v.saveCheckpoint(ctx, top); err != nil {
+	if err := v.checkpointLocked(ctx); err != nil {
 		return fmt.Errorf("apply seq %d to %d: %w", envs[0].Seq, envs[len(envs)-1].Seq, err)
 	}
-	v.unsaved, v.savedAt = 0, time.Now()
 	return nil
 }
 
-// Flush writes the checkpoint of everything applied, when CheckpointEvery
-// left some of it unwritten. The runner calls it when it stops.
+// Flush writes every held view and then the checkpoint of everything
+// applied, when CheckpointEvery left some of it unwritten. The runner calls
+// it when it stops.
 func (v *View) Flush(ctx context.Context) error {
 	v.wmu.Lock()
 	defer v.wmu.Unlock()
-	if v.unsaved == 0 {
-		return nil
+	if err := v.writeHeldLocked(ctx, true); err != nil {
+		return fmt.Errorf("flush: %w", err)
 	}
-	if err := v.saveCheckpoint(ctx, v.unsaved); err != nil {
+	if err := v.checkpointLocked(ctx); err != nil {
 		return fmt.Errorf("flush checkpoint: %w", err)
 	}
-	v.unsaved, v.savedAt = 0, time.Now()
 	return nil
+}
+
+// checkpointLocked raises the checkpoint key to what was applied, short of
+// the first held event. wmu is held.
+func (v *View) checkpointLocked(ctx context.Context) error {
+	seq := v.applied
+	for _, g := range v.held {
+		seq = min(seq, g.envs[0].Seq-1)
+	}
+	if err := v.saveCheckpoint(ctx, seq); err != nil {
+		return err
+	}
+	v.savedAt = time.Now()
+	return nil
+}
+
+// writeHeldLocked writes the held views whose hold is up, or all of them.
+// Views it could not write stay held for another HoldTransient. wmu is
+// held.
+func (v *View) writeHeldLocked(ctx context.Context, all bool) error {
+	now := time.Now()
+	var due []group
+	for _, g := range v.held {
+		if all || now.Sub(g.since) >= v.cfg.HoldTransient {
+			due = append(due, g)
+		}
+	}
+	if len(due) == 0 {
+		return nil
+	}
+	_, err := v.applyGroups(ctx, due, 0)
+	for _, g := range due {
+		if err != nil {
+			v.forget(g.id)
+			g.since = now
+			v.held[g.id] = g
+			continue
+		}
+		delete(v.held, g.id)
+	}
+	v.armLocked()
+	return err
+}
+
+// armLocked sets the timer to write the held views when the first hold is
+// up. wmu is held.
+func (v *View) armLocked() {
+	if len(v.held) == 0 {
+		if v.timer != nil {
+			v.timer.Stop()
+		}
+		return
+	}
+	var first time.Time
+	for _, g := range v.held {
+		if first.IsZero() || g.since.Before(first) {
+			first = g.since
+		}
+	}
+	d := time.Until(first.Add(v.cfg.HoldTransient))
+	if v.timer == nil {
+		v.timer = time.AfterFunc(d, v.holdUp)
+		return
+	}
+	v.timer.Reset(d)
+}
+
+// holdUp is the timer's work: write the views whose hold is up. A failure
+// keeps them held; the next batch or timer tries again.
+func (v *View) holdUp() {
+	v.wmu.Lock()
+	defer v.wmu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	_ = v.writeHeldLocked(ctx, false)
 }
 
 // group is the events of one sandbox in a batch.
 type group struct {
 	id   string
 	envs []events.Envelope
+	// since is when the first of envs was held back (HoldTransient); zero
+	// while none is.
+	since time.Time
 }
 
 // write is one view to put under revision rev (0: the key must not exist).
@@ -136,14 +232,17 @@ type write struct {
 }
 
 // applyGroups folds and writes every group, reloading and retrying those
-// whose key another write changed.
-func (v *View) applyGroups(ctx context.Context, todo []group) error {
+// whose key another write changed. With hold, a group whose view goes to a
+// transient phase, and was not held for hold already, is not written but
+// returned.
+func (v *View) applyGroups(ctx context.Context, todo []group, hold time.Duration) (held []group, err error) {
+	now := time.Now()
 	for try := 0; ; try++ {
 		writes := make([]write, 0, len(todo))
 		for _, g := range todo {
 			cur, err := v.base(ctx, g, try == 0)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			next := cur.view // Fold replaces Labels and ExitCode, never edits them
 			changed := false
@@ -153,21 +252,28 @@ func (v *View) applyGroups(ctx context.Context, todo []group) error {
 			if !changed {
 				continue
 			}
+			if try == 0 && hold > 0 && next.Phase.Transient() && (g.since.IsZero() || now.Sub(g.since) < hold) {
+				if g.since.IsZero() {
+					g.since = now
+				}
+				held = append(held, g)
+				continue
+			}
 			data, err := json.Marshal(next)
 			if err != nil {
-				return fmt.Errorf("encode view %s: %w", g.id, err)
+				return nil, fmt.Errorf("encode view %s: %w", g.id, err)
 			}
 			writes = append(writes, write{id: g.id, view: next, data: data, rev: cur.rev})
 		}
 		moved, err := v.put(ctx, writes, true)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if len(moved) == 0 {
-			return nil
+			return held, nil
 		}
 		if try >= conflictRetries {
-			return fmt.Errorf("%d views changed under the writer %d times: %w", len(moved), try+1, jetstream.ErrKeyRevisionMismatch)
+			return nil, fmt.Errorf("%d views changed under the writer %d times: %w", len(moved), try+1, jetstream.ErrKeyRevisionMismatch)
 		}
 		redo := todo[:0:0]
 		for _, g := range todo {
@@ -312,7 +418,10 @@ func (v *View) saveCheckpoint(ctx context.Context, seq uint64) error {
 			}
 			v.cp = cp
 		}
-		if seq <= v.cp.seq {
+		// A bucket with views but no key is scanned for a checkpoint: write
+		// the key even at 0, when views were written while the first event
+		// was held.
+		if seq <= v.cp.seq && v.cp.rev != 0 {
 			return nil
 		}
 		rev, err := v.kv.Update(ctx, checkpointKey, strconv.AppendUint(nil, seq, 10), v.cp.rev)

@@ -32,6 +32,16 @@ type Config struct {
 	// it may be behind by up to CheckpointEvery, which only makes the
 	// restarted runner report a little lag until the next event.
 	CheckpointEvery time.Duration
+	// HoldTransient is how long the writer may hold back a view whose new
+	// phase is transient (provisioning, starting, stopping, suspending,
+	// deleting) in case the outcome follows: then one write stores both.
+	// A sandbox's events usually come in runs (suspend_requested then
+	// suspended a millisecond later), so this saves most of the writes, and
+	// the fsyncs with --fsync=always, without delaying an outcome: a view in
+	// a settled phase is written at once, with whatever was held for it.
+	// Readers see a transient phase up to this much later, or not at all
+	// when the outcome came first. Zero writes every view at once.
+	HoldTransient time.Duration
 }
 
 // Validate reports a config that cannot work.
@@ -43,6 +53,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("cache size %d: must not be negative", c.CacheSize)
 	case c.CheckpointEvery < 0:
 		return fmt.Errorf("checkpoint every %s: must not be negative", c.CheckpointEvery)
+	case c.HoldTransient < 0:
+		return fmt.Errorf("hold transient %s: must not be negative", c.HoldTransient)
 	case c.Bucket != "" && !validKey(c.Bucket):
 		return fmt.Errorf("bucket %q: not a valid bucket name", c.Bucket)
 	}
@@ -70,12 +82,17 @@ type View struct {
 	cfg Config
 	pre string // subject prefix of the bucket's keys: $KV.<bucket>.
 
-	wmu sync.Mutex // one ApplyBatch at a time
+	wmu sync.Mutex // one writer at a time: ApplyBatch, Flush, the hold timer
 	cp  checkpoint // the writer's copy of the checkpoint key; wmu held
-	// unsaved is the highest applied seq not yet in the checkpoint key and
-	// savedAt when the key was last written (CheckpointEvery); wmu held.
-	unsaved uint64
+	// applied is the highest seq applied (written or held) and savedAt when
+	// the checkpoint key was last written (CheckpointEvery); wmu held.
+	applied uint64
 	savedAt time.Time
+	// held are the sandboxes whose events are folded but not written yet
+	// (HoldTransient), and timer writes them when their time is up; wmu
+	// held.
+	held  map[string]group
+	timer *time.Timer
 
 	mu    sync.Mutex
 	cache map[string]entry // id → the last view written and its revision
@@ -103,7 +120,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*View, error)
 	if err != nil {
 		return nil, fmt.Errorf("kv view: bucket %s: %w", cfg.Bucket, err)
 	}
-	return &View{kv: kv, js: js, cfg: cfg, pre: keyPrefix(js, cfg.Bucket), cache: make(map[string]entry)}, nil
+	return &View{kv: kv, js: js, cfg: cfg, pre: keyPrefix(js, cfg.Bucket), cache: make(map[string]entry), held: map[string]group{}}, nil
 }
 
 // Name is the projection's name, in the runner's logs and errors.

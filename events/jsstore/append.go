@@ -44,7 +44,7 @@ func (s *Store) Append(ctx context.Context, id string, expected uint64, envs ...
 	subject := Subject(id)
 	msgs := make([]*nats.Msg, len(envs))
 	for i, env := range envs {
-		body, err := json.Marshal(env)
+		body, err := env.AppendJSON(make([]byte, 0, 512))
 		if err != nil {
 			return 0, fmt.Errorf("append %s: encode %s: %w", id, env.Type, err)
 		}
@@ -57,9 +57,9 @@ func (s *Store) Append(ctx context.Context, id string, expected uint64, envs ...
 
 	var err error
 	if len(msgs) == 1 {
-		var ack *jetstream.PubAck
-		if ack, err = s.js.PublishMsg(ctx, msgs[0]); err == nil {
-			return ack.Sequence, nil // a duplicate ack carries the original sequence
+		var seq uint64
+		if seq, err = s.publish(ctx, msgs[0]); err == nil {
+			return seq, nil // a duplicate's answer carries the original sequence
 		}
 	} else {
 		var ack *jetstreamext.BatchAck

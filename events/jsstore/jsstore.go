@@ -82,6 +82,8 @@ type Store struct {
 	js     jetstream.JetStream
 	cfg    Config
 	stream jetstream.Stream
+	// ackPrefix is how the answer to a stored publish starts (pubAck).
+	ackPrefix []byte
 }
 
 var _ events.Store = (*Store)(nil)
@@ -110,7 +112,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", cfg.Stream, err)
 	}
-	return &Store{js: js, cfg: cfg, stream: stream}, nil
+	return &Store{js: js, cfg: cfg, stream: stream, ackPrefix: []byte(`{"stream":"` + cfg.Stream + `","seq":`)}, nil
 }
 
 // Stream is the stream that holds the log.

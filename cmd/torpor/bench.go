@@ -307,6 +307,11 @@ func runMode(ctx context.Context, cfg benchConfig, fsync string) (modeResult, er
 	if mr.Latency, err = openLoop(ctx, cmd, vw, ids, mr.Pipeline.TransitionsPerS/2, cfg.Duration); err != nil {
 		return mr, err
 	}
+	raw, err := rawAppendLatency(ctx, nc, cfg.Sandboxes, mr.Latency.OfferedPerS, min(cfg.Duration/3, 3*time.Second))
+	if err != nil {
+		return mr, err
+	}
+	mr.Raw.AppendLatency = &raw
 	if mr.Raw.AppendCheckAsyncEPS > 0 {
 		mr.Ratios["pipeline_vs_raw_append"] = mr.Pipeline.EventsPerS / mr.Raw.AppendCheckAsyncEPS
 	}
@@ -369,11 +374,15 @@ func (r *benchReport) targets() {
 func (r *benchReport) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "torpor bench — %v CPUs, %s, %s; transport %s, %d sandboxes, %d clients\n\n", r.Machine["cpus"], r.Machine["go"], r.Machine["os"], r.Pipeline.Transport, r.Pipeline.Sandboxes, r.Pipeline.Concurrency)
-	fmt.Fprintln(tw, "fsync\traw sync append/s\traw async append/s\traw ordered read/s\traw KV put/s\tpipeline events/s\ttransitions/s\tratio\tp50 ms\tp90 ms\tp99 ms\tmax ms\t")
+	fmt.Fprintln(tw, "fsync\traw sync append/s\traw async append/s\traw ordered read/s\traw KV put/s\tpipeline events/s\ttransitions/s\tratio\tp50 ms\tp90 ms\tp99 ms\tmax ms\traw append p50 ms\traw append p99 ms\t")
 	for _, m := range r.Modes {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", m.Fsync, m.Raw.AppendCheckSyncEPS, m.Raw.AppendCheckAsyncEPS,
+		var rl latencyResult
+		if m.Raw.AppendLatency != nil {
+			rl = *m.Raw.AppendLatency
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", m.Fsync, m.Raw.AppendCheckSyncEPS, m.Raw.AppendCheckAsyncEPS,
 			m.Raw.OrderedReadEPS, m.Raw.KVPutEPS, m.Pipeline.EventsPerS, m.Pipeline.TransitionsPerS, m.Ratios["pipeline_vs_raw_append"],
-			m.Latency.P50, m.Latency.P90, m.Latency.P99, m.Latency.Max)
+			m.Latency.P50, m.Latency.P90, m.Latency.P99, m.Latency.Max, rl.P50, rl.P99)
 	}
 	tw.Flush()
 	if g := r.Growth; g != nil {
@@ -438,7 +447,12 @@ const benchmarksNotes = `
   view shows it; events/s counts everything appended to TORPOR_EVENTS meanwhile (requests,
   outcomes, supervisor attaches).
 - **latency**: an open loop offering half the measured transitions/s, each command on an idle
-  sandbox, timed from sending the command to the view showing its outcome.
+  sandbox, timed from sending the command to the view showing its outcome. **raw append
+  p50/p99** is one append with the check at a time, offered at the same rate on the same
+  server right after: the latency of a single hop. A suspend's path from command to view
+  is about eight such hops (request, append, reply, saga delivery, outcome append,
+  projection delivery, KV put, watch delivery); a resume's adds the consumption, the
+  supervisor's report and its append.
 - **growth** (fsync interval): settled histories imported straight into the log, then the
   service restarted at each size; latency is sampled on 200 sandboxes (and 100 with the long
   history), the first command on each (cold cache: history loaded) apart from the rest.

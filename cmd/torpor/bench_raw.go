@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -18,6 +19,10 @@ type rawResult struct {
 	AppendCheckAsyncEPS float64 `json:"append_check_async_eps"`
 	OrderedReadEPS      float64 `json:"ordered_read_eps"`
 	KVPutEPS            float64 `json:"kv_put_eps"`
+	// AppendLatency is one append with the check at a time, at the offered
+	// rate of the pipeline's latency run: the tail every hop of the
+	// pipeline's path has on this machine.
+	AppendLatency *latencyResult `json:"append_latency_ms,omitempty"`
 	// SQLUpsertEPS is absent until the SQL view exists (a later issue adds it).
 	SQLUpsertEPS *float64 `json:"sql_upsert_eps,omitempty"`
 	Messages     int      `json:"messages"`
@@ -177,4 +182,68 @@ func orderedRead(ctx context.Context, js jetstream.JetStream, stream string) (fl
 		n++
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// rawAppendLatency offers rate appends per second with the check for d, each
+// waiting for its ack, over subjects subjects, and measures each from send to
+// ack: the latency of one hop of the pipeline on this server.
+func rawAppendLatency(ctx context.Context, nc *nats.Conn, subjects int, rate float64, d time.Duration) (latencyResult, error) {
+	res := latencyResult{OfferedPerS: rate}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return res, err
+	}
+	const stream = "BENCH_RAW_LATENCY"
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{"bench.latency.>"}, Storage: jetstream.FileStorage}); err != nil {
+		return res, fmt.Errorf("raw latency stream: %w", err)
+	}
+	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), stream) }()
+	body := make([]byte, 300)
+	var (
+		mu   sync.Mutex
+		lats []time.Duration
+		ferr error
+		wg   sync.WaitGroup
+		last = make([]uint64, subjects)
+		busy = make([]bool, subjects)
+	)
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer tick.Stop()
+	start := time.Now()
+	for n := 0; time.Since(start) < d; n++ {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
+		i := n % subjects
+		mu.Lock()
+		if busy[i] {
+			res.Skipped++
+			mu.Unlock()
+			continue
+		}
+		busy[i] = true
+		expect := last[i]
+		mu.Unlock()
+		wg.Go(func() {
+			t0 := time.Now()
+			ack, err := js.Publish(ctx, "bench.latency."+strconv.Itoa(i), body, jetstream.WithExpectLastSequencePerSubject(expect))
+			lat := time.Since(t0)
+			mu.Lock()
+			defer mu.Unlock()
+			busy[i] = false
+			if err != nil {
+				ferr = errors.Join(ferr, err)
+				return
+			}
+			last[i] = ack.Sequence
+			lats = append(lats, lat)
+		})
+	}
+	wg.Wait()
+	res.Samples = len(lats)
+	res.AchievedPerS = float64(len(lats)) / time.Since(start).Seconds()
+	res.P50, res.P90, res.P99, res.Max = percentiles(lats)
+	return res, ferr
 }

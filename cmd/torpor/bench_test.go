@@ -87,6 +87,7 @@ func TestBenchQuickReport(t *testing.T) {
 		"growth.heap_per_sandbox_bytes": rep.Growth.HeapPerSandboxBytes,
 		"growth.recovery_seconds":       rep.Growth.RecoverySeconds,
 		"replay.kv_rebuild_eps":         rep.Replay.KVRebuildEPS,
+		"raw.append_latency_ms.p99":     rep.Raw.AppendLatency.P99,
 	} {
 		if !(v > 0) {
 			t.Errorf("%s = %v, want a measured figure", name, v)

@@ -93,11 +93,11 @@ func (s *Store) Follow(ctx context.Context, after uint64, max int, h events.Foll
 				failed = d.err
 				break
 			}
-			if meta, err := d.msg.Metadata(); err == nil {
-				pending = meta.NumPending
-			}
-			if env, err := decodeMsg(d.msg); err == nil {
+			if env, meta, err := decodeWithMeta(d.msg); err == nil {
 				envs = append(envs, env)
+				pending = meta.NumPending
+			} else if meta != nil {
+				pending = meta.NumPending
 			}
 			if n++; n == max {
 				break
@@ -146,15 +146,22 @@ func (s *Store) messages(ctx context.Context, start uint64, pull jetstream.PullM
 // decodeMsg turns a delivered message into its envelope, with Seq and MsgID
 // set.
 func decodeMsg(msg jetstream.Msg) (events.Envelope, error) {
+	env, _, err := decodeWithMeta(msg)
+	return env, err
+}
+
+// decodeWithMeta is decodeMsg that also returns the message's metadata (nil when it
+// has none).
+func decodeWithMeta(msg jetstream.Msg) (events.Envelope, *jetstream.MsgMetadata, error) {
 	meta, err := msg.Metadata()
 	if err != nil {
-		return events.Envelope{}, fmt.Errorf("metadata of %s: %w", msg.Subject(), err)
+		return events.Envelope{}, nil, fmt.Errorf("metadata of %s: %w", msg.Subject(), err)
 	}
 	env, err := events.DecodeEnvelope(msg.Data())
 	if err != nil {
-		return env, fmt.Errorf("decode %s at %d: %w", msg.Subject(), meta.Sequence.Stream, err)
+		return env, meta, fmt.Errorf("decode %s at %d: %w", msg.Subject(), meta.Sequence.Stream, err)
 	}
 	env.Seq = meta.Sequence.Stream
 	env.MsgID = msg.Headers().Get(jetstream.MsgIDHeader)
-	return env, nil
+	return env, meta, nil
 }

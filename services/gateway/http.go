@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -86,7 +87,7 @@ func decodeJSON(data []byte, v any) error {
 	if len(strings.TrimSpace(string(data))) == 0 {
 		return nil
 	}
-	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return events.Errorf(events.CodeInvalidArgument, "malformed JSON body: %v", err)

@@ -22,11 +22,18 @@ type tracked struct {
 
 	appendMu sync.Mutex // serialises appendNext
 
-	mu      sync.Mutex
-	pos     uint64        // the runner's saved position
-	sets    int           // how often it was saved
-	loads   int           // Loads of the events after an intent (after > 0)
-	handed  uint64        // the last sequence the runner's Follow handler took
+	mu     sync.Mutex
+	pos    uint64 // the runner's saved position
+	sets   int    // how often it was saved
+	loads  int    // Loads of the events after an intent (after > 0)
+	handed uint64 // the last sequence the runner's Follow handler took
+	// failFollow is how many Follow calls fail at once, and follows every
+	// call's after.
+	failFollow int
+	follows    []uint64
+	// breakAt, when set, ends the Follow with an error once the handler took
+	// that sequence (once).
+	breakAt uint64
 	changed chan struct{} // closed and replaced on every change
 }
 
@@ -53,13 +60,31 @@ func (s *tracked) Load(ctx context.Context, id string, after uint64) ([]events.E
 
 // Follow notes the last sequence the handler took, once it returned.
 func (s *tracked) Follow(ctx context.Context, after uint64, batch int, h events.FollowHandler) error {
+	s.mu.Lock()
+	s.follows = append(s.follows, after)
+	fail := s.failFollow > 0
+	if fail {
+		s.failFollow--
+	}
+	s.mu.Unlock()
+	s.notify()
+	if fail {
+		return fmt.Errorf("follow: %w", events.ErrUnavailable)
+	}
 	return s.Store.Follow(ctx, after, batch, func(ctx context.Context, envs []events.Envelope, pending uint64) error {
 		err := h(ctx, envs, pending)
 		if err == nil && len(envs) > 0 {
 			s.mu.Lock()
 			s.handed = max(s.handed, envs[len(envs)-1].Seq)
+			broken := s.breakAt > 0 && s.handed >= s.breakAt
+			if broken {
+				s.breakAt = 0
+			}
 			s.mu.Unlock()
 			s.notify()
+			if broken {
+				return fmt.Errorf("connection lost: %w", events.ErrUnavailable)
+			}
 		}
 		return err
 	})

@@ -499,6 +499,35 @@ func TestQueuedIntentsLearnFromTheLog(t *testing.T) {
 	}
 }
 
+// TestFollowIsRetried: when the log cannot be followed, the runner follows
+// it again (after a backoff) from where it stood; nothing is lost or driven
+// twice.
+func TestFollowIsRetried(t *testing.T) {
+	h := newHarness(t, sagas.Config{})
+	sb := h.ready(nil)
+	setup, _ := h.store.LastSeq(context.Background())
+	h.store.failFollow = 2  // the first two calls fail at once
+	h.store.breakAt = setup // the third breaks once it handed the setup
+	drv := newCounting(h.sim, "")
+	h.run(drv)
+	h.store.waitUntil(t, "a fourth follow", func() bool {
+		h.store.mu.Lock()
+		defer h.store.mu.Unlock()
+		return len(h.store.follows) == 4
+	})
+	in := sb.when(&events.StopRequested{Generation: 1})
+	sb.then(sb.outcome(in, 1), &events.Stopped{Generation: 1})
+	h.store.mu.Lock()
+	follows := append([]uint64(nil), h.store.follows...)
+	h.store.mu.Unlock()
+	if want := []uint64{0, 0, 0, setup}; !reflect.DeepEqual(follows, want) {
+		t.Errorf("followed from %v, want %v", follows, want)
+	}
+	if drv.count("stop") != 1 || drv.count("start") != 0 {
+		t.Errorf("driver calls %v, want the one stop", drv.calls)
+	}
+}
+
 func TestRecordIsRetriedWhileTheLogIsUnavailable(t *testing.T) {
 	h := newHarness(t, sagas.Config{})
 	h.rec.unavailable = 3

@@ -25,9 +25,6 @@ type Position struct {
 // returns the position of the follower name, a valid KV key (letters,
 // digits, - _ / = and dots between tokens).
 func (s *Store) Position(ctx context.Context, name string) (*Position, error) {
-	if !validKey(name) {
-		return nil, fmt.Errorf("position %q: want letters, digits, - _ / = and dots between tokens", name)
-	}
 	kv, err := s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      PositionBucket,
 		Description: "torpor follower name → last sequence handled",
@@ -38,7 +35,12 @@ func (s *Store) Position(ctx context.Context, name string) (*Position, error) {
 	if err != nil {
 		return nil, fmt.Errorf("position %s: bucket %s: %w", name, PositionBucket, unavailable(err))
 	}
-	return &Position{kv: kv, name: name}, nil
+	p := &Position{kv: kv, name: name}
+	// One read now, so that a name the KV API refuses fails here.
+	if _, err := p.Get(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // Get returns the position last Set, 0 before any.
@@ -65,22 +67,4 @@ func (p *Position) Set(ctx context.Context, seq uint64) error {
 		return fmt.Errorf("set position %s to %d: %w", p.name, seq, unavailable(err))
 	}
 	return nil
-}
-
-// validKey reports whether s is a key the KV API accepts.
-func validKey(s string) bool {
-	if s == "" || s[0] == '.' || s[len(s)-1] == '.' {
-		return false
-	}
-	prev := byte(0)
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			c == '-' || c == '_' || c == '/' || c == '=' || c == '.'
-		if !ok || c == '.' && prev == '.' {
-			return false
-		}
-		prev = c
-	}
-	return true
 }

@@ -157,6 +157,12 @@ func (r *Runner) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
+		r.mu.Lock()
+		moved := r.processed > after
+		r.mu.Unlock()
+		if moved { // it had been following: start the backoff afresh
+			wait = retryMin
+		}
 		r.log.Warn().Err(err).Uint64("seq", after).Dur("backoff", wait).Msg("following the log failed; following again")
 		if !sleep(ctx, wait) {
 			break

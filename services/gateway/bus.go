@@ -111,17 +111,33 @@ func (b *Bus) spawn(ctx context.Context, f func(context.Context)) {
 	}()
 }
 
+// handler runs each command in a goroutine of its own, so that a slow one
+// holds up no other. It answers on the request's reply subject itself, with
+// the headers micro's Request.Error would set: micro reads what a request
+// answered once the handler returns (for its stats), which races with an
+// answer given later. The micro stats therefore count every request and
+// the time to hand it over, not the errors.
 func (b *Bus) handler(ctx context.Context, verb string) micro.HandlerFunc {
 	return func(req micro.Request) {
+		reply := req.Reply()
 		b.spawn(ctx, func(ctx context.Context) {
-			v, err := b.command(ctx, verb, req)
-			if err != nil {
-				e := events.AsError(err)
-				body, _ := json.Marshal(events.ErrorBody{Error: e})
-				_ = req.Error(string(e.Code), e.Message, body)
+			if reply == "" {
+				_, _ = b.command(ctx, verb, req) // nobody waits for the answer
 				return
 			}
-			_ = req.RespondJSON(v)
+			v, err := b.command(ctx, verb, req)
+			msg := &nats.Msg{Subject: reply}
+			if err != nil {
+				e := events.AsError(err)
+				msg.Header = nats.Header{micro.ErrorHeader: []string{e.Message}, micro.ErrorCodeHeader: []string{string(e.Code)}}
+				msg.Data, _ = json.Marshal(events.ErrorBody{Error: e})
+			} else if msg.Data, err = json.Marshal(v); err != nil {
+				b.log.Error().Err(err).Str("verb", verb).Msg("encode answer")
+				return
+			}
+			if err := b.nc.PublishMsg(msg); err != nil {
+				b.log.Debug().Err(err).Str("verb", verb).Msg("answer not sent")
+			}
 		})
 	}
 }

@@ -318,6 +318,10 @@ func runMode(ctx context.Context, cfg benchConfig, fsync string) (modeResult, er
 	if mr.Raw.AppendCheckSyncEPS > 0 {
 		mr.Ratios["pipeline_vs_raw_append_sync"] = mr.Pipeline.EventsPerS / mr.Raw.AppendCheckSyncEPS
 	}
+	if mr.Raw.BusFloorEPS > 0 && mr.Raw.AppendCheckAsyncEPS > 0 {
+		mr.Ratios["bus_floor_vs_raw_append"] = mr.Raw.BusFloorEPS / mr.Raw.AppendCheckAsyncEPS
+		mr.Ratios["pipeline_vs_bus_floor"] = mr.Pipeline.EventsPerS / mr.Raw.BusFloorEPS
+	}
 	return mr, nil
 }
 
@@ -385,6 +389,12 @@ func (r *benchReport) print(w io.Writer) {
 			m.Latency.P50, m.Latency.P90, m.Latency.P99, m.Latency.Max, rl.P50, rl.P99)
 	}
 	tw.Flush()
+	for _, m := range r.Modes {
+		if m.Raw.BusFloorEPS > 0 {
+			fmt.Fprintf(w, "bus floor (%s): %.0f events/s = %.2f of raw async; the pipeline runs at %.2f of it\n", m.Fsync, m.Raw.BusFloorEPS,
+				m.Ratios["bus_floor_vs_raw_append"], m.Ratios["pipeline_vs_bus_floor"])
+		}
+	}
 	if g := r.Growth; g != nil {
 		fmt.Fprintln(w)
 		fmt.Fprintln(tw, "sandboxes\tevents/sandbox\tlog events\tfirst touch p50 ms\tsteady p50 ms\tsteady p99 ms\t")
@@ -442,6 +452,11 @@ const benchmarksNotes = `
 - **raw**: JetStream appends with the expected-last-subject-sequence check (one publisher
   waiting for each ack; an async window of --concurrency publishes over --sandboxes
   subjects), an ordered-consumer read of what was written, KV puts from --concurrency writers.
+- **bus floor**: the raw async append again, with the bus work the pipeline does per event
+  on top and none of its logic: a KV put for every second event (the view's writes), a
+  delivery to two ordered consumers (sagas, view), a KV watch on another connection (the
+  clients). No commands, supervisor reports, JSON or state machine: the most the substrate
+  allows the pipeline on this machine.
 - **pipeline**: --sandboxes sim sandboxes, --concurrency clients on the bus, each cycling its
   share through suspend → suspended → resume → ready; a transition counts once the KV phase
   view shows it; events/s counts everything appended to TORPOR_EVENTS meanwhile (requests,

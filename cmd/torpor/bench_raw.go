@@ -18,7 +18,11 @@ type rawResult struct {
 	AppendCheckSyncEPS  float64 `json:"append_check_sync_eps"`
 	AppendCheckAsyncEPS float64 `json:"append_check_async_eps"`
 	OrderedReadEPS      float64 `json:"ordered_read_eps"`
-	KVPutEPS            float64 `json:"kv_put_eps"`
+	// BusFloorEPS is the async append with the bus work the pipeline does
+	// per event and cannot do without, and none of its logic: half a KV
+	// put, a delivery to two ordered consumers, half a KV watch delivery.
+	BusFloorEPS float64 `json:"bus_floor_eps"`
+	KVPutEPS    float64 `json:"kv_put_eps"`
 	// AppendLatency is one append with the check at a time, at the offered
 	// rate of the pipeline's latency run: the tail every hop of the
 	// pipeline's path has on this machine.
@@ -107,6 +111,10 @@ func benchRaw(ctx context.Context, nc *nats.Conn, subjects, concurrency int, d t
 	}
 	r.AppendCheckAsyncEPS = float64(n) / time.Since(start).Seconds()
 	r.Messages += n
+
+	if r.BusFloorEPS, err = busFloor(ctx, nc, subjects, concurrency, d); err != nil {
+		return r, err
+	}
 
 	if r.OrderedReadEPS, err = orderedRead(ctx, js, rawStream); err != nil {
 		return r, err
@@ -246,4 +254,105 @@ func rawAppendLatency(ctx context.Context, nc *nats.Conn, subjects int, rate flo
 	res.AchievedPerS = float64(len(lats)) / time.Since(start).Seconds()
 	res.P50, res.P90, res.P99, res.Max = percentiles(lats)
 	return res, ferr
+}
+
+// busFloor runs the async append of benchRaw with the bus work the pipeline
+// does per event on top: a KV put for every second event (the view writes
+// about that often), two ordered consumers reading every event (the sagas
+// and the view), and a KV watch on another connection (the bench's clients
+// watching the view). No commands, reports, decoding or state machine: what
+// the substrate alone allows the pipeline at most.
+func busFloor(ctx context.Context, nc *nats.Conn, subjects, concurrency int, d time.Duration) (float64, error) {
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(concurrency))
+	if err != nil {
+		return 0, err
+	}
+	const stream, bucket = "BENCH_FLOOR", "bench_floor"
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{"bench.floor.>"}, Storage: jetstream.FileStorage}); err != nil {
+		return 0, fmt.Errorf("bus floor stream: %w", err)
+	}
+	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), stream) }()
+	_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 1, Storage: jetstream.FileStorage})
+	if err != nil {
+		return 0, fmt.Errorf("bus floor bucket: %w", err)
+	}
+	defer func() { _ = js.DeleteKeyValue(context.WithoutCancel(ctx), bucket) }()
+
+	watcher, err := nats.Connect(nc.ConnectedUrl())
+	if err != nil {
+		return 0, err
+	}
+	defer watcher.Close()
+	wjs, err := jetstream.New(watcher)
+	if err != nil {
+		return 0, err
+	}
+	wkv, err := wjs.KeyValue(ctx, bucket)
+	if err != nil {
+		return 0, err
+	}
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	w, err := wkv.WatchAll(rctx, jetstream.UpdatesOnly())
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = w.Stop() }()
+	go func() {
+		for range w.Updates() {
+		}
+	}()
+	for range 2 {
+		c, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
+		if err != nil {
+			return 0, err
+		}
+		it, err := c.Messages()
+		if err != nil {
+			return 0, err
+		}
+		defer it.Stop()
+		go func() {
+			for {
+				if _, err := it.Next(); err != nil {
+					return
+				}
+			}
+		}()
+	}
+
+	body := make([]byte, 300)
+	last := make([]uint64, subjects)
+	futs := make([]jetstream.PubAckFuture, subjects)
+	n, start := 0, time.Now()
+	for time.Since(start) < d {
+		i := n % subjects
+		if f := futs[i]; f != nil {
+			select {
+			case ack := <-f.Ok():
+				last[i] = ack.Sequence
+			case err := <-f.Err():
+				return 0, fmt.Errorf("bus floor append: %w", err)
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}
+		f, err := js.PublishMsgAsync(&nats.Msg{Subject: "bench.floor." + strconv.Itoa(i), Data: body}, jetstream.WithExpectLastSequencePerSubject(last[i]))
+		if err != nil {
+			return 0, fmt.Errorf("bus floor append: %w", err)
+		}
+		futs[i] = f
+		if n%2 == 0 {
+			if _, err := js.PublishAsync("$KV."+bucket+".k"+strconv.Itoa(i), body); err != nil {
+				return 0, fmt.Errorf("bus floor put: %w", err)
+			}
+		}
+		n++
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		return 0, errors.New("bus floor: acks not complete in 30s")
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
 }

@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
 	torpor "github.com/torpor/torpor/sdk/go"
@@ -96,9 +99,125 @@ func TestRestartCatchesUp(t *testing.T) {
 			t.Errorf("%s: view %+v, last event seq %d", v.Name, v, last.Seq)
 		}
 	}
+	// Only the suspension in flight went to the driver again.
+	if calls := b.driver.Calls(); !maps.Equal(calls, map[string]int{"suspend": 1}) {
+		t.Errorf("driver calls after the restart %v, want the one suspend in flight", calls)
+	}
 	// And it goes on from there.
 	if _, err := c.Lifecycle(ctx, "resume", slow.ID, false, ""); err != nil {
 		t.Fatal(err)
 	}
 	mustWait(t, c, slow.ID, events.PhaseReady)
+}
+
+// TestRestartWithoutPositions: a crash before any position or checkpoint was
+// saved leaves the sagas and the view to read the whole log again. Every
+// intent in it is settled, so nothing is driven or appended twice, the view
+// ends as it was, and the service goes on from there.
+func TestRestartWithoutPositions(t *testing.T) {
+	dir := t.TempDir()
+	a := startApp(t, dir, nil)
+	c := torpor.New(a.HTTPAddr, nil)
+	ctx := context.Background()
+	phases := map[string]events.Phase{}
+	for name, verbs := range map[string][]string{
+		"kept-suspended": {"suspend"},
+		"resumed":        {"suspend", "resume"},
+		"stopped":        {"stop"},
+	} {
+		v, err := c.Create(ctx, torpor.CreateRequest{Name: name}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		v = mustWait(t, c, v.ID, events.PhaseReady)
+		for _, verb := range verbs {
+			want := map[string]events.Phase{"suspend": events.PhaseSuspended, "resume": events.PhaseReady, "stop": events.PhaseStopped}[verb]
+			acc, err := c.Lifecycle(ctx, verb, v.ID, false, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, err = c.WaitAfter(ctx, v.ID, want, acc.Seq, waitFor); err != nil {
+				t.Fatalf("%s %s: %v", verb, name, err)
+			}
+		}
+		phases[v.ID] = v.Phase
+	}
+	before := map[string]map[string]int{}
+	for id := range phases {
+		_, before[id] = historyCounts(t, c, id)
+	}
+	last, err := a.store.LastSeq(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// As if the service had crashed before it ever saved where it was.
+	ns, err := embedded(serveConfig{Data: dir, NATSListen: "127.0.0.1:0", Fsync: "interval", Node: "local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	for bucket, key := range map[string]string{"torpor_positions": sagasPosition("local"), "torpor_phases": "_torpor.checkpoint"} {
+		kv, err := js.KeyValue(ctx, bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(ctx, key, []byte("0")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc.Close()
+	ns.Shutdown()
+	ns.WaitForShutdown()
+
+	b := startApp(t, dir, nil)
+	c = torpor.New(b.HTTPAddr, nil)
+	pos, err := b.store.Position(ctx, sagasPosition("local"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(waitFor)
+	for {
+		p, err := pos.Get(ctx)
+		lag, lerr := b.proj.Lag(ctx)
+		if err == nil && lerr == nil && p >= last && lag == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sagas at %d (%v), view lag %d (%v); want both past %d", p, err, lag, lerr, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got, err := b.store.LastSeq(ctx); err != nil || got != last {
+		t.Errorf("log at %d (%v) after reading it all again, want %d: something was appended", got, err, last)
+	}
+	if calls := b.driver.Calls(); len(calls) != 0 {
+		t.Errorf("driver calls %v while reading the log again, want none: every intent was settled", calls)
+	}
+	for id, phase := range phases {
+		if v := mustWait(t, c, id, phase); v.Seq > last {
+			t.Errorf("%s: view at seq %d past the log's %d", v.Name, v.Seq, last)
+		}
+		if _, after := historyCounts(t, c, id); !reflect.DeepEqual(after, before[id]) {
+			t.Errorf("%s: history %v after the restart, was %v", id, after, before[id])
+		}
+	}
+	for id, phase := range phases {
+		if phase == events.PhaseSuspended {
+			acc, err := c.Lifecycle(ctx, "resume", id, false, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.WaitAfter(ctx, id, events.PhaseReady, acc.Seq, waitFor); err != nil {
+				t.Fatalf("resume after the restart: %v", err)
+			}
+		}
+	}
 }

@@ -26,6 +26,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -57,6 +58,8 @@ type Driver struct {
 	// invalidated by a delete, so that the lenient rule for unknown
 	// references never revives them.
 	dead map[string]bool
+	// calls counts the calls per operation (Calls).
+	calls map[string]int
 }
 
 // box is what the sim knows of one sandbox.
@@ -103,7 +106,17 @@ func New(r compute.Reporter) *Driver {
 		queues: map[string][]pending{},
 		boxes:  map[string]*box{},
 		dead:   map[string]bool{},
+		calls:  map[string]int{},
 	}
+}
+
+// Calls returns how many times each operation (start, stop, suspend,
+// resume, discard, delete) was called, failed calls included: what tests
+// and the bench check a re-driven saga against.
+func (d *Driver) Calls() map[string]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return maps.Clone(d.calls)
 }
 
 // Close stops the report loop and every timer and waits for them. Reports
@@ -139,7 +152,7 @@ func (d *Driver) Capabilities(opts map[string]string) compute.Capabilities {
 // newest one seen does nothing.
 func (d *Driver) Start(ctx context.Context, req compute.Start) error {
 	id := req.Spec.SandboxID
-	o, err := d.begin(ctx, req.Spec)
+	o, err := d.begin(ctx, "start", req.Spec)
 	if err != nil {
 		return fmt.Errorf("start %s generation %d: %w", id, req.Generation, err)
 	}
@@ -165,7 +178,7 @@ func (d *Driver) Start(ctx context.Context, req compute.Start) error {
 // another generation than the running one changes nothing.
 func (d *Driver) Stop(ctx context.Context, t compute.Target) error {
 	id := t.Spec.SandboxID
-	if _, err := d.begin(ctx, t.Spec); err != nil {
+	if _, err := d.begin(ctx, "stop", t.Spec); err != nil {
 		return fmt.Errorf("stop %s generation %d: %w", id, t.Generation, err)
 	}
 	d.mu.Lock()
@@ -187,7 +200,7 @@ func (d *Driver) Stop(ctx context.Context, t compute.Target) error {
 // answers, and the reference is returned all the same.
 func (d *Driver) Suspend(ctx context.Context, t compute.Target) (string, error) {
 	id, gen := t.Spec.SandboxID, t.Generation
-	o, err := d.begin(ctx, t.Spec)
+	o, err := d.begin(ctx, "suspend", t.Spec)
 	if err != nil {
 		return "", fmt.Errorf("suspend %s generation %d: %w", id, gen, err)
 	}
@@ -260,7 +273,7 @@ func (d *Driver) Suspend(ctx context.Context, t compute.Target) (string, error) 
 // reference) answers as the first one did.
 func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.ResumeResult, error) {
 	id, gen, ref := req.Spec.SandboxID, req.Generation, req.RestoreRef
-	o, err := d.begin(ctx, req.Spec)
+	o, err := d.begin(ctx, "resume", req.Spec)
 	if err != nil {
 		return compute.ResumeResult{}, fmt.Errorf("resume %s generation %d: %w", id, gen, err)
 	}
@@ -315,7 +328,7 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 
 // Discard forgets a retained state; it is idempotent.
 func (d *Driver) Discard(ctx context.Context, spec compute.Spec, ref string) error {
-	if _, err := d.begin(ctx, spec); err != nil {
+	if _, err := d.begin(ctx, "discard", spec); err != nil {
 		return fmt.Errorf("discard %s: %w", spec.SandboxID, err)
 	}
 	d.mu.Lock()
@@ -332,7 +345,7 @@ func (d *Driver) Discard(ctx context.Context, spec compute.Spec, ref string) err
 // Delete forgets everything of the sandbox, its retained states included;
 // it is idempotent.
 func (d *Driver) Delete(ctx context.Context, spec compute.Spec) error {
-	if _, err := d.begin(ctx, spec); err != nil {
+	if _, err := d.begin(ctx, "delete", spec); err != nil {
 		return fmt.Errorf("delete %s: %w", spec.SandboxID, err)
 	}
 	d.mu.Lock()
@@ -352,8 +365,11 @@ func (d *Driver) Delete(ctx context.Context, spec compute.Spec) error {
 	return nil
 }
 
-// begin parses the options and waits out the latency.
-func (d *Driver) begin(ctx context.Context, spec compute.Spec) (options, error) {
+// begin counts a call of op, parses the options and waits out the latency.
+func (d *Driver) begin(ctx context.Context, op string, spec compute.Spec) (options, error) {
+	d.mu.Lock()
+	d.calls[op]++
+	d.mu.Unlock()
 	o, err := parse(spec.Options)
 	if err != nil {
 		return options{}, err

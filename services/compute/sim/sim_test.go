@@ -3,6 +3,7 @@ package sim_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -136,6 +137,26 @@ func TestSuspend(t *testing.T) {
 				t.Fatalf("repeated suspend = %q, %v; want %q", again, err, ref)
 			}
 		})
+	}
+}
+
+// TestCallsCounted: every operation is counted, refused calls included.
+func TestCallsCounted(t *testing.T) {
+	d, rec := newDriver(t)
+	s := spec("sb1", nil)
+	startReady(t, d, rec, s, 1)
+	if _, err := d.Suspend(ctx(t), compute.Target{Spec: s, Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Suspend(ctx(t), compute.Target{Spec: s, Generation: 7}); err == nil {
+		t.Fatal("suspend of a generation that never started: nil error")
+	}
+	if err := d.Delete(ctx(t), s); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"start": 1, "suspend": 2, "delete": 1}
+	if got := d.Calls(); !maps.Equal(got, want) {
+		t.Errorf("Calls = %v, want %v", got, want)
 	}
 }
 

@@ -29,7 +29,12 @@ func BenchmarkPipelineVsRaw(b *testing.B) {
 			b.ReportMetric(mr.Pipeline.EventsPerS, "pipeline-events/s")
 			b.ReportMetric(mr.Pipeline.TransitionsPerS, "transitions/s")
 			b.ReportMetric(mr.Ratios["pipeline_vs_raw_append"], "ratio")
+			b.ReportMetric(mr.Raw.BusFloorEPS, "bus-floor/s")
+			b.ReportMetric(mr.Ratios["pipeline_vs_bus_floor"], "floor-ratio")
 			b.ReportMetric(mr.Latency.P99, "p99-ms")
+			if mr.Raw.AppendLatency != nil {
+				b.ReportMetric(mr.Raw.AppendLatency.P99, "raw-append-p99-ms")
+			}
 		})
 	}
 }

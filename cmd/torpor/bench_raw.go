@@ -70,46 +70,12 @@ func benchRaw(ctx context.Context, nc *nats.Conn, subjects, concurrency int, d t
 	r.AppendCheckSyncEPS = float64(n) / time.Since(start).Seconds()
 	r.Messages += n
 
-	// Async: a window of concurrency appends in flight, round robin over the
-	// subjects; each subject's next append expects the sequence its previous
-	// one got.
-	futs := make([]jetstream.PubAckFuture, subjects)
-	n, start = 0, time.Now()
-	for time.Since(start) < d {
-		i := n % subjects
-		if f := futs[i]; f != nil {
-			select {
-			case ack := <-f.Ok():
-				last[i] = ack.Sequence
-			case err := <-f.Err():
-				return r, fmt.Errorf("raw async append: %w", err)
-			case <-ctx.Done():
-				return r, ctx.Err()
-			}
-		}
-		f, err := js.PublishMsgAsync(&nats.Msg{Subject: subj(i), Data: body}, jetstream.WithExpectLastSequencePerSubject(last[i]))
-		if err != nil {
-			return r, fmt.Errorf("raw async append: %w", err)
-		}
-		futs[i] = f
-		n++
+	// Async: a window of concurrency appends in flight.
+	n, eps, err := appendAsync(ctx, js, "bench.raw.", last, body, d, nil)
+	if err != nil {
+		return r, fmt.Errorf("raw async append: %w", err)
 	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-time.After(30 * time.Second):
-		return r, fmt.Errorf("raw async append: acks not complete in 30s")
-	}
-	for _, f := range futs {
-		if f == nil {
-			continue
-		}
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return r, fmt.Errorf("raw async append: %w", err)
-		}
-	}
-	r.AppendCheckAsyncEPS = float64(n) / time.Since(start).Seconds()
+	r.AppendCheckAsyncEPS = eps
 	r.Messages += n
 
 	if r.BusFloorEPS, err = busFloor(ctx, nc, subjects, concurrency, d); err != nil {
@@ -321,30 +287,51 @@ func busFloor(ctx context.Context, nc *nats.Conn, subjects, concurrency int, d t
 		}()
 	}
 
-	body := make([]byte, 300)
-	last := make([]uint64, subjects)
-	futs := make([]jetstream.PubAckFuture, subjects)
+	_, eps, err := appendAsync(ctx, js, "bench.floor.", make([]uint64, subjects), body300, d, func(n, i int) error {
+		if n%2 != 0 {
+			return nil
+		}
+		_, err := js.PublishAsync("$KV."+bucket+".k"+strconv.Itoa(i), body300)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("bus floor: %w", err)
+	}
+	return eps, nil
+}
+
+// body300 is a message body of about an envelope's size.
+var body300 = make([]byte, 300)
+
+// appendAsync keeps appends with the check in flight for d, round robin over
+// the subjects prefix0 … prefix<len(last)-1>, as many at once as js's async
+// window allows: each subject's next append expects the sequence its
+// previous one got, kept in last. each, if not nil, runs after the n-th
+// append (to subject i) is sent. It returns the appends sent and their
+// rate, counted once every one is acknowledged.
+func appendAsync(ctx context.Context, js jetstream.JetStream, prefix string, last []uint64, body []byte, d time.Duration, each func(n, i int) error) (int, float64, error) {
+	futs := make([]jetstream.PubAckFuture, len(last))
 	n, start := 0, time.Now()
 	for time.Since(start) < d {
-		i := n % subjects
+		i := n % len(last)
 		if f := futs[i]; f != nil {
 			select {
 			case ack := <-f.Ok():
 				last[i] = ack.Sequence
 			case err := <-f.Err():
-				return 0, fmt.Errorf("bus floor append: %w", err)
+				return n, 0, err
 			case <-ctx.Done():
-				return 0, ctx.Err()
+				return n, 0, ctx.Err()
 			}
 		}
-		f, err := js.PublishMsgAsync(&nats.Msg{Subject: "bench.floor." + strconv.Itoa(i), Data: body}, jetstream.WithExpectLastSequencePerSubject(last[i]))
+		f, err := js.PublishMsgAsync(&nats.Msg{Subject: prefix + strconv.Itoa(i), Data: body}, jetstream.WithExpectLastSequencePerSubject(last[i]))
 		if err != nil {
-			return 0, fmt.Errorf("bus floor append: %w", err)
+			return n, 0, err
 		}
 		futs[i] = f
-		if n%2 == 0 {
-			if _, err := js.PublishAsync("$KV."+bucket+".k"+strconv.Itoa(i), body); err != nil {
-				return 0, fmt.Errorf("bus floor put: %w", err)
+		if each != nil {
+			if err := each(n, i); err != nil {
+				return n, 0, err
 			}
 		}
 		n++
@@ -352,7 +339,20 @@ func busFloor(ctx context.Context, nc *nats.Conn, subjects, concurrency int, d t
 	select {
 	case <-js.PublishAsyncComplete():
 	case <-time.After(30 * time.Second):
-		return 0, errors.New("bus floor: acks not complete in 30s")
+		return n, 0, errors.New("acks not complete in 30s")
+	case <-ctx.Done():
+		return n, 0, ctx.Err()
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	for i, f := range futs {
+		if f == nil {
+			continue
+		}
+		select {
+		case ack := <-f.Ok():
+			last[i] = ack.Sequence
+		case err := <-f.Err():
+			return n, 0, err
+		}
+	}
+	return n, float64(n) / time.Since(start).Seconds(), nil
 }

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/fanout"
 	"github.com/torpor/torpor/events/jsstore"
 	"github.com/torpor/torpor/projections"
 	"github.com/torpor/torpor/projections/kvview"
@@ -73,6 +74,17 @@ var validNode = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // both (0.93 writes per event without, about 0.4 with). A reader sees a
 // transient phase at most this much later; outcomes are never held.
 const viewHold = 10 * time.Millisecond
+
+// sharedStore is the store with Follow served by a shared reading of the
+// log (fanout), for the followers in this process.
+type sharedStore struct {
+	*jsstore.Store
+	log *fanout.Log
+}
+
+func (s sharedStore) Follow(ctx context.Context, after uint64, max int, h events.FollowHandler) error {
+	return s.log.Follow(ctx, after, max, h)
+}
 
 // sagasPosition names the KV key of node's saga runner position.
 func sagasPosition(node string) string { return "sagas." + node }
@@ -148,13 +160,16 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, err
 	}
-	runner, err := sagas.New(store, pos, svc, drivers, creds, sagas.Config{Node: cfg.Node, Deadline: cfg.Deadline}, log.With().Str("part", "sagas").Logger())
+	// The sagas and the view follow the log through one shared reading: the
+	// server delivers each event once, the process decodes it once.
+	followed := sharedStore{Store: store, log: fanout.New(store)}
+	runner, err := sagas.New(followed, pos, svc, drivers, creds, sagas.Config{Node: cfg.Node, Deadline: cfg.Deadline}, log.With().Str("part", "sagas").Logger())
 	if err != nil {
 		return nil, err
 	}
 	// The view never goes back in seq, so a projection must not skip past an
 	// event it failed to apply: it retries (with backoff) until it lands.
-	proj, err := projections.NewRunner(store, view, projections.Config{Attempts: 1 << 30, Logger: log.With().Str("part", "kvview").Logger()})
+	proj, err := projections.NewRunner(followed, view, projections.Config{Attempts: 1 << 30, Logger: log.With().Str("part", "kvview").Logger()})
 	if err != nil {
 		return nil, err
 	}

@@ -454,8 +454,8 @@ const benchmarksNotes = `
   subjects), an ordered-consumer read of what was written, KV puts from --concurrency writers.
 - **bus floor**: the raw async append again, with the bus work the pipeline does per event
   on top and none of its logic: a KV put for every second event (the view's writes), a
-  delivery to two ordered consumers (sagas, view), a KV watch on another connection (the
-  clients). No commands, supervisor reports, JSON or state machine: the most the substrate
+  delivery to one ordered consumer (the reading the sagas and the view share), a KV watch
+  on another connection (the clients). No commands, supervisor reports, JSON or state machine: the most the substrate
   allows the pipeline on this machine.
 - **pipeline**: --sandboxes sim sandboxes, --concurrency clients on the bus, each cycling its
   share through suspend → suspended → resume → ready; a transition counts once the KV phase

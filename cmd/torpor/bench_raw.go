@@ -20,7 +20,7 @@ type rawResult struct {
 	OrderedReadEPS      float64 `json:"ordered_read_eps"`
 	// BusFloorEPS is the async append with the bus work the pipeline does
 	// per event and cannot do without, and none of its logic: half a KV
-	// put, a delivery to two ordered consumers, half a KV watch delivery.
+	// put, a delivery to an ordered consumer, half a KV watch delivery.
 	BusFloorEPS float64 `json:"bus_floor_eps"`
 	KVPutEPS    float64 `json:"kv_put_eps"`
 	// AppendLatency is one append with the check at a time, at the offered
@@ -224,9 +224,9 @@ func rawAppendLatency(ctx context.Context, nc *nats.Conn, subjects int, rate flo
 
 // busFloor runs the async append of benchRaw with the bus work the pipeline
 // does per event on top: a KV put for every second event (the view writes
-// about that often), two ordered consumers reading every event (the sagas
-// and the view), and a KV watch on another connection (the bench's clients
-// watching the view). No commands, reports, decoding or state machine: what
+// about that often), one ordered consumer reading every event (the reading
+// the sagas and the view share), and a KV watch on another connection (the
+// bench's clients watching the view). No commands, reports, decoding or state machine: what
 // the substrate alone allows the pipeline at most.
 func busFloor(ctx context.Context, nc *nats.Conn, subjects, concurrency int, d time.Duration) (float64, error) {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(concurrency))
@@ -268,24 +268,22 @@ func busFloor(ctx context.Context, nc *nats.Conn, subjects, concurrency int, d t
 		for range w.Updates() {
 		}
 	}()
-	for range 2 {
-		c, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
-		if err != nil {
-			return 0, err
-		}
-		it, err := c.Messages()
-		if err != nil {
-			return 0, err
-		}
-		defer it.Stop()
-		go func() {
-			for {
-				if _, err := it.Next(); err != nil {
-					return
-				}
-			}
-		}()
+	c, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return 0, err
 	}
+	it, err := c.Messages()
+	if err != nil {
+		return 0, err
+	}
+	defer it.Stop()
+	go func() {
+		for {
+			if _, err := it.Next(); err != nil {
+				return
+			}
+		}
+	}()
 
 	_, eps, err := appendAsync(ctx, js, "bench.floor.", make([]uint64, subjects), body300, d, func(n, i int) error {
 		if n%2 != 0 {

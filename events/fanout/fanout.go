@@ -4,7 +4,7 @@
 // and the process decodes it once. A follower that starts behind the pump,
 // or falls behind it (its queue full), reads from the source on its own
 // until it has caught up and then joins again: a slow follower never holds
-// up the others.
+// up the others, and holds at most Queue events in memory.
 package fanout
 
 import (
@@ -27,9 +27,11 @@ type Source interface {
 const (
 	// PumpBatch bounds the events the pump takes from the source at once.
 	PumpBatch = 1000
-	// Queue is how many of the pump's batches may wait for one follower
-	// before it is sent off to read on its own.
-	Queue = 256
+	// Queue is how many events may wait for one follower before it is sent
+	// off to read on its own: the memory a slow follower may hold up.
+	Queue = 16384
+	// queueBatches bounds the batches waiting for one follower.
+	queueBatches = 1024
 )
 
 var (
@@ -56,8 +58,9 @@ type Log struct {
 
 // sub is one follower on the shared reading.
 type sub struct {
-	ch  chan batch // closed when the follower is sent off; err says why
-	err error
+	ch     chan batch // closed when the follower is sent off; err says why
+	err    error
+	queued int // events in ch; Log.mu held
 }
 
 // batch is what one Follow call of the pump's handed over.
@@ -123,7 +126,7 @@ func (l *Log) join(pos uint64) *sub {
 		l.stop = stop
 		go l.run(ctx, l.pump, pos)
 	}
-	s := &sub{ch: make(chan batch, Queue)}
+	s := &sub{ch: make(chan batch, queueBatches)}
 	l.subs[s] = struct{}{}
 	return s
 }
@@ -160,8 +163,13 @@ func (l *Log) run(ctx context.Context, id int, after uint64) {
 		}
 		l.pumped = b.envs[len(b.envs)-1].Seq
 		for s := range l.subs {
+			if s.queued+len(b.envs) > Queue {
+				l.sendOff(s, errBehind)
+				continue
+			}
 			select {
 			case s.ch <- b:
+				s.queued += len(b.envs)
 			default:
 				l.sendOff(s, errBehind)
 			}
@@ -220,6 +228,7 @@ func (l *Log) consume(ctx context.Context, s *sub, pos *uint64, max int, h event
 				break more
 			}
 		}
+		l.taken(s, len(envs))
 		// Hand over what is new, max at a time; pending counts what
 		// follows each part in the log.
 		for i := 0; i < len(envs); {
@@ -242,6 +251,13 @@ func (l *Log) consume(ctx context.Context, s *sub, pos *uint64, max int, h event
 			return l.err(s)
 		}
 	}
+}
+
+// taken notes that s took n events off its queue.
+func (l *Log) taken(s *sub, n int) {
+	l.mu.Lock()
+	s.queued -= n
+	l.mu.Unlock()
 }
 
 // err is why s was sent off.

@@ -54,7 +54,7 @@ func (c serveConfig) Validate() error {
 	case c.HTTP == "":
 		return errors.New("--http: want an address")
 	case !validNode.MatchString(c.Node):
-		return fmt.Errorf("--node %q: want 1 to 64 letters, digits, '-' or '_' (it names subjects and keys)", c.Node)
+		return fmt.Errorf("--node %q: want 1 to 63 lower-case letters, digits, '-' or '_', starting and ending with a letter or digit (it names subjects and keys)", c.Node)
 	}
 	if c.NATSURL == "" {
 		if _, _, err := net.SplitHostPort(c.NATSListen); err != nil {
@@ -64,9 +64,10 @@ func (c serveConfig) Validate() error {
 	return nil
 }
 
-// validNode is what a node name may be: a token of NATS subjects
+// validNode is what a node name may be: a sandbox name (as the gateway
+// wants it) without dots, so that it is one token of NATS subjects
 // (torpor.driver.<node>.<op>) and of KV keys.
-var validNode = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+var validNode = regexp.MustCompile(`^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$`)
 
 // viewHold is how long the KV view may hold back a transient phase for its
 // outcome (kvview.Config.HoldTransient): with the sim driver an outcome

@@ -13,6 +13,13 @@ func TestServeConfigValidate(t *testing.T) {
 	if err := good.Validate(); err != nil {
 		t.Fatalf("good config: %v", err)
 	}
+	for _, node := range []string{"n", "rack_1-b", strings.Repeat("n", 63)} {
+		c := good
+		c.Node = node
+		if err := c.Validate(); err != nil {
+			t.Errorf("node %q: %v", node, err)
+		}
+	}
 	cases := []struct {
 		name, flag string
 		edit       func(*serveConfig)
@@ -25,7 +32,9 @@ func TestServeConfigValidate(t *testing.T) {
 		{"empty node", "--node", func(c *serveConfig) { c.Node = "" }},
 		{"node with a dot", "--node", func(c *serveConfig) { c.Node = "rack.1" }},
 		{"node with a wildcard", "--node", func(c *serveConfig) { c.Node = "n*" }},
-		{"node too long", "--node", func(c *serveConfig) { c.Node = strings.Repeat("n", 65) }},
+		{"node too long", "--node", func(c *serveConfig) { c.Node = strings.Repeat("n", 64) }},
+		{"upper-case node", "--node", func(c *serveConfig) { c.Node = "Rack1" }},
+		{"node ending in a dash", "--node", func(c *serveConfig) { c.Node = "rack-" }},
 	}
 	for _, tc := range cases {
 		c := good

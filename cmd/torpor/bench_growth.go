@@ -160,6 +160,10 @@ func sampleLatency(ctx context.Context, cmd commander, vw *viewWaiter, ids []str
 	if err != nil {
 		return first, steady, err
 	}
+	// The first touches loaded whole histories (1000 events each for the
+	// long ones); collect that garbage now rather than during the steady
+	// sample, which is about the cost of a command, not of those loads.
+	runtime.GC()
 	warm, el, err := timeSteps(ctx, cmd, vw, ids, c, append(cycle, cycle...))
 	if err != nil {
 		return first, steady, err

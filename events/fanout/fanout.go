@@ -111,12 +111,13 @@ func (l *Log) Follow(ctx context.Context, after uint64, max int, h events.Follow
 }
 
 // join puts a follower at pos on the shared reading and returns it, or nil
-// when the pump is past pos (the follower reads on its own first). With no
+// when the pump is past pos or far behind it (the follower reads on its own
+// first: it must not wait for a pump that is still catching up). With no
 // pump running, it starts one at pos.
 func (l *Log) join(pos uint64) *sub {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.pump != 0 && pos < l.pumped {
+	if l.pump != 0 && !l.near(pos) {
 		return nil
 	}
 	if l.pump == 0 {
@@ -135,7 +136,14 @@ func (l *Log) join(pos uint64) *sub {
 func (l *Log) caughtUp(pos uint64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.pump == 0 || pos >= l.pumped
+	return l.pump == 0 || l.near(pos)
+}
+
+// near reports whether a follower at pos may join the running pump: it has
+// nothing to miss (pos at or past the pump) and little to wait for (at most
+// Queue events ahead). l.mu is held.
+func (l *Log) near(pos uint64) bool {
+	return pos >= l.pumped && pos-l.pumped <= Queue
 }
 
 // leave takes s off the shared reading; the last one to leave stops the
@@ -173,6 +181,11 @@ func (l *Log) run(ctx context.Context, id int, after uint64) {
 			default:
 				l.sendOff(s, errBehind)
 			}
+		}
+		if len(l.subs) == 0 { // all sent off: the next to join starts afresh
+			l.stop()
+			l.pump = 0
+			return errStale
 		}
 		return nil
 	})

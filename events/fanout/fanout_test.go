@@ -36,6 +36,9 @@ type counting struct {
 	active int
 	calls  int
 	fail   error // returned by every Follow when set
+	// slowFirst, when set, is how long the first Follow's handler waits
+	// before each batch: a pump that crawls.
+	slowFirst time.Duration
 }
 
 func (c *counting) Follow(ctx context.Context, after uint64, max int, h events.FollowHandler) error {
@@ -51,6 +54,20 @@ func (c *counting) Follow(ctx context.Context, after uint64, max int, h events.F
 	}()
 	if fail != nil {
 		return fail
+	}
+	c.mu.Lock()
+	slow := c.calls == 1 && c.slowFirst > 0
+	c.mu.Unlock()
+	if slow {
+		inner := h
+		h = func(ctx context.Context, envs []events.Envelope, pending uint64) error {
+			select {
+			case <-time.After(c.slowFirst):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			return inner(ctx, envs, pending)
+		}
 	}
 	return c.Store.Follow(ctx, after, max, h)
 }
@@ -289,4 +306,22 @@ func TestSourceErrorReachesTheFollower(t *testing.T) {
 	f := follow(t, s, 0, nil)
 	last := appendN(t, s, 5)
 	f.waitFor(t, 1, last)
+}
+
+// TestFollowerAheadDoesNotWaitForThePump: a follower far ahead of a pump
+// that is still catching up reads on its own and sees new events at once.
+func TestFollowerAheadDoesNotWaitForThePump(t *testing.T) {
+	s := newShared()
+	s.src.slowFirst = 200 * time.Millisecond // 17 batches: over 3 s behind
+	backlog := appendN(t, s, fanout.Queue+1000)
+	behind := follow(t, s, 0, nil) // starts the crawling pump at 0
+	time.Sleep(50 * time.Millisecond)
+	ahead := follow(t, s, backlog, nil)
+	start := time.Now()
+	last := appendN(t, s, 1)
+	ahead.waitFor(t, backlog+1, last)
+	if waited := time.Since(start); waited > time.Second {
+		t.Errorf("the follower ahead waited %s for a new event, behind the pump", waited)
+	}
+	behind.waitFor(t, 1, last)
 }

@@ -24,7 +24,6 @@ type tracked struct {
 
 	mu     sync.Mutex
 	pos    uint64 // the runner's saved position
-	sets   int    // how often it was saved
 	loads  int    // Loads of the events after an intent (after > 0)
 	handed uint64 // the last sequence the runner's Follow handler took
 	// failFollow is how many Follow calls fail at once, and follows every
@@ -116,7 +115,6 @@ func (p position) Get(context.Context) (uint64, error) {
 func (p position) Set(_ context.Context, seq uint64) error {
 	p.s.mu.Lock()
 	p.s.pos = seq
-	p.s.sets++
 	p.s.mu.Unlock()
 	p.s.notify()
 	return nil

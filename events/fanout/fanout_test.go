@@ -95,7 +95,6 @@ type follower struct {
 	seqs  []uint64
 	dups  int
 	block chan struct{} // while not nil and open, h waits on it
-	stop  context.CancelFunc
 	done  chan error
 	got   chan struct{} // a value after every batch
 }
@@ -103,7 +102,7 @@ type follower struct {
 func follow(t *testing.T, s shared, after uint64, block chan struct{}) *follower {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &follower{block: block, stop: cancel, done: make(chan error, 1), got: make(chan struct{}, 1<<16)}
+	f := &follower{block: block, done: make(chan error, 1), got: make(chan struct{}, 1<<16)}
 	go func() {
 		f.done <- s.Follow(ctx, after, 100, func(ctx context.Context, envs []events.Envelope, _ uint64) error {
 			if f.block != nil {
@@ -144,7 +143,7 @@ func (f *follower) waitFor(t *testing.T, first, last uint64) {
 	deadline := time.After(wait)
 	for {
 		f.mu.Lock()
-		n, dups := len(f.seqs), f.dups
+		n := len(f.seqs)
 		done := n > 0 && f.seqs[n-1] >= last
 		f.mu.Unlock()
 		if done {
@@ -155,7 +154,6 @@ func (f *follower) waitFor(t *testing.T, first, last uint64) {
 		case <-deadline:
 			t.Fatalf("follower has %d events, want up to %d", n, last)
 		}
-		_ = dups
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -1,7 +1,7 @@
 // Package memstore is an in-memory events.Store for tests and single-process
 // tools. It keeps the semantics of the JetStream store (one global sequence,
 // expected last sequence per sandbox, deduplication by message id, followers
-// that keep their own Position) without a server, and forgets everything
+// that keep their own position) without a server, and forgets everything
 // when the process ends.
 package memstore
 

@@ -114,12 +114,17 @@ func newViewWaiter(ctx context.Context, js jetstream.JetStream) (*viewWaiter, er
 }
 
 // expect registers interest in id reaching phase; call it before the command.
-func (vw *viewWaiter) expect(id string, phase events.Phase) <-chan events.Phase {
+// One wait per sandbox: a second would take the first one's wake-up, so it is
+// refused (the load drives each sandbox from one client at a time).
+func (vw *viewWaiter) expect(id string, phase events.Phase) (<-chan events.Phase, error) {
 	ch := make(chan events.Phase, 1)
 	vw.mu.Lock()
+	defer vw.mu.Unlock()
+	if pw := vw.waits[id]; pw != nil {
+		return nil, fmt.Errorf("sandbox %s: already waited on for %s", id, pw.phase)
+	}
 	vw.waits[id] = &phaseWait{phase: phase, ch: ch}
-	vw.mu.Unlock()
-	return ch
+	return ch, nil
 }
 
 func (vw *viewWaiter) cancel(id string) {
@@ -143,7 +148,10 @@ func (vw *viewWaiter) wait(ctx context.Context, id string, phase events.Phase, c
 
 // step sends verb to id and waits until the view shows target.
 func step(ctx context.Context, cmd commander, vw *viewWaiter, verb, id string, target events.Phase) error {
-	ch := vw.expect(id, target)
+	ch, err := vw.expect(id, target)
+	if err != nil {
+		return err
+	}
 	if _, err := cmd.do(ctx, verb, id); err != nil {
 		vw.cancel(id)
 		return fmt.Errorf("%s %s: %w", verb, id, err)
@@ -191,7 +199,10 @@ func createOne(ctx context.Context, cmd commander, vw *viewWaiter, ids []string,
 		return fmt.Errorf("create: %w", err)
 	}
 	ids[i] = v.ID
-	ch := vw.expect(v.ID, events.PhaseReady)
+	ch, err := vw.expect(v.ID, events.PhaseReady)
+	if err != nil {
+		return err
+	}
 	// The attach may have been projected before we registered: look once.
 	if e, err := vw.kv.Get(ctx, v.ID); err == nil {
 		var cur events.View
@@ -234,11 +245,15 @@ func cycle(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, c i
 	until := time.Now().Add(d)
 	start := time.Now()
 	for w := 0; w < c; w++ {
+		mine := share(ids, w, c)
+		if len(mine) == 0 {
+			break
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for k := w; time.Now().Before(until); k += c {
-				id := ids[k%len(ids)]
+			for k := 0; time.Now().Before(until); k++ {
+				id := mine[k%len(mine)]
 				for _, s := range []struct {
 					verb   string
 					target events.Phase
@@ -256,6 +271,17 @@ func cycle(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, c i
 	}
 	wg.Wait()
 	return transitions.Load(), time.Since(start).Seconds(), ferr
+}
+
+// share is client w's part of ids when c clients split them: the ids at w,
+// w+c, w+2c, … Two clients on one sandbox would race each other's commands
+// and waits, so the parts are disjoint.
+func share(ids []string, w, c int) []string {
+	var mine []string
+	for k := w; k < len(ids); k += c {
+		mine = append(mine, ids[k])
+	}
+	return mine
 }
 
 // latencyResult is command-to-visible latency at a fixed offered rate.

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/torpor/torpor/events"
 )
 
 // BenchmarkPipelineVsRaw runs the raw-bus and pipeline sections of `torpor
@@ -105,5 +108,47 @@ func TestBenchQuickReport(t *testing.T) {
 	// its request and its outcome.
 	if per := float64(rep.Pipeline.Events) / float64(rep.Pipeline.Transitions); per < 2 {
 		t.Errorf("%.2f events per transition; the count of events appended is wrong", per)
+	}
+}
+
+// TestShareIsDisjoint checks that the closed loop's clients split the
+// sandboxes without overlap, also when the count is not a multiple of the
+// clients: two clients cycling one sandbox wait on each other's outcomes.
+func TestShareIsDisjoint(t *testing.T) {
+	for _, tc := range []struct{ n, c int }{{1000, 64}, {20, 4}, {22, 4}, {3, 8}, {1, 1}} {
+		ids := make([]string, tc.n)
+		for i := range ids {
+			ids[i] = fmt.Sprint(i)
+		}
+		seen := map[string]int{}
+		for w := 0; w < tc.c; w++ {
+			for _, id := range share(ids, w, tc.c) {
+				seen[id]++
+			}
+		}
+		if len(seen) != tc.n {
+			t.Errorf("n=%d c=%d: %d sandboxes shared out, want all %d", tc.n, tc.c, len(seen), tc.n)
+		}
+		for id, k := range seen {
+			if k != 1 {
+				t.Errorf("n=%d c=%d: sandbox %s given to %d clients", tc.n, tc.c, id, k)
+			}
+		}
+	}
+}
+
+// TestOneWaitPerSandbox checks that the view waiter refuses a second wait on
+// a sandbox, which would steal the first one's wake-up.
+func TestOneWaitPerSandbox(t *testing.T) {
+	vw := &viewWaiter{waits: map[string]*phaseWait{}}
+	if _, err := vw.expect("a", events.PhaseSuspended); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vw.expect("a", events.PhaseReady); err == nil {
+		t.Fatal("a second wait on one sandbox was accepted")
+	}
+	vw.cancel("a")
+	if _, err := vw.expect("a", events.PhaseReady); err != nil {
+		t.Fatalf("after cancel: %v", err)
 	}
 }

@@ -27,7 +27,10 @@ type rawResult struct {
 	// rate of the pipeline's latency run: the tail every hop of the
 	// pipeline's path has on this machine.
 	AppendLatency *latencyResult `json:"append_latency_ms,omitempty"`
-	// SQLUpsertEPS is absent until the SQL view exists (a later issue adds it).
+	// SQLUpsertEPS is the rows/s of batched upserts of phase-view rows, each
+	// transaction with its checkpoint (benchSQLUpsert), the denominator of a
+	// SQL view's rebuild; absent without --database-url. It does not depend
+	// on the bus: every mode carries the same figure.
 	SQLUpsertEPS *float64 `json:"sql_upsert_eps,omitempty"`
 	Messages     int      `json:"messages"`
 }

@@ -101,7 +101,7 @@ type Service struct {
 	log     zerolog.Logger
 	now     func() time.Time
 
-	locks [4096]sync.Mutex
+	locks [4096]fifoLock // striped by sandbox id
 	mu    sync.Mutex
 	cache map[string]*Sandbox
 }
@@ -112,10 +112,14 @@ func NewService(store events.Store, names Names, drivers Drivers, creds *compute
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Service{
+	svc := &Service{
 		store: store, names: names, drivers: drivers, creds: creds, cfg: cfg, log: log,
 		now: time.Now, cache: make(map[string]*Sandbox),
-	}, nil
+	}
+	for i := range svc.locks {
+		svc.locks[i] = newFIFOLock()
+	}
+	return svc, nil
 }
 
 var (
@@ -144,7 +148,7 @@ func CommandID(verb, id, key string) string {
 func (s *Service) lock(id string) func() {
 	h := fnv.New32a()
 	h.Write([]byte(id))
-	m := &s.locks[h.Sum32()%uint32(len(s.locks))]
+	m := s.locks[h.Sum32()%uint32(len(s.locks))]
 	m.Lock()
 	return m.Unlock
 }

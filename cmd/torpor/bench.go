@@ -413,6 +413,17 @@ func (r *benchReport) print(w io.Writer) {
 				m.Ratios["bus_floor_vs_raw_append"], m.Ratios["pipeline_vs_bus_floor"])
 		}
 	}
+	for _, m := range r.Modes {
+		var parts []string
+		for _, verb := range []string{"suspend", "resume"} {
+			if l := m.Latency.ByVerb[verb]; l != nil {
+				parts = append(parts, fmt.Sprintf("%s p50 %.2f p90 %.2f p99 %.2f ms", verb, l.P50, l.P90, l.P99))
+			}
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(w, "latency by command (%s): %s\n", m.Fsync, strings.Join(parts, "; "))
+		}
+	}
 	if v := r.Raw.SQLUpsertEPS; v != nil {
 		fmt.Fprintf(w, "raw batched SQL upsert (%v rows/tx + checkpoint): %.0f rows/s\n", r.Config["sql_rows_per_tx"], *v)
 	}
@@ -491,7 +502,8 @@ const benchmarksNotes = `
   server right after: the latency of a single hop. A suspend's path from command to view
   is about eight such hops (request, append, reply, saga delivery, outcome append,
   projection delivery, KV put, watch delivery); a resume's adds the consumption, the
-  supervisor's report and its append.
+  supervisor's report and its append. **latency by command** splits the same samples
+  into suspends and resumes.
 - **growth** (fsync interval): settled histories imported straight into the log, then the
   service restarted at each size; latency is sampled on 200 sandboxes (and 100 with the long
   history), the first command on each (cold cache: history loaded) apart from the rest.

@@ -294,6 +294,10 @@ type latencyResult struct {
 	P90          float64 `json:"p90"`
 	P99          float64 `json:"p99"`
 	Max          float64 `json:"max"`
+	// ByVerb splits the samples by command: a suspend's path to its outcome
+	// is about eight hops, a resume's has three appends and the
+	// supervisor's report more.
+	ByVerb map[string]*latencyResult `json:"by_verb,omitempty"`
 }
 
 // openLoop offers rate commands per second for d, each on an idle sandbox
@@ -314,10 +318,11 @@ func openLoop(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, 
 		idle <- sb{id: id}
 	}
 	var (
-		mu   sync.Mutex
-		lats []time.Duration
-		ferr error
-		wg   sync.WaitGroup
+		mu     sync.Mutex
+		lats   []time.Duration
+		byVerb = map[string][]time.Duration{}
+		ferr   error
+		wg     sync.WaitGroup
 	)
 	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
 	defer tick.Stop()
@@ -352,6 +357,7 @@ func openLoop(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, 
 				return
 			}
 			lats = append(lats, lat)
+			byVerb[verb] = append(byVerb[verb], lat)
 			s.suspended = !s.suspended
 			idle <- s
 		}()
@@ -361,6 +367,12 @@ func openLoop(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, 
 	res.Samples = len(lats)
 	res.AchievedPerS = float64(len(lats)) / elapsed
 	res.P50, res.P90, res.P99, res.Max = percentiles(lats)
+	res.ByVerb = map[string]*latencyResult{}
+	for verb, ls := range byVerb {
+		v := &latencyResult{Samples: len(ls)}
+		v.P50, v.P90, v.P99, v.Max = percentiles(ls)
+		res.ByVerb[verb] = v
+	}
 	return res, ferr
 }
 

@@ -101,6 +101,18 @@ func TestBenchQuickReport(t *testing.T) {
 			t.Errorf("%s = %v, want a measured figure", name, v)
 		}
 	}
+	var split int
+	for _, verb := range []string{"suspend", "resume"} {
+		l := rep.Latency.ByVerb[verb]
+		if l == nil || l.Samples == 0 || !(l.P50 > 0) {
+			t.Errorf("latency_ms.by_verb.%s = %+v, want measured samples", verb, l)
+			continue
+		}
+		split += l.Samples
+	}
+	if split != rep.Latency.Samples {
+		t.Errorf("by_verb holds %d samples, the latency run %d", split, rep.Latency.Samples)
+	}
 	if len(rep.Targets) < 5 {
 		t.Errorf("%d targets checked, want every target the run measured", len(rep.Targets))
 	}

@@ -299,6 +299,13 @@ func (s *Service) append(ctx context.Context, id string, meta events.Meta, dedup
 	if err != nil {
 		return nil, err
 	}
+	return s.appendFrom(ctx, sb, meta, dedup, decide)
+}
+
+// appendFrom is append from the state sb, which may be stale: a stale state
+// costs a conflict and a reload, never a wrong append.
+func (s *Service) appendFrom(ctx context.Context, sb *Sandbox, meta events.Meta, dedup string, decide func(*Sandbox) ([]events.Event, error)) (*Sandbox, error) {
+	id := sb.ID
 	for attempt := 0; ; attempt++ {
 		evs, err := decide(sb)
 		if err != nil || len(evs) == 0 {
@@ -387,12 +394,21 @@ func (s *Service) create(ctx context.Context, c Command) (events.View, error) {
 	c.ID = id
 	c.Node = s.cfg.Node
 	meta := events.Meta{Actor: c.Actor, CommandID: c.CommandID, CorrelationID: c.CommandID}
-	sb, err := s.append(ctx, id, meta, c.CommandID, func(sb *Sandbox) ([]events.Event, error) {
+	decideCreate := func(sb *Sandbox) ([]events.Event, error) {
 		if sb.Exists() && sb.seen(c.CommandID) {
 			return nil, nil // a retried create that landed
 		}
 		return decide(sb, c, compute.Capabilities{})
-	})
+	}
+	var sb *Sandbox
+	var err error
+	if c.IdempotencyKey == "" {
+		// The id was minted just now, so its subject is empty: no need to
+		// read it (the append still states expected sequence 0).
+		sb, err = s.appendFrom(ctx, &Sandbox{ID: id}, meta, c.CommandID, decideCreate)
+	} else {
+		sb, err = s.append(ctx, id, meta, c.CommandID, decideCreate)
+	}
 	if err != nil {
 		if !errors.Is(err, events.ErrUnavailable) {
 			_ = s.names.Release(ctx, r.Name, id)

@@ -251,3 +251,57 @@ func TestNamesAreUnique(t *testing.T) {
 		t.Fatalf("create after delete: %v", err)
 	}
 }
+
+// loadCounter counts the loads of a real store.
+type loadCounter struct {
+	events.Store
+	mu    sync.Mutex
+	loads map[string]int
+}
+
+func (c *loadCounter) Load(ctx context.Context, id string, after uint64) ([]events.Envelope, error) {
+	c.mu.Lock()
+	c.loads[id]++
+	c.mu.Unlock()
+	return c.Store.Load(ctx, id, after)
+}
+
+// TestCreateReadsNoLog checks that a create without an idempotency key does
+// not read the new sandbox's subject (its id was just minted, so it is empty),
+// while a create with a key does (a retry may find its sandbox there), and
+// that both land and are seen by a later command.
+func TestCreateReadsNoLog(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	lc := &loadCounter{Store: r.store, loads: map[string]int{}}
+	svc, err := NewService(lc, r.names, fakeDrivers{}, r.creds, Config{}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := svc.Handle(ctx, Command{Verb: VerbCreate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := lc.loads[fresh.ID]; n != 0 {
+		t.Errorf("a create without a key read its new subject %d times, want 0", n)
+	}
+	keyed, err := svc.Handle(ctx, Command{Verb: VerbCreate, IdempotencyKey: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := lc.loads[keyed.ID]; n != 1 {
+		t.Errorf("a create with a key read its subject %d times, want 1", n)
+	}
+	again, err := svc.Handle(ctx, Command{Verb: VerbCreate, IdempotencyKey: "k1"})
+	if err != nil || again.ID != keyed.ID {
+		t.Fatalf("retried create: %+v, %v; want sandbox %s", again, err, keyed.ID)
+	}
+	for _, id := range []string{fresh.ID, keyed.ID} {
+		if got := countTypes(t, r.store, id); got["sandbox.created"] != 1 || len(got) != 1 {
+			t.Errorf("sandbox %s: events %v, want one sandbox.created", id, got)
+		}
+		if _, err := svc.Handle(ctx, Command{Verb: VerbStop, ID: id}); events.CodeOf(err) != events.CodeFailedPrecondition {
+			t.Errorf("stop of provisioning %s: %v, want FAILED_PRECONDITION (the state after create)", id, err)
+		}
+	}
+}

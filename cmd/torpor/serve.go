@@ -128,7 +128,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		url = a.ns.ClientURL()
 	}
 	a.NATSURL = url
-	if a.nc, err = nats.Connect(url, nats.Name("torpor "+cfg.Node), nats.MaxReconnects(-1)); err != nil {
+	if a.nc, err = nats.Connect(url, nats.Name("torpor "+cfg.Node), nats.MaxReconnects(-1), nats.SyncQueueLen(jsstore.SyncQueueLen)); err != nil {
 		return nil, fmt.Errorf("connect %s: %w", url, err)
 	}
 	js, err := jetstream.New(a.nc)

@@ -233,9 +233,36 @@ func TestUnavailableWhenServerIsGone(t *testing.T) {
 	}
 }
 
+// TestLoadManyEvents loads a subject of several batches, on a connection
+// with nats.go's default sync queue and on one with SyncQueueLen.
 func TestLoadManyEvents(t *testing.T) {
-	srv := natstest.Start(t)
-	s := newStore(t, srv)
+	if jsstore.SyncQueueLen < 2*1000 {
+		t.Fatalf("SyncQueueLen %d does not hold a batch of 1000 with room", jsstore.SyncQueueLen)
+	}
+	t.Run("default queue", func(t *testing.T) {
+		srv := natstest.Start(t)
+		loadManyEvents(t, newStore(t, srv))
+	})
+	t.Run("SyncQueueLen", func(t *testing.T) {
+		srv := natstest.Start(t)
+		nc, err := nats.Connect("", nats.InProcessServer(srv.Server), nats.SyncQueueLen(jsstore.SyncQueueLen))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := jsstore.New(context.Background(), js, jsstore.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		loadManyEvents(t, s)
+	})
+}
+
+func loadManyEvents(t *testing.T, s *jsstore.Store) {
 	ctx := context.Background()
 	const batches, per = 25, 100
 	var last uint64

@@ -14,6 +14,14 @@ import (
 // loadBatch is how many messages one batched direct get asks for.
 const loadBatch = 1000
 
+// SyncQueueLen is the sync queue length (nats.SyncQueueLen) that a
+// connection used by a Store should have. A batched direct get (orbit's
+// GetBatch) subscribes with the connection's sync queue; nats.go's default of
+// 65536 slots is half a megabyte of garbage per Load. The queue must hold a
+// whole batch (loadBatch messages and the end marker): a fuller queue drops
+// messages, and a batch missing some in the middle would look complete.
+const SyncQueueLen = 4 * loadBatch
+
 // headerNumPending is set by the server on each message of a batched direct
 // get: how many messages of the filter follow it.
 const headerNumPending = "Nats-Num-Pending"

@@ -330,17 +330,12 @@ func (s *Service) appendFrom(ctx context.Context, sb *Sandbox, meta events.Meta,
 		}
 		seq, err := s.store.Append(ctx, id, sb.Seq, envs...)
 		if err == nil {
-			// Stamp the stored sequences into the state and its view.
-			first := seq - uint64(len(envs)) + 1
-			done := sb.clone()
-			for i := range envs {
-				envs[i].Seq = first + uint64(i)
-				if err := done.apply(envs[i]); err != nil {
-					return nil, err
-				}
-			}
-			s.put(done)
-			return done, nil
+			// Stamp the stored sequence into the state and its view: the
+			// events were folded without one, and a sequence moves nothing
+			// else (apply and View.Fold only record the last).
+			next.Seq, next.View.Seq = seq, seq
+			s.put(next)
+			return next, nil
 		}
 		if !errors.Is(err, events.ErrConflict) {
 			return nil, fmt.Errorf("append %s: %w", id, err)

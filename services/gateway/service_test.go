@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sync"
 	"testing"
 
@@ -304,4 +305,75 @@ func TestCreateReadsNoLog(t *testing.T) {
 			t.Errorf("stop of provisioning %s: %v, want FAILED_PRECONDITION (the state after create)", id, err)
 		}
 	}
+}
+
+// TestCachedStateIsTheLogs checks, after every command and report of a
+// sandbox's life, that the state the service keeps (folded as it appended)
+// equals the state a service without a cache folds from the log.
+func TestCachedStateIsTheLogs(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	svc := r.service(t)
+	v := readySandbox(t, svc)
+	check := func(step string) {
+		t.Helper()
+		got, err := svc.Sandbox(ctx, v.ID)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		want, err := r.service(t).Sandbox(ctx, v.ID)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: kept state\n%+v\nthe log's\n%+v", step, got, want)
+		}
+		if got.Seq == 0 || got.View.Seq != got.Seq {
+			t.Fatalf("%s: seq %d, view seq %d", step, got.Seq, got.View.Seq)
+		}
+	}
+	check("ready")
+	cause := func(typ string) events.Envelope {
+		t.Helper()
+		envs, err := r.store.Load(ctx, v.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := len(envs) - 1; i >= 0; i-- {
+			if envs[i].Type == typ {
+				return envs[i]
+			}
+		}
+		t.Fatalf("no %s in the log", typ)
+		return events.Envelope{}
+	}
+	if _, err := svc.Handle(ctx, Command{Verb: VerbSuspend, ID: v.ID}); err != nil {
+		t.Fatal(err)
+	}
+	check("suspend")
+	if err := svc.Record(ctx, cause("sandbox.suspend_requested"), "saga", &events.Suspended{Generation: 1, RestoreRef: "ref-1"}); err != nil {
+		t.Fatal(err)
+	}
+	check("suspended")
+	if _, err := svc.Handle(ctx, Command{Verb: VerbResume, ID: v.ID}); err != nil {
+		t.Fatal(err)
+	}
+	check("resume")
+	in := cause("sandbox.resume_requested")
+	if err := svc.Record(ctx, in, "saga", &events.RetainedStateConsumed{Generation: 2, RestoreRef: "ref-1"}); err != nil {
+		t.Fatal(err)
+	}
+	check("consumed")
+	if err := svc.Record(ctx, in, "saga", &events.Resumed{Generation: 2, Outcome: events.OutcomeRestored}); err != nil {
+		t.Fatal(err)
+	}
+	check("resumed")
+	if err := svc.Record(ctx, events.Envelope{SandboxID: v.ID}, "supervisor:2", &events.SupervisorAttached{Generation: 2}); err != nil {
+		t.Fatal(err)
+	}
+	check("attached")
+	if _, err := svc.Handle(ctx, Command{Verb: VerbStop, ID: v.ID}); err != nil {
+		t.Fatal(err)
+	}
+	check("stop")
 }

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/torpor/torpor/internal/warm"
+
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
@@ -78,6 +80,7 @@ type Runner struct {
 
 	sem     chan struct{} // a token per running step
 	workers sync.WaitGroup
+	warm    *warm.Pool // runs the workers on goroutines with grown stacks
 	started atomic.Bool
 	specs   *specCache
 
@@ -88,6 +91,10 @@ type Runner struct {
 	processed uint64            // the last sequence handed to dispatch
 	caughtUp  uint64            // the last sequence of the newest batch that reached the head of the log
 }
+
+// warmKeep is how long a worker's goroutine waits for the next sandbox
+// before it ends.
+const warmKeep = time.Second
 
 // job is one intent on its way through a step.
 type job struct {
@@ -117,6 +124,7 @@ func New(src Source, pos Position, rec Recorder, drv Drivers, creds *compute.Cre
 		cfg:    cfg,
 		log:    log,
 		sem:    make(chan struct{}, cfg.Workers),
+		warm:   warm.New(warmKeep),
 		specs:  newSpecCache(specCacheSize),
 		jobs:   map[uint64]*job{},
 		queues: map[string][]*job{},
@@ -256,7 +264,7 @@ func (r *Runner) dispatch(ctx context.Context, envs []events.Envelope, pending u
 	r.workers.Add(len(start))
 	r.mu.Unlock()
 	for _, id := range start {
-		go r.work(ctx, id)
+		r.warm.Go(func() { r.work(ctx, id) })
 	}
 	return nil
 }

@@ -16,11 +16,12 @@ var allowed = []struct {
 	pkg  string
 	deps []string
 }{
-	{"events", []string{"events"}},
-	{"services/compute", []string{"services/compute", "events"}},
-	{"services/gateway", []string{"services/gateway", "services/compute", "events"}},
-	{"sagas", []string{"sagas", "services/compute", "events"}},
-	{"projections", []string{"projections", "events"}},
+	{"internal", []string{"internal"}}, // helpers of no domain: leaves, like events
+	{"events", []string{"events", "internal"}},
+	{"services/compute", []string{"services/compute", "events", "internal"}},
+	{"services/gateway", []string{"services/gateway", "services/compute", "events", "internal"}},
+	{"sagas", []string{"sagas", "services/compute", "events", "internal"}},
+	{"projections", []string{"projections", "events", "internal"}},
 	{"sdk/go", []string{"sdk/go", "events"}},
 	{"cmd/torpor", nil}, // wires everything
 }

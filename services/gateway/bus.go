@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
+
+	"github.com/torpor/torpor/internal/warm"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -37,6 +40,7 @@ type Bus struct {
 	log      zerolog.Logger
 	inflight chan struct{}
 	wg       sync.WaitGroup
+	warm     *warm.Pool // runs the commands on goroutines with grown stacks
 	srv      micro.Service
 	sub      *nats.Subscription
 }
@@ -46,7 +50,7 @@ func NewBus(nc *nats.Conn, svc *Service, parallel int, log zerolog.Logger) *Bus 
 	if parallel < 1 {
 		parallel = 256
 	}
-	return &Bus{nc: nc, svc: svc, log: log, inflight: make(chan struct{}, parallel)}
+	return &Bus{nc: nc, svc: svc, log: log, inflight: make(chan struct{}, parallel), warm: warm.New(time.Second)}
 }
 
 // Version is the micro service version.
@@ -96,7 +100,8 @@ func (b *Bus) Run(ctx context.Context) error {
 	return nil
 }
 
-// spawn runs f in a goroutine under the concurrency bound; Run waits for it.
+// spawn runs f in a goroutine (a warm one if one is idle) under the
+// concurrency bound; Run waits for it.
 func (b *Bus) spawn(ctx context.Context, f func(context.Context)) {
 	select {
 	case b.inflight <- struct{}{}:
@@ -104,11 +109,11 @@ func (b *Bus) spawn(ctx context.Context, f func(context.Context)) {
 		return
 	}
 	b.wg.Add(1)
-	go func() {
+	b.warm.Go(func() {
 		defer func() { <-b.inflight; b.wg.Done() }()
 		// Finish the request under way even while shutting down.
 		f(context.WithoutCancel(ctx))
-	}()
+	})
 }
 
 // handler runs each command in a goroutine of its own, so that a slow one

@@ -86,7 +86,7 @@ func populate(ctx context.Context, nc *nats.Conn, n, perSandbox int) ([]string, 
 			// No message id: this is a bulk import, and the server's
 			// deduplication window would otherwise hold every id for two
 			// minutes and count as heap per sandbox.
-			if _, err := js.PublishMsgAsync(m); err != nil {
+			if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(stallWait)); err != nil {
 				return nil, 0, fmt.Errorf("populate: %w", err)
 			}
 			written++

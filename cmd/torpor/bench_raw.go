@@ -37,6 +37,12 @@ type rawResult struct {
 
 const rawStream = "BENCH_RAW"
 
+// stallWait is how long an async publish waits for room in a full window
+// before it fails. nats.go's 200 ms default failed a full bench now and then
+// with --fsync always, when one fsync held every ack for longer: the bench
+// measures such a wait, it does not stop on it.
+const stallWait = 30 * time.Second
+
 // benchRaw measures appends with the expected-last-subject-sequence check
 // (one publisher waiting for each ack, and an async window of concurrency
 // publishes over as many subjects as the pipeline has sandboxes), an
@@ -292,7 +298,7 @@ func busFloor(ctx context.Context, nc *nats.Conn, subjects, concurrency int, d t
 		if n%2 != 0 {
 			return nil
 		}
-		_, err := js.PublishAsync("$KV."+bucket+".k"+strconv.Itoa(i), body300)
+		_, err := js.PublishAsync("$KV."+bucket+".k"+strconv.Itoa(i), body300, jetstream.WithStallWait(stallWait))
 		return err
 	})
 	if err != nil {
@@ -325,7 +331,7 @@ func appendAsync(ctx context.Context, js jetstream.JetStream, prefix string, las
 				return n, 0, ctx.Err()
 			}
 		}
-		f, err := js.PublishMsgAsync(&nats.Msg{Subject: prefix + strconv.Itoa(i), Data: body}, jetstream.WithExpectLastSequencePerSubject(last[i]))
+		f, err := js.PublishMsgAsync(&nats.Msg{Subject: prefix + strconv.Itoa(i), Data: body}, jetstream.WithExpectLastSequencePerSubject(last[i]), jetstream.WithStallWait(stallWait))
 		if err != nil {
 			return n, 0, err
 		}

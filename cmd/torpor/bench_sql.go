@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cockroachdb/cockroach-go/v2/crdb/crdbpgxv5"
+	"github.com/torpor/torpor/events"
+
+	crdbpgx "github.com/cockroachdb/cockroach-go/v2/crdb/crdbpgxv5"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -75,12 +77,12 @@ func benchSQLUpsert(ctx context.Context, url string, keys, rowsPerTx int, d time
 	}
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return r, fmt.Errorf("sql upsert: %w", err)
+		return r, events.Errorf(events.CodeInvalidArgument, "--database-url: %w", err)
 	}
 	pcfg.MaxConns = 1 // one writer; set-up and clean-up run before and after it
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return r, fmt.Errorf("sql upsert: %w", err)
+		return r, events.Errorf(events.CodeInvalidArgument, "--database-url: %w", err)
 	}
 	defer pool.Close()
 	// A URL without connect_timeout waits for the dial as long as the
@@ -89,7 +91,7 @@ func benchSQLUpsert(ctx context.Context, url string, keys, rowsPerTx int, d time
 	err = pool.Ping(pingCtx)
 	cancel()
 	if err != nil {
-		return r, fmt.Errorf("sql upsert: connect: %w", err)
+		return r, events.Errorf(events.CodeUnavailable, "sql upsert: connect: %w", err)
 	}
 	drop := func(ctx context.Context) error {
 		for _, t := range []string{sqlBenchView, sqlBenchCheckpoint} {

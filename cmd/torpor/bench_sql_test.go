@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/torpor/torpor/events"
+
 	"github.com/jackc/pgx/v5"
 )
 
@@ -83,12 +85,16 @@ func TestBenchSQLUpsert(t *testing.T) {
 // error, returned well within the timeout, not a panic or a hang. It needs
 // no database.
 func TestBenchSQLUpsertBadURL(t *testing.T) {
-	for _, url := range []string{
-		"postgres://torpor:torpor@127.0.0.1:1/torpor_test?sslmode=disable", // nothing listens
-		"postgres://%zz",                            // not a URL
-		"mysql://torpor@127.0.0.1/torpor_test",      // not PostgreSQL's
-		"postgres://x@127.0.0.1:5432/x?sslmode=bad", // a bad parameter
+	for _, tc := range []struct {
+		url  string
+		code events.Code
+	}{
+		{"postgres://torpor:torpor@127.0.0.1:1/torpor_test?sslmode=disable", events.CodeUnavailable}, // nothing listens
+		{"postgres://%zz", events.CodeInvalidArgument},                                               // not a URL
+		{"mysql://torpor@127.0.0.1/torpor_test", events.CodeInvalidArgument},                         // not PostgreSQL's
+		{"postgres://x@127.0.0.1:5432/x?sslmode=bad", events.CodeInvalidArgument},                    // a bad parameter
 	} {
+		url := tc.url
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		began := time.Now()
 		_, err := benchSQLUpsert(ctx, url, 10, 5, 100*time.Millisecond)
@@ -99,6 +105,9 @@ func TestBenchSQLUpsertBadURL(t *testing.T) {
 		}
 		if took := time.Since(began); took > 16*time.Second {
 			t.Errorf("%s: the error took %s", url, took)
+		}
+		if got := events.CodeOf(err); got != tc.code {
+			t.Errorf("%s: code %s, want %s (%v)", url, got, tc.code, err)
 		}
 		t.Logf("%s: %v", url, err)
 	}

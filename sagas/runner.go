@@ -8,11 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/torpor/torpor/internal/warm"
-
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/warm"
 	"github.com/torpor/torpor/services/compute"
 )
 

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/torpor/torpor/events"
-
 	crdbpgx "github.com/cockroachdb/cockroach-go/v2/crdb/crdbpgxv5"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/torpor/torpor/events"
 )
 
 // The bench's throwaway tables. Their prefix keeps them apart from anything

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/torpor/torpor/events"
-
 	"github.com/jackc/pgx/v5"
+
+	"github.com/torpor/torpor/events"
 )
 
 // testDatabaseURL is the PostgreSQL the SQL tests run against, from

@@ -9,13 +9,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/torpor/torpor/internal/warm"
-
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/warm"
 	"github.com/torpor/torpor/services/compute"
 )
 

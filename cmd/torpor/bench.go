@@ -292,11 +292,7 @@ func runMode(ctx context.Context, cfg benchConfig, fsync string) (modeResult, er
 	if err != nil {
 		return mr, err
 	}
-	before, err := lastSeq(ctx, js, "TORPOR_EVENTS")
-	if err != nil {
-		return mr, err
-	}
-	viewsBefore, err := lastSeq(ctx, js, "KV_torpor_phases")
+	before, viewsBefore, err := logAndViewSeqs(ctx, js)
 	if err != nil {
 		return mr, err
 	}
@@ -309,11 +305,7 @@ func runMode(ctx context.Context, cfg benchConfig, fsync string) (modeResult, er
 	if err != nil {
 		return mr, err
 	}
-	after, err := lastSeq(ctx, js, "TORPOR_EVENTS")
-	if err != nil {
-		return mr, err
-	}
-	viewsAfter, err := lastSeq(ctx, js, "KV_torpor_phases")
+	after, viewsAfter, err := logAndViewSeqs(ctx, js)
 	if err != nil {
 		return mr, err
 	}
@@ -351,6 +343,17 @@ func commanderFor(transport string, a *app, nc *nats.Conn) commander {
 }
 
 // lastSeq is the last sequence of stream.
+// logAndViewSeqs returns the last sequences of the log and of the KV view's
+// stream: their differences over a run count the events appended and the
+// view writes.
+func logAndViewSeqs(ctx context.Context, js jetstream.JetStream) (logSeq, viewSeq uint64, err error) {
+	if logSeq, err = lastSeq(ctx, js, "TORPOR_EVENTS"); err != nil {
+		return 0, 0, err
+	}
+	viewSeq, err = lastSeq(ctx, js, "KV_torpor_phases")
+	return logSeq, viewSeq, err
+}
+
 func lastSeq(ctx context.Context, js jetstream.JetStream, stream string) (uint64, error) {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {

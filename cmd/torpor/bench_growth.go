@@ -92,12 +92,8 @@ func populate(ctx context.Context, nc *nats.Conn, n, perSandbox int) ([]string, 
 			written++
 		}
 	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-time.After(2 * time.Minute):
-		return nil, 0, errors.New("populate: acks not complete in 2m")
-	case <-ctx.Done():
-		return nil, 0, ctx.Err()
+	if err := asyncComplete(ctx, js, 2*time.Minute); err != nil {
+		return nil, 0, fmt.Errorf("populate: %w", err)
 	}
 	return ids, written, settleSagas(ctx, js)
 }

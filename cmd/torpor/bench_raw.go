@@ -343,12 +343,8 @@ func appendAsync(ctx context.Context, js jetstream.JetStream, prefix string, las
 		}
 		n++
 	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-time.After(30 * time.Second):
-		return n, 0, errors.New("acks not complete in 30s")
-	case <-ctx.Done():
-		return n, 0, ctx.Err()
+	if err := asyncComplete(ctx, js, 30*time.Second); err != nil {
+		return n, 0, err
 	}
 	for i, f := range futs {
 		if f == nil {
@@ -362,4 +358,16 @@ func appendAsync(ctx context.Context, js jetstream.JetStream, prefix string, las
 		}
 	}
 	return n, float64(n) / time.Since(start).Seconds(), nil
+}
+
+// asyncComplete waits up to d for every async publish of js to be answered.
+func asyncComplete(ctx context.Context, js jetstream.JetStream, d time.Duration) error {
+	select {
+	case <-js.PublishAsyncComplete():
+		return nil
+	case <-time.After(d):
+		return fmt.Errorf("acks not complete in %s", d)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

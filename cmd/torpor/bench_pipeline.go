@@ -286,7 +286,10 @@ func share(ids []string, w, c int) []string {
 
 // latencyResult is command-to-visible latency at a fixed offered rate.
 type latencyResult struct {
-	OfferedPerS  float64 `json:"offered_per_s"`
+	OfferedPerS float64 `json:"offered_per_s"`
+	// Offered counts the commands that came due; each was sent or, when
+	// no sandbox was idle, Skipped.
+	Offered      int     `json:"offered,omitempty"`
 	AchievedPerS float64 `json:"achieved_per_s"`
 	Samples      int     `json:"samples"`
 	Skipped      int     `json:"skipped"`
@@ -300,23 +303,17 @@ type latencyResult struct {
 	ByVerb map[string]*latencyResult `json:"by_verb,omitempty"`
 }
 
-// openLoop offers rate commands per second for d, each on an idle sandbox
-// (suspend if ready, resume if suspended), and measures from sending the
-// command to the view showing its outcome. A tick that finds no idle sandbox
-// is skipped and counted.
+// openLoop offers rate commands per second for d, each on an idle sandbox,
+// and measures from sending the command to the view showing its outcome.
+// Suspends and resumes alternate, as they do in the closed loop whose rate
+// this is half of (see mix). A command that comes due when no sandbox is
+// idle is skipped and counted.
 func openLoop(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, rate float64, d time.Duration) (latencyResult, error) {
 	res := latencyResult{OfferedPerS: rate}
 	if rate <= 0 {
 		return res, errors.New("latency: no rate to offer")
 	}
-	type sb struct {
-		id        string
-		suspended bool
-	}
-	idle := make(chan sb, len(ids))
-	for _, id := range ids {
-		idle <- sb{id: id}
-	}
+	m := newMix(ids)
 	var (
 		mu     sync.Mutex
 		lats   []time.Duration
@@ -324,31 +321,21 @@ func openLoop(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, 
 		ferr   error
 		wg     sync.WaitGroup
 	)
-	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
-	defer tick.Stop()
 	start := time.Now()
-	for time.Since(start) < d {
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return res, ctx.Err()
-		}
-		var s sb
-		select {
-		case s = <-idle:
-		default:
-			res.Skipped++
-			continue
+	offered, skipped, oerr := offer(ctx, rate, d, func(k int) bool {
+		id, suspended, ok := m.take(k)
+		if !ok {
+			return false
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			verb, target := "suspend", events.PhaseSuspended
-			if s.suspended {
+			if suspended {
 				verb, target = "resume", events.PhaseReady
 			}
 			t0 := time.Now()
-			err := step(ctx, cmd, vw, verb, s.id, target)
+			err := step(ctx, cmd, vw, verb, id, target)
 			lat := time.Since(t0)
 			mu.Lock()
 			defer mu.Unlock()
@@ -358,12 +345,16 @@ func openLoop(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, 
 			}
 			lats = append(lats, lat)
 			byVerb[verb] = append(byVerb[verb], lat)
-			s.suspended = !s.suspended
-			idle <- s
+			m.done(id, !suspended)
 		}()
-	}
+		return true
+	})
 	wg.Wait()
 	elapsed := time.Since(start).Seconds()
+	res.Offered, res.Skipped = offered, skipped
+	if oerr != nil {
+		return res, oerr
+	}
 	res.Samples = len(lats)
 	res.AchievedPerS = float64(len(lats)) / elapsed
 	res.P50, res.P90, res.P99, res.Max = percentiles(lats)
@@ -374,6 +365,82 @@ func openLoop(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, 
 		res.ByVerb[verb] = v
 	}
 	return res, ferr
+}
+
+// mix hands the open loop its idle sandboxes so that suspends and resumes
+// alternate: tick k asks for a ready sandbox to suspend when k is even and a
+// suspended one to resume when k is odd, and takes the other kind when none
+// of the wanted kind is idle. The closed loop runs the two commands half and
+// half at every moment; taking the sandboxes in the order they went idle
+// instead would, from all ready, run waves of a thousand suspends and then a
+// thousand resumes, and a resume costs about twice a suspend, so the load
+// would swing around its mean and the tail would measure the swings.
+type mix struct {
+	ready, suspended chan string
+}
+
+func newMix(ids []string) *mix {
+	m := &mix{ready: make(chan string, len(ids)), suspended: make(chan string, len(ids))}
+	for _, id := range ids {
+		m.ready <- id
+	}
+	return m
+}
+
+// take returns an idle sandbox for tick k and whether it is suspended; ok is
+// false when none is idle.
+func (m *mix) take(k int) (id string, suspended, ok bool) {
+	want, other := m.ready, m.suspended
+	if k%2 == 1 {
+		want, other = other, want
+	}
+	select {
+	case id = <-want:
+	default:
+		select {
+		case id = <-other:
+		default:
+			return "", false, false
+		}
+		want = other
+	}
+	return id, want == m.suspended, true
+}
+
+// done puts id back among the idle, suspended or ready as its command left
+// it.
+func (m *mix) done(id string, suspended bool) {
+	if suspended {
+		m.suspended <- id
+		return
+	}
+	m.ready <- id
+}
+
+// offer calls send for the k-th of rate × d commands at k/rate after the
+// start. Commands that came due while it was late go at once: a ticker
+// would drop them, and the load would fall below the offer just when the
+// service is busiest. send reports false when it had nothing to send on;
+// offer returns how many came due and how many of those send skipped.
+func offer(ctx context.Context, rate float64, d time.Duration, send func(k int) bool) (offered, skipped int, err error) {
+	n := int(math.Ceil(d.Seconds() * rate))
+	start := time.Now()
+	for k := range n {
+		if wait := time.Until(start.Add(time.Duration(float64(k) / rate * float64(time.Second)))); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return offered, skipped, ctx.Err()
+			}
+		}
+		offered++
+		if !send(k) {
+			skipped++
+		}
+	}
+	return offered, skipped, nil
 }
 
 // percentiles returns p50, p90, p99 and max in milliseconds.

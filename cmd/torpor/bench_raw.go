@@ -190,21 +190,13 @@ func rawAppendLatency(ctx context.Context, nc *nats.Conn, subjects int, rate flo
 		last = make([]uint64, subjects)
 		busy = make([]bool, subjects)
 	)
-	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
-	defer tick.Stop()
 	start := time.Now()
-	for n := 0; time.Since(start) < d; n++ {
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return res, ctx.Err()
-		}
+	offered, skipped, oerr := offer(ctx, rate, d, func(n int) bool {
 		i := n % subjects
 		mu.Lock()
 		if busy[i] {
-			res.Skipped++
 			mu.Unlock()
-			continue
+			return false
 		}
 		busy[i] = true
 		expect := last[i]
@@ -223,8 +215,13 @@ func rawAppendLatency(ctx context.Context, nc *nats.Conn, subjects int, rate flo
 			last[i] = ack.Sequence
 			lats = append(lats, lat)
 		})
-	}
+		return true
+	})
 	wg.Wait()
+	res.Offered, res.Skipped = offered, skipped
+	if oerr != nil {
+		return res, oerr
+	}
 	res.Samples = len(lats)
 	res.AchievedPerS = float64(len(lats)) / time.Since(start).Seconds()
 	res.P50, res.P90, res.P99, res.Max = percentiles(lats)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,6 +114,12 @@ func TestBenchQuickReport(t *testing.T) {
 	if split != rep.Latency.Samples {
 		t.Errorf("by_verb holds %d samples, the latency run %d", split, rep.Latency.Samples)
 	}
+	// Every command that came due was sent and measured, or skipped.
+	for name, l := range map[string]latencyResult{"latency_ms": rep.Latency, "raw.append_latency_ms": *rep.Raw.AppendLatency} {
+		if l.Offered == 0 || l.Samples+l.Skipped != l.Offered {
+			t.Errorf("%s: %d samples and %d skipped of %d offered", name, l.Samples, l.Skipped, l.Offered)
+		}
+	}
 	if len(rep.Targets) < 5 {
 		t.Errorf("%d targets checked, want every target the run measured", len(rep.Targets))
 	}
@@ -162,5 +169,101 @@ func TestOneWaitPerSandbox(t *testing.T) {
 	vw.cancel("a")
 	if _, err := vw.expect("a", events.PhaseReady); err != nil {
 		t.Fatalf("after cancel: %v", err)
+	}
+}
+
+// TestMixAlternates checks that the open loop offers suspends and resumes in
+// turn, as the closed loop runs them, rather than in waves of one kind: from
+// all ready, with commands that finish at once, the verbs alternate after
+// the first suspend; with none finishing, each tick takes what is idle, and
+// a tick with nothing idle is refused.
+func TestMixAlternates(t *testing.T) {
+	ids := make([]string, 10)
+	for i := range ids {
+		ids[i] = fmt.Sprint(i)
+	}
+	verb := func(suspended bool) string {
+		if suspended {
+			return "resume"
+		}
+		return "suspend"
+	}
+
+	m := newMix(ids)
+	var got []string
+	for k := range 8 {
+		id, suspended, ok := m.take(k)
+		if !ok {
+			t.Fatalf("tick %d: nothing idle, with every command finished", k)
+		}
+		got = append(got, verb(suspended))
+		m.done(id, !suspended)
+	}
+	// Tick 1 wants a resume; the first suspend has finished, so one is idle.
+	want := "suspend resume suspend resume suspend resume suspend resume"
+	if g := strings.Join(got, " "); g != want {
+		t.Errorf("finishing at once: got %s, want %s", g, want)
+	}
+
+	m = newMix(ids[:3])
+	got = got[:0]
+	for k := range 4 {
+		_, suspended, ok := m.take(k)
+		if !ok {
+			got = append(got, "skip")
+			continue
+		}
+		got = append(got, verb(suspended))
+	}
+	want = "suspend suspend suspend skip"
+	if g := strings.Join(got, " "); g != want {
+		t.Errorf("none finishing: got %s, want %s", g, want)
+	}
+
+	// A sandbox goes back idle in the phase its command left it in.
+	m = newMix(ids[:1])
+	id, _, _ := m.take(0)
+	m.done(id, true)
+	if id2, suspended, ok := m.take(0); !ok || id2 != id || !suspended {
+		t.Errorf("after a suspend: took %q suspended=%v ok=%v, want %q suspended", id2, suspended, ok, id)
+	}
+}
+
+// TestOfferSendsEveryCommandDue checks that the open loop's schedule sends
+// each of rate × d commands once, in order, whether or not it keeps up: a
+// send that takes longer than the interval does not drop the ones that
+// came due meanwhile. Skips are counted.
+func TestOfferSendsEveryCommandDue(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		slow time.Duration
+	}{{"keeping up", 0}, {"late", 3 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []int
+			offered, skipped, err := offer(context.Background(), 2000, 20*time.Millisecond, func(k int) bool {
+				got = append(got, k)
+				time.Sleep(tc.slow)
+				return k%4 != 3
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if offered != 40 || len(got) != 40 {
+				t.Fatalf("offered %d, sent %d; want 40 (2000/s for 20ms)", offered, len(got))
+			}
+			for i, k := range got {
+				if k != i {
+					t.Fatalf("command %d sent as %d; want each once, in order", i, k)
+				}
+			}
+			if skipped != 10 {
+				t.Errorf("skipped %d, want 10", skipped)
+			}
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := offer(ctx, 10, time.Second, func(int) bool { return true }); err == nil {
+		t.Error("a cancelled offer returned no error")
 	}
 }

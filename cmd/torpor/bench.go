@@ -300,8 +300,16 @@ func runMode(ctx context.Context, cfg benchConfig, fsync string) (modeResult, er
 	if err != nil {
 		return mr, err
 	}
+	c0, err := readCost(a.ns)
+	if err != nil {
+		return mr, err
+	}
 	transitions, secs, err := cycle(ctx, cmd, vw, ids, cfg.Concurrency, cfg.Duration)
 	stopProfile()
+	if err != nil {
+		return mr, err
+	}
+	c1, err := readCost(a.ns)
 	if err != nil {
 		return mr, err
 	}
@@ -314,9 +322,15 @@ func runMode(ctx context.Context, cfg benchConfig, fsync string) (modeResult, er
 		Transitions: transitions, Events: after - before, TransitionsPerS: float64(transitions) / secs,
 		EventsPerS: float64(after-before) / secs, CreateToReadyPerS: createRate, ViewWrites: viewsAfter - viewsBefore,
 	}
+	mr.Pipeline.CPUMsPerTransition, mr.Pipeline.CoresBusy, mr.Pipeline.ServerMsgsPerEvent = c1.spent(c0, int(transitions), after-before)
 	if mr.Latency, err = openLoop(ctx, cmd, vw, ids, mr.Pipeline.TransitionsPerS/2, cfg.Duration); err != nil {
 		return mr, err
 	}
+	c2, err := readCost(a.ns)
+	if err != nil {
+		return mr, err
+	}
+	mr.Latency.CPUMsPerTransition, mr.Latency.CoresBusy, _ = c2.spent(c1, mr.Latency.Samples, 0)
 	raw, err := rawAppendLatency(ctx, nc, cfg.Sandboxes, mr.Latency.OfferedPerS, min(cfg.Duration/3, 3*time.Second))
 	if err != nil {
 		return mr, err
@@ -417,6 +431,10 @@ func (r *benchReport) print(w io.Writer) {
 		}
 	}
 	for _, m := range r.Modes {
+		fmt.Fprintf(w, "cost (%s): closed loop %.2f ms CPU per transition, %.0f%% of the cores busy, %.1f server messages per event (a raw append: 2); open loop at half its rate %.2f ms per transition, %.0f%% busy\n",
+			m.Fsync, m.Pipeline.CPUMsPerTransition, 100*m.Pipeline.CoresBusy, m.Pipeline.ServerMsgsPerEvent, m.Latency.CPUMsPerTransition, 100*m.Latency.CoresBusy)
+	}
+	for _, m := range r.Modes {
 		var parts []string
 		for _, verb := range []string{"suspend", "resume"} {
 			if l := m.Latency.ByVerb[verb]; l != nil {
@@ -499,14 +517,21 @@ const benchmarksNotes = `
   share through suspend → suspended → resume → ready; a transition counts once the KV phase
   view shows it; events/s counts everything appended to TORPOR_EVENTS meanwhile (requests,
   outcomes, supervisor attaches).
-- **latency**: an open loop offering half the measured transitions/s, each command on an idle
-  sandbox, timed from sending the command to the view showing its outcome. **raw append
+- **latency**: an open loop offering half the measured transitions/s, suspends and resumes in
+  turn as in the closed loop, each command on an idle sandbox, sent when it comes due (a late
+  loop catches up rather than offering less), timed from sending the command to the view
+  showing its outcome. **raw append
   p50/p99** is one append with the check at a time, offered at the same rate on the same
   server right after: the latency of a single hop. A suspend's path from command to view
   is about eight such hops (request, append, reply, saga delivery, outcome append,
   projection delivery, KV put, watch delivery); a resume's adds the consumption, the
   supervisor's report and its append. **latency by command** splits the same samples
   into suspends and resumes.
+- **cost**: this process's CPU time per transition (service, embedded server and the bench's
+  clients together) and the share of the cores it kept busy, in the closed loop and in the
+  open loop; and the messages the server took in and sent out per event appended, where a
+  raw append is two (the publish and its ack). Fewer commands in flight batch less, so a
+  transition costs more CPU in the open loop than in the closed one.
 - **growth** (fsync interval): settled histories imported straight into the log, then the
   service restarted at each size; latency is sampled on 200 sandboxes (and 100 with the long
   history), the first command on each (cold cache: history loaded) apart from the rest.

@@ -230,6 +230,14 @@ type pipelineResult struct {
 	TransitionsPerS   float64 `json:"transitions_per_s"`
 	EventsPerS        float64 `json:"events_per_s"`
 	CreateToReadyPerS float64 `json:"create_to_ready_per_s"`
+	// CPUMsPerTransition is this process's CPU time (service, embedded
+	// server and the bench's clients) per transition, and CoresBusy the
+	// share of the cores it kept busy.
+	CPUMsPerTransition float64 `json:"cpu_ms_per_transition"`
+	CoresBusy          float64 `json:"cores_busy"`
+	// ServerMsgsPerEvent counts the messages the server took in and sent
+	// out per event appended; a raw append is two, the publish and its ack.
+	ServerMsgsPerEvent float64 `json:"server_msgs_per_event"`
 }
 
 // cycle runs c clients, each cycling its share of ids through suspend →
@@ -297,6 +305,10 @@ type latencyResult struct {
 	P90          float64 `json:"p90"`
 	P99          float64 `json:"p99"`
 	Max          float64 `json:"max"`
+	// CPUMsPerTransition and CoresBusy: as in pipelineResult, at this
+	// offered rate.
+	CPUMsPerTransition float64 `json:"cpu_ms_per_transition,omitempty"`
+	CoresBusy          float64 `json:"cores_busy,omitempty"`
 	// ByVerb splits the samples by command: a suspend's path to its outcome
 	// is about eight hops, a resume's has three appends and the
 	// supervisor's report more.

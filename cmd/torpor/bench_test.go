@@ -85,18 +85,21 @@ func TestBenchQuickReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, v := range map[string]float64{
-		"raw.append_check_async_eps":    rep.Raw.AppendCheckAsyncEPS,
-		"raw.ordered_read_eps":          rep.Raw.OrderedReadEPS,
-		"pipeline.events_per_s":         rep.Pipeline.EventsPerS,
-		"pipeline.transitions_per_s":    rep.Pipeline.TransitionsPerS,
-		"latency_ms.p50":                rep.Latency.P50,
-		"latency_ms.p99":                rep.Latency.P99,
-		"ratios.pipeline_vs_raw_append": rep.Ratios["pipeline_vs_raw_append"],
-		"ratios.kv_rebuild_vs_raw_read": rep.Ratios["kv_rebuild_vs_raw_read"],
-		"growth.heap_per_sandbox_bytes": rep.Growth.HeapPerSandboxBytes,
-		"growth.recovery_seconds":       rep.Growth.RecoverySeconds,
-		"replay.kv_rebuild_eps":         rep.Replay.KVRebuildEPS,
-		"raw.append_latency_ms.p99":     rep.Raw.AppendLatency.P99,
+		"raw.append_check_async_eps":       rep.Raw.AppendCheckAsyncEPS,
+		"raw.ordered_read_eps":             rep.Raw.OrderedReadEPS,
+		"pipeline.events_per_s":            rep.Pipeline.EventsPerS,
+		"pipeline.transitions_per_s":       rep.Pipeline.TransitionsPerS,
+		"latency_ms.p50":                   rep.Latency.P50,
+		"latency_ms.p99":                   rep.Latency.P99,
+		"ratios.pipeline_vs_raw_append":    rep.Ratios["pipeline_vs_raw_append"],
+		"ratios.kv_rebuild_vs_raw_read":    rep.Ratios["kv_rebuild_vs_raw_read"],
+		"growth.heap_per_sandbox_bytes":    rep.Growth.HeapPerSandboxBytes,
+		"growth.recovery_seconds":          rep.Growth.RecoverySeconds,
+		"replay.kv_rebuild_eps":            rep.Replay.KVRebuildEPS,
+		"raw.append_latency_ms.p99":        rep.Raw.AppendLatency.P99,
+		"pipeline.cpu_ms_per_transition":   rep.Pipeline.CPUMsPerTransition,
+		"pipeline.cores_busy":              rep.Pipeline.CoresBusy,
+		"latency_ms.cpu_ms_per_transition": rep.Latency.CPUMsPerTransition,
 	} {
 		if !(v > 0) {
 			t.Errorf("%s = %v, want a measured figure", name, v)
@@ -119,6 +122,14 @@ func TestBenchQuickReport(t *testing.T) {
 		if l.Offered == 0 || l.Samples+l.Skipped != l.Offered {
 			t.Errorf("%s: %d samples and %d skipped of %d offered", name, l.Samples, l.Skipped, l.Offered)
 		}
+	}
+	// Each event is at least published and acknowledged, and the pipeline
+	// also delivers it to its readers.
+	if m := rep.Pipeline.ServerMsgsPerEvent; m <= 2 {
+		t.Errorf("pipeline.server_msgs_per_event = %.2f, want more than a raw append's 2", m)
+	}
+	if b := rep.Pipeline.CoresBusy; b > 1.05 {
+		t.Errorf("pipeline.cores_busy = %.2f, more than every core", b)
 	}
 	if len(rep.Targets) < 5 {
 		t.Errorf("%d targets checked, want every target the run measured", len(rep.Targets))

@@ -36,6 +36,9 @@ func BenchmarkPipelineVsRaw(b *testing.B) {
 			b.ReportMetric(mr.Raw.BusFloorEPS, "bus-floor/s")
 			b.ReportMetric(mr.Ratios["pipeline_vs_bus_floor"], "floor-ratio")
 			b.ReportMetric(mr.Latency.P99, "p99-ms")
+			b.ReportMetric(mr.Pipeline.CPUMsPerTransition, "cpu-ms/transition")
+			b.ReportMetric(mr.Latency.CPUMsPerTransition, "open-cpu-ms/transition")
+			b.ReportMetric(mr.Pipeline.ServerMsgsPerEvent, "server-msgs/event")
 			if mr.Raw.AppendLatency != nil {
 				b.ReportMetric(mr.Raw.AppendLatency.P99, "raw-append-p99-ms")
 			}

@@ -304,7 +304,9 @@ func runMode(ctx context.Context, cfg benchConfig, fsync string) (modeResult, er
 	if err != nil {
 		return mr, err
 	}
+	stopProbe := probeHost()
 	transitions, secs, err := cycle(ctx, cmd, vw, ids, cfg.Concurrency, cfg.Duration)
+	host := stopProbe()
 	stopProfile()
 	if err != nil {
 		return mr, err
@@ -323,7 +325,11 @@ func runMode(ctx context.Context, cfg benchConfig, fsync string) (modeResult, er
 		EventsPerS: float64(after-before) / secs, CreateToReadyPerS: createRate, ViewWrites: viewsAfter - viewsBefore,
 	}
 	mr.Pipeline.CPUMsPerTransition, mr.Pipeline.CoresBusy, mr.Pipeline.ServerMsgsPerEvent = c1.spent(c0, int(transitions), after-before)
-	if mr.Latency, err = openLoop(ctx, cmd, vw, ids, mr.Pipeline.TransitionsPerS/2, cfg.Duration); err != nil {
+	mr.Pipeline.Host = host
+	stopProbe = probeHost()
+	mr.Latency, err = openLoop(ctx, cmd, vw, ids, mr.Pipeline.TransitionsPerS/2, cfg.Duration)
+	mr.Latency.Host = stopProbe()
+	if err != nil {
 		return mr, err
 	}
 	c2, err := readCost(a.ns)
@@ -435,6 +441,12 @@ func (r *benchReport) print(w io.Writer) {
 			m.Fsync, m.Pipeline.CPUMsPerTransition, 100*m.Pipeline.CoresBusy, m.Pipeline.ServerMsgsPerEvent, m.Latency.CPUMsPerTransition, 100*m.Latency.CoresBusy)
 	}
 	for _, m := range r.Modes {
+		if h := m.Latency.Host; h != nil {
+			fmt.Fprintf(w, "host (%s): during the latency run the machine ran slow (a %.0fµs chunk of arithmetic taking %d× its CPU time or more) for about %.0f ms in %d episodes, at worst %.0f× (closed loop: %s)\n",
+				m.Fsync, h.ChunkUS, probeSlow, h.SlowMS, h.Episodes, h.WorstX, m.Pipeline.Host.brief())
+		}
+	}
+	for _, m := range r.Modes {
 		var parts []string
 		for _, verb := range []string{"suspend", "resume"} {
 			if l := m.Latency.ByVerb[verb]; l != nil {
@@ -532,6 +544,12 @@ const benchmarksNotes = `
   open loop; and the messages the server took in and sent out per event appended, where a
   raw append is two (the publish and its ack). Fewer commands in flight batch less, so a
   transition costs more CPU in the open loop than in the closed one.
+- **host**: a probe thread times a small chunk of arithmetic every 5 ms in its own CPU
+  time, which the guest's scheduler cannot inflate; a chunk that takes five times its usual
+  time means the machine under this one ran it slower (on a virtual machine: the host gave
+  the processors to someone else, or was busy backing the guest's memory). Every latency
+  in such a window stretches with it, so a latency run with slow episodes says as much
+  about the host as about the service.
 - **growth** (fsync interval): settled histories imported straight into the log, then the
   service restarted at each size; latency is sampled on 200 sandboxes (and 100 with the long
   history), the first command on each (cold cache: history loaded) apart from the rest.

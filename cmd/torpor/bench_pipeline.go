@@ -238,6 +238,8 @@ type pipelineResult struct {
 	// ServerMsgsPerEvent counts the messages the server took in and sent
 	// out per event appended; a raw append is two, the publish and its ack.
 	ServerMsgsPerEvent float64 `json:"server_msgs_per_event"`
+	// Host is what the host probe saw meanwhile (nil where it cannot run).
+	Host *hostResult `json:"host,omitempty"`
 }
 
 // cycle runs c clients, each cycling its share of ids through suspend →
@@ -309,6 +311,8 @@ type latencyResult struct {
 	// offered rate.
 	CPUMsPerTransition float64 `json:"cpu_ms_per_transition,omitempty"`
 	CoresBusy          float64 `json:"cores_busy,omitempty"`
+	// Host is what the host probe saw meanwhile (nil where it cannot run).
+	Host *hostResult `json:"host,omitempty"`
 	// ByVerb splits the samples by command: a suspend's path to its outcome
 	// is about eight hops, a resume's has three appends and the
 	// supervisor's report more.

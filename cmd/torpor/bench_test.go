@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -130,6 +131,15 @@ func TestBenchQuickReport(t *testing.T) {
 	// also delivers it to its readers.
 	if m := rep.Pipeline.ServerMsgsPerEvent; m <= 2 {
 		t.Errorf("pipeline.server_msgs_per_event = %.2f, want more than a raw append's 2", m)
+	}
+	// The host probe ran beside both timed runs (it reads a thread's CPU
+	// time, on Linux).
+	if runtime.GOOS == "linux" {
+		for name, h := range map[string]*hostResult{"pipeline.host": rep.Pipeline.Host, "latency_ms.host": rep.Latency.Host} {
+			if h == nil || h.Chunks == 0 || !(h.ChunkUS > 0) {
+				t.Errorf("%s = %+v, want the probe's chunks", name, h)
+			}
+		}
 	}
 	if b := rep.Pipeline.CoresBusy; b > 1.05 {
 		t.Errorf("pipeline.cores_busy = %.2f, more than every core", b)
@@ -279,5 +289,22 @@ func TestOfferSendsEveryCommandDue(t *testing.T) {
 	cancel()
 	if _, _, err := offer(ctx, 10, time.Second, func(int) bool { return true }); err == nil {
 		t.Error("a cancelled offer returned no error")
+	}
+}
+
+// TestJudgeHost checks how the host probe's chunk times become a verdict:
+// a chunk five times its usual time or more is slow and stands for one
+// probe interval, consecutive slow chunks are one episode, and the worst
+// chunk is reported as a multiple.
+func TestJudgeHost(t *testing.T) {
+	us := time.Microsecond
+	ds := []time.Duration{100 * us, 120 * us, 600 * us, 1400 * us, 90 * us, 499 * us, 500 * us, 100 * us}
+	got := judge(ds, 100*us)
+	want := hostResult{Chunks: 8, ChunkUS: 100, SlowChunks: 3, SlowMS: 15, Episodes: 2, WorstX: 14}
+	if *got != want {
+		t.Errorf("judge: got %+v, want %+v", *got, want)
+	}
+	if got := judge(nil, 100*us); got.Chunks != 0 || got.SlowChunks != 0 || got.Episodes != 0 {
+		t.Errorf("judge of no chunks: %+v", *got)
 	}
 }

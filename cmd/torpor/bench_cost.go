@@ -13,7 +13,7 @@ import (
 // so far: the process's CPU time (the service, the server and the bench's
 // clients alike) and the messages the server has taken in and sent out. The
 // difference of two readings is a section's cost. The CPU time is read on
-// Unix only; elsewhere it stays zero.
+// Linux only; elsewhere it stays zero.
 type cost struct {
 	at      time.Time
 	cpu     time.Duration

@@ -10,14 +10,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// threadCPU is the CPU time the calling OS thread has used.
-func threadCPU() (time.Duration, bool) {
+// cpuTime reads one of the kernel's CPU-time clocks.
+func cpuTime(clock int32) (time.Duration, error) {
 	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
-		return 0, false
+	if err := unix.ClockGettime(clock, &ts); err != nil {
+		return 0, err
 	}
-	return time.Duration(ts.Nano()), true
+	return time.Duration(ts.Nano()), nil
 }
+
+// processCPU is the CPU time this process has used, all its threads, user
+// and system.
+func processCPU() (time.Duration, error) { return cpuTime(unix.CLOCK_PROCESS_CPUTIME_ID) }
+
+// threadCPU is the CPU time the calling OS thread has used.
+func threadCPU() (time.Duration, error) { return cpuTime(unix.CLOCK_THREAD_CPUTIME_ID) }
 
 // probeLoop runs the host probe on a thread of its own until stop closes:
 // every probeEvery, a fixed chunk of arithmetic, timed in the thread's own
@@ -47,8 +54,8 @@ func probeLoop(stop <-chan struct{}, iters int) []time.Duration {
 // chunk runs iters steps of a linear congruential generator and returns the
 // thread CPU time they took.
 func chunk(iters int) (time.Duration, bool) {
-	t0, ok := threadCPU()
-	if !ok {
+	t0, err := threadCPU()
+	if err != nil {
 		return 0, false
 	}
 	x := uint64(1)

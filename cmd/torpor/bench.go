@@ -532,9 +532,8 @@ const benchmarksNotes = `
 - **latency**: an open loop offering half the measured transitions/s, suspends and resumes in
   turn as in the closed loop, each command on an idle sandbox, sent when it comes due (a late
   loop catches up rather than offering less), timed from sending the command to the view
-  showing its outcome. **raw append
-  p50/p99** is one append with the check at a time, offered at the same rate on the same
-  server right after: the latency of a single hop. A suspend's path from command to view
+  showing its outcome. **raw append p50/p99** is one append with the check at a time,
+  offered at the same rate on the same server right after: the latency of a single hop. A suspend's path from command to view
   is about eight such hops (request, append, reply, saga delivery, outcome append,
   projection delivery, KV put, watch delivery); a resume's adds the consumption, the
   supervisor's report and its append. **latency by command** splits the same samples

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -306,5 +308,67 @@ func TestJudgeHost(t *testing.T) {
 	}
 	if got := judge(nil, 100*us); got.Chunks != 0 || got.SlowChunks != 0 || got.Episodes != 0 {
 		t.Errorf("judge of no chunks: %+v", *got)
+	}
+}
+
+// TestBenchFlagsRefused checks that every bad bench setting fails before
+// anything runs, with a message naming the flag.
+func TestBenchFlagsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--sandboxes", "0"}, "--sandboxes"},
+		{[]string{"--concurrency", "0"}, "--concurrency"},
+		{[]string{"--sandboxes", "4", "--concurrency", "8"}, "--concurrency 8 above --sandboxes 4"},
+		{[]string{"--fsync", "sometimes"}, "--fsync"},
+		{[]string{"--transport", "carrier-pigeon"}, "--transport"},
+		{[]string{"-o", "yaml"}, "-o"},
+		{[]string{"--duration", "0s"}, "--duration"},
+		{[]string{"--rate", "-5"}, "--rate"},
+		{[]string{"--rate", "NaN"}, "--rate"},
+		{[]string{"--rate", "Inf"}, "--rate"},
+	} {
+		cmd := rootCmd()
+		cmd.SetArgs(append([]string{"bench"}, tc.args...))
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		start := time.Now()
+		err := cmd.Execute()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("bench %v: got %v, want an error naming %q", tc.args, err, tc.want)
+		}
+		// Nothing ran: the raw section alone takes seconds.
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("bench %v: refused after %s; the check should come first", tc.args, d)
+		}
+	}
+}
+
+// TestBenchRate checks that --rate sets the latency run's offer, and that
+// the p99 target, which is set at half the measured maximum, is then not
+// judged but noted.
+func TestBenchRate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the service under load for a few seconds")
+	}
+	cfg := benchConfig{Sandboxes: 20, Concurrency: 4, Quick: true, Output: "json", Transport: "bus", Duration: 600 * time.Millisecond, Fsync: "interval", SkipGrowth: true, Rate: 50}
+	if err := cfg.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := runBench(context.Background(), cfg, t.Output())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Latency.OfferedPerS != 50 || rep.Latency.Offered != 30 {
+		t.Errorf("latency run offered %v/s, %d commands; want 50/s, 30 over 600ms", rep.Latency.OfferedPerS, rep.Latency.Offered)
+	}
+	for _, tg := range rep.Targets {
+		if strings.HasPrefix(tg.Name, "p99") {
+			t.Errorf("p99 target judged at --rate 50: %+v", tg)
+		}
+	}
+	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "--rate 50") }) {
+		t.Errorf("notes %q do not say the p99 target was not judged", rep.Notes)
 	}
 }

@@ -321,9 +321,8 @@ type latencyResult struct {
 
 // openLoop offers rate commands per second for d, each on an idle sandbox,
 // and measures from sending the command to the view showing its outcome.
-// Suspends and resumes alternate, as they do in the closed loop whose rate
-// this is half of (see mix). A command that comes due when no sandbox is
-// idle is skipped and counted.
+// Suspends and resumes alternate, as they do in the closed loop (see mix). A
+// command that comes due when no sandbox is idle is skipped and counted.
 func openLoop(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, rate float64, d time.Duration) (latencyResult, error) {
 	res := latencyResult{OfferedPerS: rate}
 	if rate <= 0 {
@@ -384,7 +383,7 @@ func openLoop(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, 
 }
 
 // mix hands the open loop its idle sandboxes so that suspends and resumes
-// alternate: tick k asks for a ready sandbox to suspend when k is even and a
+// alternate: command k asks for a ready sandbox to suspend when k is even and a
 // suspended one to resume when k is odd, and takes the other kind when none
 // of the wanted kind is idle. The closed loop runs the two commands half and
 // half at every moment; taking the sandboxes in the order they went idle
@@ -403,7 +402,7 @@ func newMix(ids []string) *mix {
 	return m
 }
 
-// take returns an idle sandbox for tick k and whether it is suspended; ok is
+// take returns an idle sandbox for command k and whether it is suspended; ok is
 // false when none is idle.
 func (m *mix) take(k int) (id string, suspended, ok bool) {
 	want, other := m.ready, m.suspended

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/torpor/torpor/events/jsstore"
 	torpor "github.com/torpor/torpor/sdk/go"
 )
 
@@ -277,7 +278,7 @@ func runMode(ctx context.Context, cfg benchConfig, fsync string) (modeResult, er
 		return mr, err
 	}
 	defer os.RemoveAll(dir)
-	a, err := start(ctx, serveConfig{Data: dir, HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: fsync, Node: "local", Deadline: time.Minute}, zerolog.Nop())
+	a, err := start(ctx, serveConfig{Data: dir, HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: fsync, Node: "local", Deadline: time.Minute, DuplicateWindow: jsstore.DefaultDuplicateWindow}, zerolog.Nop())
 	if err != nil {
 		return mr, err
 	}

@@ -39,6 +39,13 @@ type serveConfig struct {
 	Fsync      string
 	Node       string
 	Deadline   time.Duration
+	// DuplicateWindow is how long the stream remembers message ids
+	// (jsstore.Config.DuplicateWindow). The server holds about 125 bytes
+	// of heap per append for that long, so at 20k events/s the default 2m
+	// keeps some 300 MB; a shorter window saves it, and a retried command
+	// older than the window is then caught only by the sandbox's last 32
+	// command ids.
+	DuplicateWindow time.Duration
 	// noProjection leaves the KV projection off (tests of catching up).
 	noProjection bool
 }
@@ -49,6 +56,8 @@ func (c serveConfig) Validate() error {
 		return fmt.Errorf("--fsync %q: want always or interval", c.Fsync)
 	case c.Deadline <= 0:
 		return fmt.Errorf("--deadline %s: want a positive duration", c.Deadline)
+	case c.DuplicateWindow < time.Second:
+		return fmt.Errorf("--duplicate-window %s: want 1s or more", c.DuplicateWindow)
 	case c.NATSURL == "" && c.Data == "":
 		return errors.New("--data: want a directory")
 	case c.HTTP == "":
@@ -135,7 +144,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	store, err := jsstore.New(ctx, js, jsstore.Config{})
+	store, err := jsstore.New(ctx, js, jsstore.Config{DuplicateWindow: cfg.DuplicateWindow})
 	if err != nil {
 		return nil, err
 	}

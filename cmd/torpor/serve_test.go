@@ -9,7 +9,7 @@ import (
 // TestServeConfigValidate: every flag serve cannot work with is refused
 // before anything starts, naming the flag.
 func TestServeConfigValidate(t *testing.T) {
-	good := serveConfig{Data: t.TempDir(), HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: "always", Node: "local", Deadline: time.Minute}
+	good := serveConfig{Data: t.TempDir(), HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: "always", Node: "local", Deadline: time.Minute, DuplicateWindow: time.Minute}
 	if err := good.Validate(); err != nil {
 		t.Fatalf("good config: %v", err)
 	}
@@ -26,6 +26,8 @@ func TestServeConfigValidate(t *testing.T) {
 	}{
 		{"fsync", "--fsync", func(c *serveConfig) { c.Fsync = "sometimes" }},
 		{"deadline", "--deadline", func(c *serveConfig) { c.Deadline = 0 }},
+		{"no duplicate window", "--duplicate-window", func(c *serveConfig) { c.DuplicateWindow = 0 }},
+		{"duplicate window under a second", "--duplicate-window", func(c *serveConfig) { c.DuplicateWindow = 500 * time.Millisecond }},
 		{"no data", "--data", func(c *serveConfig) { c.Data = "" }},
 		{"no http", "--http", func(c *serveConfig) { c.HTTP = "" }},
 		{"nats listen", "--nats-listen", func(c *serveConfig) { c.NATSListen = "nowhere" }},
@@ -42,6 +44,26 @@ func TestServeConfigValidate(t *testing.T) {
 		err := c.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.flag) {
 			t.Errorf("%s: Validate = %v, want an error naming %s", tc.name, err, tc.flag)
+		}
+	}
+}
+
+// TestDuplicateWindowReachesStream: --duplicate-window sets how long the
+// event stream remembers message ids, and a restart with another window
+// changes the existing stream's.
+func TestDuplicateWindowReachesStream(t *testing.T) {
+	dir := t.TempDir()
+	for _, want := range []time.Duration{30 * time.Second, 3 * time.Minute} {
+		a := startApp(t, dir, func(c *serveConfig) { c.DuplicateWindow = want })
+		info, err := a.store.Stream().Info(t.Context())
+		if err != nil {
+			t.Fatalf("stream info: %v", err)
+		}
+		if got := info.Config.Duplicates; got != want {
+			t.Errorf("duplicate window: got %s, want %s", got, want)
+		}
+		if err := a.Stop(); err != nil {
+			t.Fatalf("stop: %v", err)
 		}
 	}
 }

@@ -271,6 +271,13 @@ func profile(cfg benchConfig, fsync string) (stop func(), err error) {
 
 // runMode measures the raw bus and the pipeline on a fresh service in one
 // durability mode.
+// benchServeConfig is how the bench runs the service: serve's defaults over
+// dir, on random ports.
+func benchServeConfig(dir, fsync string) serveConfig {
+	return serveConfig{Data: dir, HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: fsync, Node: "local",
+		Deadline: time.Minute, DuplicateWindow: jsstore.DefaultDuplicateWindow}
+}
+
 func runMode(ctx context.Context, cfg benchConfig, fsync string) (modeResult, error) {
 	mr := modeResult{Fsync: fsync, Ratios: map[string]float64{}}
 	dir, err := os.MkdirTemp("", "torpor-bench-")
@@ -278,7 +285,7 @@ func runMode(ctx context.Context, cfg benchConfig, fsync string) (modeResult, er
 		return mr, err
 	}
 	defer os.RemoveAll(dir)
-	a, err := start(ctx, serveConfig{Data: dir, HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: fsync, Node: "local", Deadline: time.Minute, DuplicateWindow: jsstore.DefaultDuplicateWindow}, zerolog.Nop())
+	a, err := start(ctx, benchServeConfig(dir, fsync), zerolog.Nop())
 	if err != nil {
 		return mr, err
 	}

@@ -225,7 +225,7 @@ func runGrowth(ctx context.Context, cfg benchConfig, log io.Writer) (*growthResu
 		return nil, nil, err
 	}
 	defer os.RemoveAll(dir)
-	scfg := serveConfig{Data: dir, HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: "interval", Node: "local", Deadline: time.Minute, DuplicateWindow: jsstore.DefaultDuplicateWindow}
+	scfg := benchServeConfig(dir, "interval")
 	g := &growthResult{}
 	var (
 		total     int

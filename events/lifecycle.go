@@ -42,12 +42,27 @@ type StopRejected struct {
 	Message    string `json:"message,omitempty"`
 }
 
-func (StartRequested) Type() string { return "sandbox.start_requested" }
-func (Started) Type() string        { return "sandbox.started" }
-func (StartFailed) Type() string    { return "sandbox.start_failed" }
-func (StopRequested) Type() string  { return "sandbox.stop_requested" }
-func (Stopped) Type() string        { return "sandbox.stopped" }
-func (StopRejected) Type() string   { return "sandbox.stop_rejected" }
+// Event type names of this family (CONTRACT §3): stable, never renamed.
+const (
+	TypeStartRequested = "sandbox.start_requested"
+	TypeStarted        = "sandbox.started"
+	TypeStartFailed    = "sandbox.start_failed"
+	TypeStopRequested  = "sandbox.stop_requested"
+	TypeStopped        = "sandbox.stopped"
+	TypeStopRejected   = "sandbox.stop_rejected"
+)
+
+func (StartRequested) Type() string { return TypeStartRequested }
+func (Started) Type() string        { return TypeStarted }
+func (StartFailed) Type() string    { return TypeStartFailed }
+func (StopRequested) Type() string  { return TypeStopRequested }
+func (Stopped) Type() string        { return TypeStopped }
+func (StopRejected) Type() string   { return TypeStopRejected }
+
+func (e Started) SpeaksFor() int64      { return e.Generation }
+func (e StartFailed) SpeaksFor() int64  { return e.Generation }
+func (e Stopped) SpeaksFor() int64      { return e.Generation }
+func (e StopRejected) SpeaksFor() int64 { return e.Generation }
 
 func init() {
 	register(

@@ -7,6 +7,11 @@ import (
 )
 
 // Event is one lifecycle fact. Type is its stable dotted name.
+//
+// The events that report on one supervisor generation (a driver's outcome,
+// a supervisor's attach, detach or exit) also have SpeaksFor() int64, the
+// generation they are about, so that their consumers can fence reports of
+// other generations without knowing every type.
 type Event interface {
 	Type() string
 }

@@ -41,12 +41,26 @@ type Resumed struct {
 	Outcome    string `json:"outcome"`
 }
 
-func (ResumeRequested) Type() string          { return "sandbox.resume_requested" }
-func (RetainedStateConsumed) Type() string    { return "sandbox.retained_state_consumed" }
-func (RetainedStateDiscarded) Type() string   { return "sandbox.retained_state_discarded" }
-func (RetainedStateInvalidated) Type() string { return "sandbox.retained_state_invalidated" }
-func (ResumeFailed) Type() string             { return "sandbox.resume_failed" }
-func (Resumed) Type() string                  { return "sandbox.resumed" }
+// Event type names of this family (CONTRACT §3): stable, never renamed.
+const (
+	TypeResumeRequested          = "sandbox.resume_requested"
+	TypeRetainedStateConsumed    = "sandbox.retained_state_consumed"
+	TypeRetainedStateDiscarded   = "sandbox.retained_state_discarded"
+	TypeRetainedStateInvalidated = "sandbox.retained_state_invalidated"
+	TypeResumeFailed             = "sandbox.resume_failed"
+	TypeResumed                  = "sandbox.resumed"
+)
+
+func (ResumeRequested) Type() string          { return TypeResumeRequested }
+func (RetainedStateConsumed) Type() string    { return TypeRetainedStateConsumed }
+func (RetainedStateDiscarded) Type() string   { return TypeRetainedStateDiscarded }
+func (RetainedStateInvalidated) Type() string { return TypeRetainedStateInvalidated }
+func (ResumeFailed) Type() string             { return TypeResumeFailed }
+func (Resumed) Type() string                  { return TypeResumed }
+
+func (e RetainedStateConsumed) SpeaksFor() int64 { return e.Generation }
+func (e ResumeFailed) SpeaksFor() int64          { return e.Generation }
+func (e Resumed) SpeaksFor() int64               { return e.Generation }
 
 func init() {
 	register(

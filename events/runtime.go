@@ -20,9 +20,19 @@ type DeadlinePassed struct {
 	Deadline string `json:"deadline"`
 }
 
-func (Exited) Type() string         { return "sandbox.exited" }
-func (ResourceLost) Type() string   { return "sandbox.resource_lost" }
-func (DeadlinePassed) Type() string { return "sandbox.deadline_passed" }
+// Event type names of this family (CONTRACT §3): stable, never renamed.
+const (
+	TypeExited         = "sandbox.exited"
+	TypeResourceLost   = "sandbox.resource_lost"
+	TypeDeadlinePassed = "sandbox.deadline_passed"
+)
+
+func (Exited) Type() string         { return TypeExited }
+func (ResourceLost) Type() string   { return TypeResourceLost }
+func (DeadlinePassed) Type() string { return TypeDeadlinePassed }
+
+func (e Exited) SpeaksFor() int64       { return e.Generation }
+func (e ResourceLost) SpeaksFor() int64 { return e.Generation }
 
 func init() {
 	register(

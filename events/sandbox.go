@@ -38,9 +38,16 @@ type DeleteRequested struct{}
 // Deleted: the driver released every resource of the sandbox.
 type Deleted struct{}
 
-func (Created) Type() string         { return "sandbox.created" }
-func (DeleteRequested) Type() string { return "sandbox.delete_requested" }
-func (Deleted) Type() string         { return "sandbox.deleted" }
+// Event type names of this family (CONTRACT §3): stable, never renamed.
+const (
+	TypeCreated         = "sandbox.created"
+	TypeDeleteRequested = "sandbox.delete_requested"
+	TypeDeleted         = "sandbox.deleted"
+)
+
+func (Created) Type() string         { return TypeCreated }
+func (DeleteRequested) Type() string { return TypeDeleteRequested }
+func (Deleted) Type() string         { return TypeDeleted }
 
 func init() {
 	register(

@@ -11,8 +11,17 @@ type SupervisorDetached struct {
 	Generation int64 `json:"generation"`
 }
 
-func (SupervisorAttached) Type() string { return "supervisor.attached" }
-func (SupervisorDetached) Type() string { return "supervisor.detached" }
+// Event type names of this family (CONTRACT §3): stable, never renamed.
+const (
+	TypeSupervisorAttached = "supervisor.attached"
+	TypeSupervisorDetached = "supervisor.detached"
+)
+
+func (SupervisorAttached) Type() string { return TypeSupervisorAttached }
+func (SupervisorDetached) Type() string { return TypeSupervisorDetached }
+
+func (e SupervisorAttached) SpeaksFor() int64 { return e.Generation }
+func (e SupervisorDetached) SpeaksFor() int64 { return e.Generation }
 
 func init() {
 	register(

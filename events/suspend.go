@@ -20,9 +20,19 @@ type SuspendRejected struct {
 	Message    string `json:"message,omitempty"`
 }
 
-func (SuspendRequested) Type() string { return "sandbox.suspend_requested" }
-func (Suspended) Type() string        { return "sandbox.suspended" }
-func (SuspendRejected) Type() string  { return "sandbox.suspend_rejected" }
+// Event type names of this family (CONTRACT §3): stable, never renamed.
+const (
+	TypeSuspendRequested = "sandbox.suspend_requested"
+	TypeSuspended        = "sandbox.suspended"
+	TypeSuspendRejected  = "sandbox.suspend_rejected"
+)
+
+func (SuspendRequested) Type() string { return TypeSuspendRequested }
+func (Suspended) Type() string        { return TypeSuspended }
+func (SuspendRejected) Type() string  { return TypeSuspendRejected }
+
+func (e Suspended) SpeaksFor() int64       { return e.Generation }
+func (e SuspendRejected) SpeaksFor() int64 { return e.Generation }
 
 func init() {
 	register(

@@ -32,13 +32,13 @@ type View struct {
 // view by their type alone, so Fold does not decode their data: most of a
 // rebuild's events are of those types.
 var foldReads = map[string]bool{
-	Created{}.Type():         true,
-	StartRequested{}.Type():  true,
-	Stopped{}.Type():         true,
-	SuspendRejected{}.Type(): true,
-	ResumeRequested{}.Type(): true,
-	Resumed{}.Type():         true,
-	Exited{}.Type():          true,
+	TypeCreated:         true,
+	TypeStartRequested:  true,
+	TypeStopped:         true,
+	TypeSuspendRejected: true,
+	TypeResumeRequested: true,
+	TypeResumed:         true,
+	TypeExited:          true,
 }
 
 // Fold folds env into v and reports whether it changed v. An event at or below

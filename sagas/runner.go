@@ -59,12 +59,12 @@ const (
 
 // intents are the event types that ask for a driver step.
 var intents = map[string]bool{
-	events.Created{}.Type():          true,
-	events.StartRequested{}.Type():   true,
-	events.StopRequested{}.Type():    true,
-	events.SuspendRequested{}.Type(): true,
-	events.ResumeRequested{}.Type():  true,
-	events.DeleteRequested{}.Type():  true,
+	events.TypeCreated:          true,
+	events.TypeStartRequested:   true,
+	events.TypeStopRequested:    true,
+	events.TypeSuspendRequested: true,
+	events.TypeResumeRequested:  true,
+	events.TypeDeleteRequested:  true,
 }
 
 // Runner runs the sagas of one node. Run it once.

@@ -536,7 +536,7 @@ func TestRecordIsRetriedWhileTheLogIsUnavailable(t *testing.T) {
 	h.run(drv)
 	in := sb.when(&events.StopRequested{Generation: 1})
 	sb.then(sb.outcome(in, 1), &events.Stopped{Generation: 1})
-	if got := h.rec.callsOf(events.Stopped{}.Type()); got != 4 {
+	if got := h.rec.callsOf(events.TypeStopped); got != 4 {
 		t.Fatalf("record calls = %d, want 4 (3 unavailable, then recorded)", got)
 	}
 	if got := drv.count("stop"); got != 1 {
@@ -603,7 +603,7 @@ func TestCrashRecoveryRedrivesAnUnfinishedIntent(t *testing.T) {
 	if got := drv.count("suspend"); got != 1 {
 		t.Fatalf("suspend calls after the restart = %d, want 1", got)
 	}
-	if got := h.rec.callsOf(events.Suspended{}.Type()); got != 1 {
+	if got := h.rec.callsOf(events.TypeSuspended); got != 1 {
 		t.Fatalf("suspended recorded %d times, want once", got)
 	}
 }

@@ -51,7 +51,7 @@ func (r *Runner) start(ctx context.Context, s *step, gen int64, p events.Phase) 
 func discardedWith(later []events.Envelope) []string {
 	var refs []string
 	for _, e := range later {
-		if e.Type != (events.RetainedStateDiscarded{}).Type() {
+		if e.Type != events.TypeRetainedStateDiscarded {
 			break
 		}
 		d, err := e.Decode()

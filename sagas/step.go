@@ -47,17 +47,17 @@ type step struct {
 // sagaOf names the saga an intent type starts.
 func sagaOf(typ string) string {
 	switch typ {
-	case events.Created{}.Type():
+	case events.TypeCreated:
 		return "create"
-	case events.StartRequested{}.Type():
+	case events.TypeStartRequested:
 		return "start"
-	case events.StopRequested{}.Type():
+	case events.TypeStopRequested:
 		return "stop"
-	case events.SuspendRequested{}.Type():
+	case events.TypeSuspendRequested:
 		return "suspend"
-	case events.ResumeRequested{}.Type():
+	case events.TypeResumeRequested:
 		return "resume"
-	case events.DeleteRequested{}.Type():
+	case events.TypeDeleteRequested:
 		return "delete"
 	}
 	return ""
@@ -162,7 +162,7 @@ func settled(intent events.Envelope, later []events.Envelope) string {
 // progress recorded is not settled: a re-driven resume (idempotent in the
 // driver) goes on to record the outcome.
 var progress = map[string]bool{
-	events.RetainedStateConsumed{}.Type(): true,
+	events.TypeRetainedStateConsumed: true,
 }
 
 // within runs call under the phase deadline of s's intent. It returns an
@@ -259,7 +259,7 @@ func (r *Runner) created(ctx context.Context, env events.Envelope, intent events
 		return nil, fmt.Errorf("load %s: %w", env.SandboxID, err)
 	}
 	for _, e := range all {
-		if e.Type != (events.Created{}).Type() {
+		if e.Type != events.TypeCreated {
 			continue
 		}
 		d, err := e.Decode()

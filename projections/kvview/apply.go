@@ -27,7 +27,7 @@ const writeWindow = 1000
 const writeTimeout = 30 * time.Second
 
 // typeCreated is the first event of every sandbox.
-var typeCreated = events.Created{}.Type()
+var typeCreated = events.TypeCreated
 
 // Apply folds env into its sandbox's view and stores the result: ApplyBatch
 // of one event.

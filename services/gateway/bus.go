@@ -232,12 +232,6 @@ func (s *Service) Report(ctx context.Context, id string, data []byte) error {
 		}
 	}
 	err := s.Record(ctx, events.Envelope{SandboxID: id}, actor, e)
-	if r.Kind == compute.ReportAttached && events.CodeOf(err) == events.CodeFailedPrecondition {
-		// A repeated attach of the generation that is already attached is fine.
-		if sb, lerr := s.Sandbox(ctx, id); lerr == nil && sb.Phase == phReady && sb.Generation == r.Generation {
-			return nil
-		}
-	}
 	var te *TransitionError
 	if errors.As(err, &te) {
 		return events.Errorf(events.CodeFailedPrecondition, "sandbox %s: %v", id, err)

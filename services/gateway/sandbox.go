@@ -23,17 +23,24 @@ type Sandbox struct {
 	Generation int64
 	// RestoreRef is the retained state held, if any.
 	RestoreRef string
-	// Resuming is set from a resume request until the next suspend, stop or start,
-	// so that resume on a sandbox it made ready is a no-op.
+	// Resuming is set from a resume request until the next suspend, stop or
+	// start, or its failure, so that resume on a sandbox it made ready is a
+	// no-op.
 	Resuming bool
 	// Exited is set once an exit result is recorded; it is never overwritten.
-	Exited   bool
+	Exited bool
+	// Attached is the generation whose supervisor's attach is recorded and
+	// not ended since (by a detach, an exit or a stop); 0 for none.
+	Attached int64
 	Commands []string
 	View     events.View
 }
 
 // Exists reports whether the sandbox has been created.
 func (s *Sandbox) Exists() bool { return s.Phase != events.PhaseNone }
+
+// Gone reports whether the sandbox is deleted: its name is free again.
+func (s *Sandbox) Gone() bool { return s.Phase == events.PhaseDeleted }
 
 // seen reports whether the command id has already been applied.
 func (s *Sandbox) seen(commandID string) bool {
@@ -70,10 +77,16 @@ func (s *Sandbox) apply(env events.Envelope) error {
 		s.RestoreRef = e.RestoreRef
 	case *events.ResumeRequested:
 		s.Generation, s.Resuming, s.Exited = e.Generation, true, false
+	case *events.ResumeFailed:
+		s.Resuming = false
 	case *events.RetainedStateConsumed, *events.RetainedStateDiscarded, *events.RetainedStateInvalidated:
 		s.RestoreRef = ""
+	case *events.SupervisorAttached:
+		s.Attached = e.Generation
+	case *events.SupervisorDetached, *events.Stopped:
+		s.Attached = 0
 	case *events.Exited:
-		s.Exited = true
+		s.Exited, s.Attached = true, 0
 	}
 	if env.CommandID != "" && !slices.Contains(s.Commands, env.CommandID) {
 		s.Commands = append(s.Commands, env.CommandID)
@@ -117,8 +130,64 @@ const (
 // Verbs lists the command verbs, in the order of the contract.
 var Verbs = []string{VerbCreate, VerbStart, VerbStop, VerbSuspend, VerbResume, VerbDelete}
 
-func precondition(s *Sandbox, verb string, want ...events.Phase) error {
-	return events.Errorf(events.CodeFailedPrecondition, "sandbox %s is %s; %s needs %s", s.ID, s.Phase, verb, joinPhases(want))
+// decide is the pure heart of the gateway: given the state, a command and the
+// driver's capabilities, the events the command causes. No events and no
+// error means the command is an idempotent repeat. What is allowed where is
+// the command table (Commands); decide looks the row up and supplies the
+// facts its events need.
+func decide(s *Sandbox, c Command, caps compute.Capabilities) ([]events.Event, error) {
+	if s.Exists() && s.seen(c.CommandID) {
+		return nil, nil
+	}
+	if _, known := commandRules[c.Verb]; !known {
+		return nil, events.Errorf(events.CodeInvalidArgument, "unknown command %q", c.Verb)
+	}
+	row, ok := Lookup(s.Phase, c.Verb, Facts{AfterResume: s.Resuming, CanSuspend: caps.Suspend})
+	if !ok {
+		return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s is %s; %s needs %s", s.ID, s.Phase, c.Verb, joinPhases(needs[c.Verb]))
+	}
+	switch row.Then {
+	case Done:
+		return nil, nil
+	case Unimplemented:
+		return nil, events.Errorf(events.CodeUnimplemented, "driver %s cannot suspend sandbox %s", s.Spec.Driver, s.ID)
+	case Exists:
+		return nil, events.Errorf(events.CodeAlreadyExists, "sandbox %s already exists", s.ID)
+	case Missing:
+		return nil, events.Errorf(events.CodeNotFound, "sandbox %s not found", c.ID)
+	}
+	evs := make([]events.Event, len(row.Events))
+	for i, typ := range row.Events {
+		evs[i] = caused(typ, s, c)
+	}
+	return evs, nil
+}
+
+// caused builds the event of type typ that command c causes on s, from the
+// facts it carries: the generation it mints or speaks for, the retained
+// state held, the request.
+func caused(typ string, s *Sandbox, c Command) events.Event {
+	switch typ {
+	case events.TypeCreated:
+		r := c.Create
+		return &events.Created{
+			Name: r.Name, Driver: r.Driver, Node: c.Node, DriverOptions: r.DriverOptions,
+			Command: r.Command, Env: r.Env, Labels: r.Labels, Generation: 1,
+		}
+	case events.TypeStartRequested:
+		return &events.StartRequested{Generation: s.Generation + 1}
+	case events.TypeRetainedStateDiscarded:
+		return &events.RetainedStateDiscarded{RestoreRef: s.RestoreRef}
+	case events.TypeStopRequested:
+		return &events.StopRequested{Generation: s.Generation}
+	case events.TypeSuspendRequested:
+		return &events.SuspendRequested{Generation: s.Generation}
+	case events.TypeResumeRequested:
+		return &events.ResumeRequested{Generation: s.Generation + 1, RestoreRef: s.RestoreRef, RestartIfRestoreFails: c.RestartIfRestoreFails}
+	case events.TypeDeleteRequested:
+		return &events.DeleteRequested{}
+	}
+	panic("gateway: the command table names " + typ + ", which no command causes")
 }
 
 func joinPhases(ps []events.Phase) string {
@@ -136,118 +205,19 @@ func joinPhases(ps []events.Phase) string {
 	return out
 }
 
-// decide is the pure heart of the gateway: given the state, a command and the
-// driver's capabilities, the events the command causes. No events and no
-// error means the command is an idempotent repeat.
-func decide(s *Sandbox, c Command, caps compute.Capabilities) ([]events.Event, error) {
-	if c.Verb != VerbCreate && !s.Exists() {
-		return nil, events.Errorf(events.CodeNotFound, "sandbox %s not found", c.ID)
-	}
-	if s.seen(c.CommandID) {
-		return nil, nil
-	}
-	switch c.Verb {
-	case VerbCreate:
-		if s.Exists() {
-			return nil, events.Errorf(events.CodeAlreadyExists, "sandbox %s already exists", s.ID)
-		}
-		r := c.Create
-		return []events.Event{&events.Created{
-			Name: r.Name, Driver: r.Driver, Node: c.Node, DriverOptions: r.DriverOptions,
-			Command: r.Command, Env: r.Env, Labels: r.Labels, Generation: 1,
-		}}, nil
-	case VerbStart:
-		switch s.Phase {
-		case phReady, phStarting:
-			return nil, nil
-		case phStopped:
-			return []events.Event{&events.StartRequested{Generation: s.Generation + 1}}, nil
-		case phSuspended:
-			return []events.Event{
-				&events.StartRequested{Generation: s.Generation + 1},
-				&events.RetainedStateDiscarded{RestoreRef: s.RestoreRef},
-			}, nil
-		}
-		return nil, precondition(s, c.Verb, phStopped, phSuspended)
-	case VerbStop:
-		switch s.Phase {
-		case phStopped, phStopping:
-			return nil, nil
-		case phReady:
-			return []events.Event{&events.StopRequested{Generation: s.Generation}}, nil
-		}
-		return nil, precondition(s, c.Verb, phReady)
-	case VerbSuspend:
-		switch s.Phase {
-		case phSuspended, phSuspending:
-			return nil, nil
-		}
-		if !caps.Suspend {
-			return nil, events.Errorf(events.CodeUnimplemented, "driver %s cannot suspend sandbox %s", s.Spec.Driver, s.ID)
-		}
-		if s.Phase == phReady {
-			return []events.Event{&events.SuspendRequested{Generation: s.Generation}}, nil
-		}
-		return nil, precondition(s, c.Verb, phReady)
-	case VerbResume:
-		switch {
-		case s.Phase == phSuspended:
-			return []events.Event{&events.ResumeRequested{
-				Generation: s.Generation + 1, RestoreRef: s.RestoreRef, RestartIfRestoreFails: c.RestartIfRestoreFails,
-			}}, nil
-		case s.Resuming && (s.Phase == phReady || s.Phase == phStarting):
-			return nil, nil
-		}
-		return nil, precondition(s, c.Verb, phSuspended)
-	case VerbDelete:
-		switch s.Phase {
-		case phDeleting, phDeleted:
-			return nil, nil
-		}
-		return []events.Event{&events.DeleteRequested{}}, nil
-	}
-	return nil, events.Errorf(events.CodeInvalidArgument, "unknown command %q", c.Verb)
-}
-
-// generation returns the supervisor generation an event speaks for.
-func generation(e events.Event) (int64, bool) {
-	switch e := e.(type) {
-	case *events.Started:
-		return e.Generation, true
-	case *events.StartFailed:
-		return e.Generation, true
-	case *events.Stopped:
-		return e.Generation, true
-	case *events.StopRejected:
-		return e.Generation, true
-	case *events.Suspended:
-		return e.Generation, true
-	case *events.SuspendRejected:
-		return e.Generation, true
-	case *events.RetainedStateConsumed:
-		return e.Generation, true
-	case *events.ResumeFailed:
-		return e.Generation, true
-	case *events.Resumed:
-		return e.Generation, true
-	case *events.Exited:
-		return e.Generation, true
-	case *events.ResourceLost:
-		return e.Generation, true
-	case *events.SupervisorAttached:
-		return e.Generation, true
-	case *events.SupervisorDetached:
-		return e.Generation, true
-	}
-	return 0, false
+// report is an event that speaks for one supervisor generation (see
+// events.Event): a driver's outcome or a supervisor's report.
+type report interface {
+	events.Event
+	SpeaksFor() int64
 }
 
 // fence refuses a reported event (from a saga or a supervisor) that speaks for
 // another generation than the current one, or that would overwrite an exit
 // result: reports from older generations change nothing.
 func fence(s *Sandbox, e events.Event) error {
-	if gen, ok := generation(e); ok && gen != s.Generation {
-		return events.Errorf(events.CodeFailedPrecondition, "sandbox %s: %s speaks for generation %d, current is %d", s.ID, e.Type(), gen, s.Generation)
+	if r, ok := e.(report); ok && r.SpeaksFor() != s.Generation {
+		return events.Errorf(events.CodeFailedPrecondition, "sandbox %s: %s speaks for generation %d, current is %d", s.ID, e.Type(), r.SpeaksFor(), s.Generation)
 	}
 	if sr, ok := e.(*events.StartRequested); ok && sr.Generation != s.Generation+1 {
 		return events.Errorf(events.CodeFailedPrecondition, "sandbox %s: start_requested mints generation %d, want %d", s.ID, sr.Generation, s.Generation+1)
@@ -260,8 +230,10 @@ func fence(s *Sandbox, e events.Event) error {
 
 // reported decides what a report (a saga's outcome, a supervisor's report)
 // appends: every event must speak for the current generation (fence), and a
-// consumption the log already holds is left out: the attach of a resumed
-// generation may have recorded it before the saga did (see consumedByAttach).
+// fact the log already holds is left out: a consumption the attach of a
+// resumed generation recorded before the saga did (see consumedByAttach), an
+// attach repeated by a supervisor attached already. Whether what is left may
+// be appended in the sandbox's phase is the table's to say, when it is applied.
 func reported(s *Sandbox, evs []events.Event) ([]events.Event, error) {
 	if !s.Exists() {
 		return nil, events.Errorf(events.CodeNotFound, "sandbox %s not found", s.ID)
@@ -274,6 +246,9 @@ func reported(s *Sandbox, evs []events.Event) ([]events.Event, error) {
 		if c, ok := e.(*events.RetainedStateConsumed); ok && s.RestoreRef != c.RestoreRef {
 			continue // recorded already, or never held
 		}
+		if a, ok := e.(*events.SupervisorAttached); ok && s.Attached == a.Generation {
+			continue // a repeated attach of the supervisor attached already
+		}
 		out = append(out, e)
 	}
 	return out, nil
@@ -284,8 +259,10 @@ func reported(s *Sandbox, evs []events.Event) ([]events.Event, error) {
 // still held, a restored workload's supervisor running is proof that the
 // state was consumed, and a ready view must never show it held. The saga's
 // own record of the consumption, arriving later, is then a fact already held.
+// In a phase where the table refuses the consumption (the resume failed or
+// timed out first), nothing is appended and the attach is refused too.
 func consumedByAttach(s *Sandbox, gen int64) []events.Event {
-	if s.Phase == phStarting && s.Resuming && s.RestoreRef != "" && s.Generation == gen {
+	if s.Resuming && s.RestoreRef != "" && s.Generation == gen {
 		return []events.Event{&events.RetainedStateConsumed{Generation: gen, RestoreRef: s.RestoreRef}}
 	}
 	return nil

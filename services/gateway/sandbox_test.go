@@ -217,3 +217,29 @@ func TestReportedAttachBeforeOutcome(t *testing.T) {
 		t.Fatalf("cold attach: %#v", got)
 	}
 }
+
+// TestRepeatedAttachIsHeld: a supervisor that attaches again while attached
+// appends nothing (the bus answers it as taken); one that attaches after a
+// detach, or after a resume minted its generation, is recorded.
+func TestRepeatedAttachIsHeld(t *testing.T) {
+	cases := []struct {
+		name   string
+		given  []events.Event
+		attach int64
+		want   int
+	}{
+		{"again while ready", ready, 1, 0},
+		{"again while stopping", stopping, 1, 0},
+		{"after a detach", append(ready[:3:3], &events.SupervisorDetached{Generation: 1}), 1, 1},
+		{"the resumed generation", append(resuming[:6:6], &events.RetainedStateConsumed{Generation: 2, RestoreRef: "ref-1"}), 2, 1},
+		{"again after the resume", resumed, 2, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := reported(given(t, c.given...), []events.Event{&events.SupervisorAttached{Generation: c.attach}})
+			if err != nil || len(got) != c.want {
+				t.Fatalf("reported attach of %d: %#v, %v; want %d events", c.attach, got, err, c.want)
+			}
+		})
+	}
+}

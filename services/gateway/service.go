@@ -264,7 +264,7 @@ func (s *Service) Record(ctx context.Context, cause events.Envelope, actor strin
 	sb, err := s.append(ctx, cause.SandboxID, cause.Caused(actor), dedup, func(sb *Sandbox) ([]events.Event, error) {
 		return reported(sb, evs)
 	})
-	if err == nil && sb.Phase == phDeleted {
+	if err == nil && sb.Gone() {
 		if err := s.names.Release(ctx, sb.Spec.Name, sb.ID); err != nil {
 			// The name stays reserved; a create of the same name takes it over.
 			s.log.Warn().Err(err).Str("sandbox_id", sb.ID).Msg("release name")
@@ -424,7 +424,7 @@ func (s *Service) reserve(ctx context.Context, name, id string) error {
 	}
 	// Read the holder without its lock: deleted is terminal, so a stale read
 	// can only refuse, never take a live name.
-	if h, herr := s.load(ctx, holder); herr != nil || h.Phase != phDeleted {
+	if h, herr := s.load(ctx, holder); herr != nil || !h.Gone() {
 		return events.Errorf(events.CodeAlreadyExists, "name %q is in use by sandbox %s", name, holder)
 	}
 	if err := s.names.Take(ctx, name, holder, id); err != nil {

@@ -6,42 +6,21 @@ import (
 	"github.com/torpor/torpor/events"
 )
 
-// Event type names, as the table reads them.
+// The phases, short, so that each table reads as one screen.
 const (
-	evCreated          = "sandbox.created"
-	evStartRequested   = "sandbox.start_requested"
-	evStarted          = "sandbox.started"
-	evStartFailed      = "sandbox.start_failed"
-	evStopRequested    = "sandbox.stop_requested"
-	evStopped          = "sandbox.stopped"
-	evStopRejected     = "sandbox.stop_rejected"
-	evSuspendRequested = "sandbox.suspend_requested"
-	evSuspended        = "sandbox.suspended"
-	evSuspendRejected  = "sandbox.suspend_rejected"
-	evResumeRequested  = "sandbox.resume_requested"
-	evStateConsumed    = "sandbox.retained_state_consumed"
-	evStateDiscarded   = "sandbox.retained_state_discarded"
-	evStateInvalidated = "sandbox.retained_state_invalidated"
-	evResumeFailed     = "sandbox.resume_failed"
-	evResumed          = "sandbox.resumed"
-	evExited           = "sandbox.exited"
-	evResourceLost     = "sandbox.resource_lost"
-	evDeadlinePassed   = "sandbox.deadline_passed"
-	evDeleteRequested  = "sandbox.delete_requested"
-	evDeleted          = "sandbox.deleted"
-	evSupervisorAttach = "supervisor.attached"
-	evSupervisorDetach = "supervisor.detached"
-	phNone             = events.PhaseNone
-	phProvisioning     = events.PhaseProvisioning
-	phReady            = events.PhaseReady
-	phStopping         = events.PhaseStopping
-	phStopped          = events.PhaseStopped
-	phStarting         = events.PhaseStarting
-	phSuspending       = events.PhaseSuspending
-	phSuspended        = events.PhaseSuspended
-	phDeleting         = events.PhaseDeleting
-	phDeleted          = events.PhaseDeleted
-	phError            = events.PhaseError
+	phNone         = events.PhaseNone
+	phProvisioning = events.PhaseProvisioning
+	phReady        = events.PhaseReady
+	phStopping     = events.PhaseStopping
+	phStopped      = events.PhaseStopped
+	phStarting     = events.PhaseStarting
+	phSuspending   = events.PhaseSuspending
+	phSuspended    = events.PhaseSuspended
+	phDeleting     = events.PhaseDeleting
+	phDeleted      = events.PhaseDeleted
+	phError        = events.PhaseError
+	// anyPhase in a command row matches every phase the rows above it left.
+	anyPhase events.Phase = "*"
 )
 
 // Transition is one row of the lifecycle: in phase From, event On moves the
@@ -52,61 +31,133 @@ type Transition struct {
 	To   events.Phase
 }
 
-// Table is the whole lifecycle of CONTRACT §1, a row per line. An event that
-// keeps the phase (From == To) is allowed there and records a fact. A pair
-// that is not in the table is refused.
+// Table is the whole lifecycle of CONTRACT §1 by event, a row per line. An
+// event that keeps the phase (From == To) is allowed there and records a
+// fact. A pair that is not in the table is refused.
 var Table = []Transition{
-	{phNone, evCreated, phProvisioning},
-	{phProvisioning, evStarted, phProvisioning},
-	{phProvisioning, evSupervisorAttach, phReady},
-	{phProvisioning, evStartFailed, phError},
-	{phProvisioning, evExited, phError},
-	{phProvisioning, evDeadlinePassed, phError},
-	{phProvisioning, evDeleteRequested, phDeleting},
-	{phReady, evStarted, phReady},
-	{phReady, evSupervisorDetach, phProvisioning},
-	{phReady, evStopRequested, phStopping},
-	{phReady, evSuspendRequested, phSuspending},
-	{phReady, evResumed, phReady},
-	{phReady, evExited, phError},
-	{phReady, evDeleteRequested, phDeleting},
-	{phStopping, evStopped, phStopped},
-	{phStopping, evStopRejected, phReady},
-	{phStopping, evExited, phStopping},
-	{phStopping, evResourceLost, phError},
-	{phStopping, evDeadlinePassed, phError},
-	{phStopping, evDeleteRequested, phDeleting},
-	{phStopped, evStartRequested, phStarting},
-	{phStopped, evResourceLost, phError},
-	{phStopped, evDeleteRequested, phDeleting},
-	{phStarting, evStarted, phStarting},
-	{phStarting, evSupervisorAttach, phReady},
-	{phStarting, evStateConsumed, phStarting},
-	{phStarting, evStateDiscarded, phStarting},
-	{phStarting, evResumed, phStarting},
-	{phStarting, evResumeFailed, phSuspended},
-	{phStarting, evStartRequested, phStarting},
-	{phStarting, evStopped, phStopped},
-	{phStarting, evStartFailed, phError},
-	{phStarting, evExited, phError},
-	{phStarting, evResourceLost, phError},
-	{phStarting, evDeadlinePassed, phError},
-	{phStarting, evDeleteRequested, phDeleting},
-	{phSuspending, evSuspended, phSuspended},
-	{phSuspending, evSuspendRejected, phReady},
-	{phSuspending, evExited, phError},
-	{phSuspending, evResourceLost, phError},
-	{phSuspending, evDeadlinePassed, phSuspending},
-	{phSuspending, evResumed, phSuspending},
-	{phSuspending, evDeleteRequested, phDeleting},
-	{phSuspended, evResumeRequested, phStarting},
-	{phSuspended, evStartRequested, phStarting},
-	{phSuspended, evResourceLost, phError},
-	{phSuspended, evDeleteRequested, phDeleting},
-	{phDeleting, evStateInvalidated, phDeleting},
-	{phDeleting, evDeleted, phDeleted},
-	{phDeleting, evDeadlinePassed, phError},
-	{phError, evDeleteRequested, phDeleting},
+	{phNone, events.TypeCreated, phProvisioning},
+	{phProvisioning, events.TypeStarted, phProvisioning},
+	{phProvisioning, events.TypeSupervisorAttached, phReady},
+	{phProvisioning, events.TypeStartFailed, phError},
+	{phProvisioning, events.TypeExited, phError},
+	{phProvisioning, events.TypeDeadlinePassed, phError},
+	{phProvisioning, events.TypeDeleteRequested, phDeleting},
+	{phReady, events.TypeStarted, phReady},
+	{phReady, events.TypeSupervisorDetached, phProvisioning},
+	{phReady, events.TypeStopRequested, phStopping},
+	{phReady, events.TypeSuspendRequested, phSuspending},
+	{phReady, events.TypeResumed, phReady},
+	{phReady, events.TypeExited, phError},
+	{phReady, events.TypeDeleteRequested, phDeleting},
+	{phStopping, events.TypeStopped, phStopped},
+	{phStopping, events.TypeStopRejected, phReady},
+	{phStopping, events.TypeExited, phStopping},
+	{phStopping, events.TypeResourceLost, phError},
+	{phStopping, events.TypeDeadlinePassed, phError},
+	{phStopping, events.TypeDeleteRequested, phDeleting},
+	{phStopped, events.TypeStartRequested, phStarting},
+	{phStopped, events.TypeResourceLost, phError},
+	{phStopped, events.TypeDeleteRequested, phDeleting},
+	{phStarting, events.TypeStarted, phStarting},
+	{phStarting, events.TypeSupervisorAttached, phReady},
+	{phStarting, events.TypeRetainedStateConsumed, phStarting},
+	{phStarting, events.TypeRetainedStateDiscarded, phStarting},
+	{phStarting, events.TypeResumed, phStarting},
+	{phStarting, events.TypeResumeFailed, phSuspended},
+	{phStarting, events.TypeStartRequested, phStarting},
+	{phStarting, events.TypeStopped, phStopped},
+	{phStarting, events.TypeStartFailed, phError},
+	{phStarting, events.TypeExited, phError},
+	{phStarting, events.TypeResourceLost, phError},
+	{phStarting, events.TypeDeadlinePassed, phError},
+	{phStarting, events.TypeDeleteRequested, phDeleting},
+	{phSuspending, events.TypeSuspended, phSuspended},
+	{phSuspending, events.TypeSuspendRejected, phReady},
+	{phSuspending, events.TypeExited, phError},
+	{phSuspending, events.TypeResourceLost, phError},
+	{phSuspending, events.TypeDeadlinePassed, phSuspending},
+	{phSuspending, events.TypeResumed, phSuspending},
+	{phSuspending, events.TypeDeleteRequested, phDeleting},
+	{phSuspended, events.TypeResumeRequested, phStarting},
+	{phSuspended, events.TypeStartRequested, phStarting},
+	{phSuspended, events.TypeResourceLost, phError},
+	{phSuspended, events.TypeDeleteRequested, phDeleting},
+	{phDeleting, events.TypeRetainedStateInvalidated, phDeleting},
+	{phDeleting, events.TypeDeleted, phDeleted},
+	{phDeleting, events.TypeDeadlinePassed, phError},
+	{phError, events.TypeDeleteRequested, phDeleting},
+}
+
+// Answer is what a command row does.
+type Answer int
+
+const (
+	// Emit appends the row's events.
+	Emit Answer = iota
+	// Done is an idempotent repeat: nothing to append, the command succeeds.
+	Done
+	// Unimplemented: the driver lacks the capability; nothing moves.
+	Unimplemented
+	// Exists: a create of a sandbox that exists.
+	Exists
+	// Missing: a command on a sandbox that does not exist.
+	Missing
+)
+
+// Guard is the one fact besides the phase a command row may need.
+type Guard int
+
+const (
+	// Always holds.
+	Always Guard = iota
+	// AfterResume holds while the current generation comes from a resume:
+	// from the resume's request until the next start, stop or suspend.
+	AfterResume
+	// CannotSuspend holds when the sandbox's driver cannot suspend it.
+	CannotSuspend
+)
+
+// anyVerb in a command row matches every verb.
+const anyVerb = "*"
+
+// Rule is one row of the command table: in phase Phase, verb Verb, when
+// guard If holds, the command Then does what the answer says, appending the
+// events named in Events (in order, atomically) for Emit.
+type Rule struct {
+	Phase  events.Phase
+	Verb   string
+	If     Guard
+	Then   Answer
+	Events []string
+}
+
+// Commands is which command is allowed in which phase (CONTRACT §1), a row
+// per line, read top-down: the first row that matches the phase, the verb
+// and its guard decides. A command no row matches is refused
+// (FAILED_PRECONDITION, naming the phases where the verb emits). The
+// idempotent repeats of the contract (suspend on suspended, resume on ready
+// after a resume, stop on stopped, start on ready) are Done rows.
+var Commands = []Rule{
+	{phNone, VerbCreate, Always, Emit, []string{events.TypeCreated}},
+	{anyPhase, VerbCreate, Always, Exists, nil},
+	{phNone, anyVerb, Always, Missing, nil},
+	{phStopped, VerbStart, Always, Emit, []string{events.TypeStartRequested}},
+	{phSuspended, VerbStart, Always, Emit, []string{events.TypeStartRequested, events.TypeRetainedStateDiscarded}},
+	{phReady, VerbStart, Always, Done, nil},
+	{phStarting, VerbStart, Always, Done, nil},
+	{phReady, VerbStop, Always, Emit, []string{events.TypeStopRequested}},
+	{phStopping, VerbStop, Always, Done, nil},
+	{phStopped, VerbStop, Always, Done, nil},
+	{phSuspending, VerbSuspend, Always, Done, nil},
+	{phSuspended, VerbSuspend, Always, Done, nil},
+	{anyPhase, VerbSuspend, CannotSuspend, Unimplemented, nil},
+	{phReady, VerbSuspend, Always, Emit, []string{events.TypeSuspendRequested}},
+	{phSuspended, VerbResume, Always, Emit, []string{events.TypeResumeRequested}},
+	{phStarting, VerbResume, AfterResume, Done, nil},
+	{phReady, VerbResume, AfterResume, Done, nil},
+	{phDeleting, VerbDelete, Always, Done, nil},
+	{phDeleted, VerbDelete, Always, Done, nil},
+	{anyPhase, VerbDelete, Always, Emit, []string{events.TypeDeleteRequested}},
 }
 
 type transitionKey struct {
@@ -124,6 +175,24 @@ var transitions = func() map[transitionKey]events.Phase {
 		m[k] = t.To
 	}
 	return m
+}()
+
+// commandRules are the rows of Commands that can match each verb, in order,
+// and needs the phases where each verb emits, for the refusal's message.
+var commandRules, needs = func() (map[string][]Rule, map[string][]events.Phase) {
+	rules, needs := map[string][]Rule{}, map[string][]events.Phase{}
+	for _, verb := range Verbs {
+		for _, r := range Commands {
+			if r.Verb != verb && r.Verb != anyVerb {
+				continue
+			}
+			rules[verb] = append(rules[verb], r)
+			if r.Then == Emit && r.Phase != anyPhase {
+				needs[verb] = append(needs[verb], r.Phase)
+			}
+		}
+	}
+	return rules, needs
 }()
 
 // TransitionError says an event is not allowed in a phase.
@@ -150,4 +219,32 @@ func Next(from events.Phase, on string) (events.Phase, error) {
 		return "", &TransitionError{From: from, On: on}
 	}
 	return to, nil
+}
+
+// Facts are what a command row's guard may ask of the sandbox besides its
+// phase.
+type Facts struct {
+	AfterResume bool
+	CanSuspend  bool
+}
+
+func (f Facts) hold(g Guard) bool {
+	switch g {
+	case AfterResume:
+		return f.AfterResume
+	case CannotSuspend:
+		return !f.CanSuspend
+	}
+	return true
+}
+
+// Lookup returns the first row of Commands for verb in phase p whose guard
+// holds, and false when none does (the command is refused).
+func Lookup(p events.Phase, verb string, f Facts) (Rule, bool) {
+	for _, r := range commandRules[verb] {
+		if (r.Phase == p || r.Phase == anyPhase) && f.hold(r.If) {
+			return r, true
+		}
+	}
+	return Rule{}, false
 }

@@ -2,18 +2,113 @@ package gateway
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/services/compute"
 )
 
-// TestNextWalksEveryPair walks every (phase, event type) pair: the table's rows
-// succeed with their target, every other pair is refused with a
-// *TransitionError that maps to FAILED_PRECONDITION.
+// contractEvents is the lifecycle by event as CONTRACT §1 states it, written
+// out here by hand (never derived from Table), with the additions the README
+// documents under "Choices where the contract is silent". Every pair of
+// (phase, event type) not listed is refused.
+var contractEvents = []struct {
+	from events.Phase
+	on   string
+	to   events.Phase
+}{
+	// (none) — create accepted → provisioning
+	{"", "sandbox.created", "provisioning"},
+	// provisioning, starting — supervisor of the current generation attached → ready
+	{"provisioning", "supervisor.attached", "ready"},
+	{"starting", "supervisor.attached", "ready"},
+	// ready — supervisor detached → provisioning
+	{"ready", "supervisor.detached", "provisioning"},
+	// ready — stop → stopping; stopping — confirmed → stopped; rejected → ready
+	{"ready", "sandbox.stop_requested", "stopping"},
+	{"stopping", "sandbox.stopped", "stopped"},
+	{"stopping", "sandbox.stop_rejected", "ready"},
+	// stopped — start → starting (cold)
+	{"stopped", "sandbox.start_requested", "starting"},
+	// ready — suspend → suspending; → suspended (restore ref) or ready (rejected)
+	{"ready", "sandbox.suspend_requested", "suspending"},
+	{"suspending", "sandbox.suspended", "suspended"},
+	{"suspending", "sandbox.suspend_rejected", "ready"},
+	// suspending — deadline: the passed deadline is recorded, its compensation
+	// (suspend_rejected{DeadlineExceeded}) follows in the same append
+	{"suspending", "sandbox.deadline_passed", "suspending"},
+	// suspended — resume → starting (resume); explicit start → starting (cold),
+	// the retained state discarded in the same append
+	{"suspended", "sandbox.resume_requested", "starting"},
+	{"suspended", "sandbox.start_requested", "starting"},
+	{"starting", "sandbox.retained_state_discarded", "starting"},
+	// starting (resume): the consumption is the point of no return; the restore
+	// is recorded (ready comes with the attach); a failure before consumption
+	// → suspended; after it: cold start (fallback) or stopped (RetainedStateLost)
+	{"starting", "sandbox.retained_state_consumed", "starting"},
+	{"starting", "sandbox.resumed", "starting"},
+	{"starting", "sandbox.resume_failed", "suspended"},
+	{"starting", "sandbox.start_requested", "starting"},
+	{"starting", "sandbox.stopped", "stopped"},
+	// the resumed generation's attach may come before the saga's record of the
+	// restore, which is then accepted as a fact in ready, or in suspending
+	// when a suspend came in between
+	{"ready", "sandbox.resumed", "ready"},
+	{"suspending", "sandbox.resumed", "suspending"},
+	// the driver's answer to a start is a fact; ready comes with the attach
+	{"provisioning", "sandbox.started", "provisioning"},
+	{"starting", "sandbox.started", "starting"},
+	{"ready", "sandbox.started", "ready"},
+	// sandbox.start_failed (an addition): the driver could not start → error
+	{"provisioning", "sandbox.start_failed", "error"},
+	{"starting", "sandbox.start_failed", "error"},
+	// provisioning, ready, starting, suspending — main process exits → error
+	{"provisioning", "sandbox.exited", "error"},
+	{"ready", "sandbox.exited", "error"},
+	{"starting", "sandbox.exited", "error"},
+	{"suspending", "sandbox.exited", "error"},
+	// stopping — the workload's exit on the way to stopped is a fact
+	{"stopping", "sandbox.exited", "stopping"},
+	// provisioning, starting — deadline with no supervisor attached → error;
+	// every transient phase has a deadline (invariant 5): stopping and
+	// deleting end in error too
+	{"provisioning", "sandbox.deadline_passed", "error"},
+	{"starting", "sandbox.deadline_passed", "error"},
+	{"stopping", "sandbox.deadline_passed", "error"},
+	{"deleting", "sandbox.deadline_passed", "error"},
+	// stopping, stopped, starting, suspending, suspended — resource lost → error
+	{"stopping", "sandbox.resource_lost", "error"},
+	{"stopped", "sandbox.resource_lost", "error"},
+	{"starting", "sandbox.resource_lost", "error"},
+	{"suspending", "sandbox.resource_lost", "error"},
+	{"suspended", "sandbox.resource_lost", "error"},
+	// any but deleted — delete → deleting → deleted, references invalidated
+	{"provisioning", "sandbox.delete_requested", "deleting"},
+	{"ready", "sandbox.delete_requested", "deleting"},
+	{"stopping", "sandbox.delete_requested", "deleting"},
+	{"stopped", "sandbox.delete_requested", "deleting"},
+	{"starting", "sandbox.delete_requested", "deleting"},
+	{"suspending", "sandbox.delete_requested", "deleting"},
+	{"suspended", "sandbox.delete_requested", "deleting"},
+	{"error", "sandbox.delete_requested", "deleting"},
+	{"deleting", "sandbox.retained_state_invalidated", "deleting"},
+	{"deleting", "sandbox.deleted", "deleted"},
+}
+
+// TestNextWalksEveryPair walks every (phase, event type) pair: the pairs of
+// contractEvents succeed with their target, every other pair is refused with
+// a *TransitionError that maps to FAILED_PRECONDITION. A row of Table that
+// differs from the contract's fails here.
 func TestNextWalksEveryPair(t *testing.T) {
 	want := map[transitionKey]events.Phase{}
-	for _, row := range Table {
-		want[transitionKey{row.From, row.On}] = row.To
+	for _, row := range contractEvents {
+		k := transitionKey{row.from, row.on}
+		if _, dup := want[k]; dup {
+			t.Fatalf("contractEvents lists (%q, %s) twice", row.from, row.on)
+		}
+		want[k] = row.to
 	}
 	phases := append([]events.Phase{events.PhaseNone}, events.Phases...)
 	types := append(events.Types(), "sandbox.from_the_future")
@@ -24,13 +119,13 @@ func TestNextWalksEveryPair(t *testing.T) {
 			if to, ok := want[transitionKey{from, on}]; ok {
 				allowed++
 				if err != nil || got != to {
-					t.Errorf("Next(%q, %s) = %q, %v; want %q", from, on, got, err, to)
+					t.Errorf("Next(%q, %s) = %q, %v; the contract says %q", from, on, got, err, to)
 				}
 				continue
 			}
 			var te *TransitionError
 			if !errors.As(err, &te) {
-				t.Errorf("Next(%q, %s) = %q, %v; want a *TransitionError", from, on, got, err)
+				t.Errorf("Next(%q, %s) = %q, %v; the contract refuses it", from, on, got, err)
 				continue
 			}
 			if code := events.CodeOf(err); code != events.CodeFailedPrecondition {
@@ -38,56 +133,184 @@ func TestNextWalksEveryPair(t *testing.T) {
 			}
 		}
 	}
-	if allowed != len(Table) {
-		t.Errorf("walked %d allowed pairs, table has %d rows (a row names an unregistered type or phase?)", allowed, len(Table))
+	if allowed != len(contractEvents) {
+		t.Errorf("walked %d allowed pairs, the contract lists %d (a row names an unregistered type or phase?)", allowed, len(contractEvents))
 	}
 }
 
-// TestTableContract spot-checks the rows CONTRACT §1 spells out.
-func TestTableContract(t *testing.T) {
-	cases := []struct {
-		from events.Phase
-		on   string
-		to   events.Phase
-	}{
-		{events.PhaseNone, "sandbox.created", events.PhaseProvisioning},
-		{events.PhaseProvisioning, "supervisor.attached", events.PhaseReady},
-		{events.PhaseStarting, "supervisor.attached", events.PhaseReady},
-		{events.PhaseReady, "supervisor.detached", events.PhaseProvisioning},
-		{events.PhaseReady, "sandbox.stop_requested", events.PhaseStopping},
-		{events.PhaseStopping, "sandbox.stopped", events.PhaseStopped},
-		{events.PhaseStopping, "sandbox.stop_rejected", events.PhaseReady},
-		{events.PhaseStopped, "sandbox.start_requested", events.PhaseStarting},
-		{events.PhaseReady, "sandbox.suspend_requested", events.PhaseSuspending},
-		{events.PhaseSuspending, "sandbox.suspended", events.PhaseSuspended},
-		{events.PhaseSuspending, "sandbox.suspend_rejected", events.PhaseReady},
-		{events.PhaseSuspended, "sandbox.resume_requested", events.PhaseStarting},
-		{events.PhaseSuspended, "sandbox.start_requested", events.PhaseStarting},
-		{events.PhaseStarting, "sandbox.resume_failed", events.PhaseSuspended},
-		{events.PhaseStarting, "sandbox.stopped", events.PhaseStopped},
-		{events.PhaseSuspending, "sandbox.exited", events.PhaseError},
-		{events.PhaseReady, "sandbox.exited", events.PhaseError},
-		{events.PhaseError, "sandbox.delete_requested", events.PhaseDeleting},
-		{events.PhaseDeleting, "sandbox.deleted", events.PhaseDeleted},
-		{events.PhaseSuspended, "sandbox.resource_lost", events.PhaseError},
-	}
-	for _, c := range cases {
-		if got, err := Next(c.from, c.on); err != nil || got != c.to {
-			t.Errorf("Next(%q, %s) = %q, %v; want %q", c.from, c.on, got, err, c.to)
+// either, yes and no say which value of a fact an expected command outcome
+// is for.
+type tri int
+
+const (
+	either tri = iota
+	yes
+	no
+)
+
+func (v tri) matches(b bool) bool { return v == either || (v == yes) == b }
+
+// contractCommands is what each command does in each phase, as CONTRACT §1
+// and §2 state it (idempotent repeats, UNIMPLEMENTED without the capability,
+// FAILED_PRECONDITION in a wrong phase), written out by hand: emit lists the
+// events appended, code the error; neither means an idempotent repeat. Every
+// (phase, verb) not listed is FAILED_PRECONDITION.
+var contractCommands = []struct {
+	phase       events.Phase
+	verb        string
+	afterResume tri
+	canSuspend  tri
+	emit        []string
+	code        events.Code
+}{
+	{phase: "", verb: "create", emit: []string{"sandbox.created"}},
+	{phase: "", verb: "start", code: events.CodeNotFound},
+	{phase: "", verb: "stop", code: events.CodeNotFound},
+	{phase: "", verb: "suspend", code: events.CodeNotFound},
+	{phase: "", verb: "resume", code: events.CodeNotFound},
+	{phase: "", verb: "delete", code: events.CodeNotFound},
+	// create names a new id: an existing one is ALREADY_EXISTS in any phase
+	{phase: "provisioning", verb: "create", code: events.CodeAlreadyExists},
+	{phase: "ready", verb: "create", code: events.CodeAlreadyExists},
+	{phase: "stopping", verb: "create", code: events.CodeAlreadyExists},
+	{phase: "stopped", verb: "create", code: events.CodeAlreadyExists},
+	{phase: "starting", verb: "create", code: events.CodeAlreadyExists},
+	{phase: "suspending", verb: "create", code: events.CodeAlreadyExists},
+	{phase: "suspended", verb: "create", code: events.CodeAlreadyExists},
+	{phase: "deleting", verb: "create", code: events.CodeAlreadyExists},
+	{phase: "deleted", verb: "create", code: events.CodeAlreadyExists},
+	{phase: "error", verb: "create", code: events.CodeAlreadyExists},
+	// stopped — start → starting (cold); suspended — start discards the
+	// retained state first; start on ready is done (and on starting)
+	{phase: "stopped", verb: "start", emit: []string{"sandbox.start_requested"}},
+	{phase: "suspended", verb: "start", emit: []string{"sandbox.start_requested", "sandbox.retained_state_discarded"}},
+	{phase: "ready", verb: "start"},
+	{phase: "starting", verb: "start"},
+	// ready — stop → stopping; stop on stopped is done (and on stopping)
+	{phase: "ready", verb: "stop", emit: []string{"sandbox.stop_requested"}},
+	{phase: "stopping", verb: "stop"},
+	{phase: "stopped", verb: "stop"},
+	// ready — suspend (driver capable) → suspending; suspend on suspended is
+	// done (and on suspending); a driver without it answers UNIMPLEMENTED
+	{phase: "ready", verb: "suspend", canSuspend: yes, emit: []string{"sandbox.suspend_requested"}},
+	{phase: "suspending", verb: "suspend"},
+	{phase: "suspended", verb: "suspend"},
+	{phase: "provisioning", verb: "suspend", canSuspend: no, code: events.CodeUnimplemented},
+	{phase: "ready", verb: "suspend", canSuspend: no, code: events.CodeUnimplemented},
+	{phase: "stopping", verb: "suspend", canSuspend: no, code: events.CodeUnimplemented},
+	{phase: "stopped", verb: "suspend", canSuspend: no, code: events.CodeUnimplemented},
+	{phase: "starting", verb: "suspend", canSuspend: no, code: events.CodeUnimplemented},
+	{phase: "deleting", verb: "suspend", canSuspend: no, code: events.CodeUnimplemented},
+	{phase: "deleted", verb: "suspend", canSuspend: no, code: events.CodeUnimplemented},
+	{phase: "error", verb: "suspend", canSuspend: no, code: events.CodeUnimplemented},
+	// suspended — resume → starting (resume); resume on ready after a resume
+	// is done (and on starting while it runs)
+	{phase: "suspended", verb: "resume", emit: []string{"sandbox.resume_requested"}},
+	{phase: "ready", verb: "resume", afterResume: yes},
+	{phase: "starting", verb: "resume", afterResume: yes},
+	// any but deleted — delete → deleting; deleting and deleted are done
+	{phase: "provisioning", verb: "delete", emit: []string{"sandbox.delete_requested"}},
+	{phase: "ready", verb: "delete", emit: []string{"sandbox.delete_requested"}},
+	{phase: "stopping", verb: "delete", emit: []string{"sandbox.delete_requested"}},
+	{phase: "stopped", verb: "delete", emit: []string{"sandbox.delete_requested"}},
+	{phase: "starting", verb: "delete", emit: []string{"sandbox.delete_requested"}},
+	{phase: "suspending", verb: "delete", emit: []string{"sandbox.delete_requested"}},
+	{phase: "suspended", verb: "delete", emit: []string{"sandbox.delete_requested"}},
+	{phase: "error", verb: "delete", emit: []string{"sandbox.delete_requested"}},
+	{phase: "deleting", verb: "delete"},
+	{phase: "deleted", verb: "delete"},
+}
+
+// TestCommandsWalkEveryPair runs decide for every (phase, verb) pair, with
+// and without each fact a row may need, against contractCommands. A row of
+// Commands that differs from the contract fails here.
+func TestCommandsWalkEveryPair(t *testing.T) {
+	phases := append([]events.Phase{events.PhaseNone}, events.Phases...)
+	for _, phase := range phases {
+		for _, verb := range Verbs {
+			for _, afterResume := range []bool{false, true} {
+				for _, canSuspend := range []bool{false, true} {
+					var matched []int
+					for i, w := range contractCommands {
+						if w.phase == phase && w.verb == verb && w.afterResume.matches(afterResume) && w.canSuspend.matches(canSuspend) {
+							matched = append(matched, i)
+						}
+					}
+					if len(matched) > 1 {
+						t.Fatalf("contractCommands rows %v all match (%q, %s)", matched, phase, verb)
+					}
+					var wantEmit []string
+					wantCode := events.CodeFailedPrecondition
+					if len(matched) == 1 {
+						wantEmit, wantCode = contractCommands[matched[0]].emit, contractCommands[matched[0]].code
+					}
+					s := &Sandbox{ID: sid, Phase: phase, Generation: 4, RestoreRef: "ref-4", Resuming: afterResume}
+					evs, err := decide(s, Command{Verb: verb, ID: sid}, compute.Capabilities{Suspend: canSuspend})
+					var got []string
+					for _, e := range evs {
+						got = append(got, e.Type())
+					}
+					what := strings.Join([]string{string(phase), verb}, " ")
+					if afterResume {
+						what += " (after a resume)"
+					}
+					if canSuspend {
+						what += " (driver can suspend)"
+					}
+					if code := events.CodeOf(err); code != wantCode || !slices.Equal(got, wantEmit) {
+						t.Errorf("%s: events %v, code %q (%v); the contract says events %v, code %q", what, got, code, err, wantEmit, wantCode)
+					}
+				}
+			}
 		}
 	}
-	for _, refused := range []struct {
-		from events.Phase
-		on   string
+}
+
+// TestCommandEventsFollowTheTable: what every emitting row appends is a path
+// of the event table from its phase.
+func TestCommandEventsFollowTheTable(t *testing.T) {
+	for _, r := range Commands {
+		if r.Then != Emit {
+			continue
+		}
+		froms := []events.Phase{r.Phase}
+		if r.Phase == anyPhase {
+			froms = events.Phases
+		}
+		for _, from := range froms {
+			if r.Verb == VerbDelete && (from == phDeleting || from == phDeleted) {
+				continue // the rows above the catch-all take these
+			}
+			p := from
+			for _, typ := range r.Events {
+				next, err := Next(p, typ)
+				if err != nil {
+					t.Errorf("%s on %s appends %v: %v", r.Verb, from, r.Events, err)
+					break
+				}
+				p = next
+			}
+		}
+	}
+}
+
+// TestRefusalNamesThePhasesNeeded: a command in a wrong phase says which
+// phases it needs, as CONTRACT §2's example message does.
+func TestRefusalNamesThePhasesNeeded(t *testing.T) {
+	for _, c := range []struct {
+		phase events.Phase
+		verb  string
+		want  string
 	}{
-		{events.PhaseDeleted, "sandbox.delete_requested"},
-		{events.PhaseSuspended, "sandbox.suspended"},
-		{events.PhaseStopped, "sandbox.exited"},
-		{events.PhaseSuspended, "sandbox.exited"},
-		{events.PhaseError, "supervisor.attached"},
+		{phStopped, VerbResume, "is stopped; resume needs suspended"},
+		{phProvisioning, VerbStart, "is provisioning; start needs stopped or suspended"},
+		{phSuspended, VerbStop, "is suspended; stop needs ready"},
+		{phStopped, VerbSuspend, "is stopped; suspend needs ready"},
 	} {
-		if _, err := Next(refused.from, refused.on); err == nil {
-			t.Errorf("Next(%q, %s) allowed; the contract refuses it", refused.from, refused.on)
+		s := &Sandbox{ID: sid, Phase: c.phase, Generation: 1}
+		_, err := decide(s, Command{Verb: c.verb, ID: sid}, compute.Capabilities{Suspend: true})
+		if events.CodeOf(err) != events.CodeFailedPrecondition || err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s on %s: %v; want FAILED_PRECONDITION saying %q", c.verb, c.phase, err, c.want)
 		}
 	}
 }

@@ -21,7 +21,12 @@ type Store interface {
 	Append(ctx context.Context, id string, expected uint64, envs ...Envelope) (uint64, error)
 	// Load returns the events of sandbox id with a sequence above after, in
 	// order, with Seq set. A sandbox without events yields an empty slice.
+	// A foreign message on the subject (see Vet) is left out.
 	Load(ctx context.Context, id string, after uint64) ([]Envelope, error)
+	// Head is the sequence of the last message on sandbox id's subject (0:
+	// none), foreign or not: what an append must expect, and how a reader
+	// tells that a state folded from Load is current.
+	Head(ctx context.Context, id string) (uint64, error)
 	// Follow hands every event with a sequence above after to h, in stream
 	// order, in batches of up to max events: whatever has arrived when h is
 	// free, never waiting to fill a batch. It runs until ctx ends (then it
@@ -33,8 +38,7 @@ type Store interface {
 	// many events the log held after the batch's last one when that one was
 	// delivered: 0 means the batch reached the head of the log, so the
 	// follower has seen every event up to that moment. h may keep the
-	// envelopes but not the slice. An envelope that cannot be decoded is left
-	// out (it stays in the log for Load and audit).
+	// envelopes but not the slice. A foreign message is left out.
 	Follow(ctx context.Context, after uint64, max int, h FollowHandler) error
 	// LastSeq is the sequence of the newest event in the whole log.
 	LastSeq(ctx context.Context) (uint64, error)

@@ -29,8 +29,8 @@ type delivery struct {
 // recreates itself after the last message it saw.
 //
 // Follow returns nil when ctx ends, also when h fails because it did, and
-// h's error otherwise. An envelope that is not JSON is left out of its
-// batch.
+// h's error otherwise. A foreign message (not a torpor event, see
+// events.Vet) is left out of its batch.
 func (s *Store) Follow(ctx context.Context, after uint64, max int, h events.FollowHandler) error {
 	if max < 1 {
 		return fmt.Errorf("follow: batch size %d: want 1 or more", max)
@@ -93,7 +93,7 @@ func (s *Store) Follow(ctx context.Context, after uint64, max int, h events.Foll
 				failed = d.err
 				break
 			}
-			if env, meta, err := decodeWithMeta(d.msg); err == nil {
+			if env, meta, err := s.decodeMsg(d.msg); err == nil {
 				envs = append(envs, env)
 				pending = meta.NumPending
 			} else if meta != nil {
@@ -144,22 +144,17 @@ func (s *Store) messages(ctx context.Context, start uint64, pull jetstream.PullM
 }
 
 // decodeMsg turns a delivered message into its envelope, with Seq and MsgID
-// set.
-func decodeMsg(msg jetstream.Msg) (events.Envelope, error) {
-	env, _, err := decodeWithMeta(msg)
-	return env, err
-}
-
-// decodeWithMeta is decodeMsg that also returns the message's metadata (nil when it
-// has none).
-func decodeWithMeta(msg jetstream.Msg) (events.Envelope, *jetstream.MsgMetadata, error) {
+// set, and also returns its metadata (nil when it has none). A foreign
+// message is counted and reported (see Foreign) and comes back as an error.
+func (s *Store) decodeMsg(msg jetstream.Msg) (events.Envelope, *jetstream.MsgMetadata, error) {
 	meta, err := msg.Metadata()
 	if err != nil {
 		return events.Envelope{}, nil, fmt.Errorf("metadata of %s: %w", msg.Subject(), err)
 	}
-	env, err := events.DecodeEnvelope(msg.Data())
+	env, err := vet(msg.Data(), msg.Subject(), msg.Headers().Get(HeaderType))
 	if err != nil {
-		return env, meta, fmt.Errorf("decode %s at %d: %w", msg.Subject(), meta.Sequence.Stream, err)
+		s.foreign.skip(meta.Sequence.Stream, msg.Subject(), err)
+		return env, meta, fmt.Errorf("%s at %d: %w", msg.Subject(), meta.Sequence.Stream, err)
 	}
 	env.Seq = meta.Sequence.Stream
 	env.MsgID = msg.Headers().Get(jetstream.MsgIDHeader)

@@ -45,6 +45,10 @@ type Config struct {
 	// DuplicateWindow is how long message ids are remembered for
 	// deduplication; default 2m.
 	DuplicateWindow time.Duration
+	// OnForeign, if set, hears of each foreign message the store skips
+	// (once per message, however often it is read), for the log and the
+	// metrics.
+	OnForeign func(Foreign)
 }
 
 // withDefaults fills the zero fields of c.
@@ -84,6 +88,7 @@ type Store struct {
 	stream jetstream.Stream
 	// ackPrefix is how the answer to a stored publish starts (pubAck).
 	ackPrefix []byte
+	foreign   foreign
 }
 
 var _ events.Store = (*Store)(nil)
@@ -112,7 +117,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", cfg.Stream, err)
 	}
-	return &Store{js: js, cfg: cfg, stream: stream, ackPrefix: []byte(`{"stream":"` + cfg.Stream + `","seq":`)}, nil
+	st := &Store{js: js, cfg: cfg, stream: stream, ackPrefix: []byte(`{"stream":"` + cfg.Stream + `","seq":`)}
+	st.foreign.report = cfg.OnForeign
+	return st, nil
 }
 
 // Stream is the stream that holds the log.

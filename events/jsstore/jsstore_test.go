@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -386,28 +387,111 @@ func follow(t *testing.T, s *jsstore.Store, after uint64, n int) []events.Envelo
 	return got
 }
 
-func TestFollowSkipsWhatIsNotJSON(t *testing.T) {
+// TestForeignMessagesAreSkipped: any NATS client can publish on a sandbox's
+// subject. Whatever is not a torpor event this build reads is left out by
+// Load, Follow and Replay, reported once, counted, and Head still counts it,
+// so an append after it lands.
+func TestForeignMessagesAreSkipped(t *testing.T) {
 	srv := natstest.Start(t)
-	s := newStore(t, srv)
+	var reported []jsstore.Foreign
+	var mu sync.Mutex
+	s, err := jsstore.New(context.Background(), srv.JS, jsstore.Config{OnForeign: func(f jsstore.Foreign) {
+		mu.Lock()
+		defer mu.Unlock()
+		reported = append(reported, f)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
-	e1, e2 := envelope(t, "sbx1", 1), envelope(t, "sbx1", 2)
-	first, err := s.Append(ctx, "sbx1", 0, e1)
+	const id = "sbx1"
+	valid := func(g int64) events.Envelope { return envelope(t, id, g) }
+	body := func(env events.Envelope) []byte {
+		b, err := json.Marshal(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	other := valid(9)
+	other.SandboxID = "sbx2"
+	future := valid(9)
+	future.Schema = events.SchemaVersion + 1
+	unknown := valid(9)
+	unknown.Type = "sandbox.from_the_future"
+	typed := func(typ string) nats.Header { return nats.Header{jsstore.HeaderType: []string{typ}} }
+	foreign := []struct {
+		name string
+		msg  *nats.Msg
+	}{
+		{"not JSON", &nats.Msg{Data: []byte("not json"), Header: typed("sandbox.started")}},
+		{"no type header", &nats.Msg{Data: body(valid(9))}},
+		{"a type header that is not the body's", &nats.Msg{Data: body(valid(9)), Header: typed("sandbox.stopped")}},
+		{"an unknown type", &nats.Msg{Data: body(unknown), Header: typed(unknown.Type)}},
+		{"a schema from the future", &nats.Msg{Data: body(future), Header: typed(future.Type)}},
+		{"another sandbox's event", &nats.Msg{Data: body(other), Header: typed(other.Type)}},
+	}
+	first, err := s.Append(ctx, id, 0, valid(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Someone writes a message that is not an envelope to the subject.
-	junk := &nats.Msg{Subject: jsstore.Subject("sbx1"), Data: []byte("not json")}
-	ack, err := srv.JS.PublishMsg(ctx, junk, jetstream.WithExpectLastSequencePerSubject(first))
+	last := first
+	for _, f := range foreign {
+		f.msg.Subject = jsstore.Subject(id)
+		ack, err := srv.JS.PublishMsg(ctx, f.msg)
+		if err != nil {
+			t.Fatalf("publish %s: %v", f.name, err)
+		}
+		last = ack.Sequence
+	}
+	head, err := s.Head(ctx, id)
+	if err != nil || head != last {
+		t.Fatalf("head %d, %v; want %d, the last foreign message's", head, err, last)
+	}
+	second, err := s.Append(ctx, id, head, valid(2))
 	if err != nil {
-		t.Fatalf("raw publish: %v", err)
+		t.Fatalf("append after the foreign messages: %v", err)
 	}
-	if _, err := s.Append(ctx, "sbx1", ack.Sequence, e2); err != nil {
-		t.Fatal(err)
+	for i := 0; i < 2; i++ { // read twice: reported once
+		got, err := s.Load(ctx, id, 0)
+		if err != nil || len(got) != 2 || got[0].Seq != first || got[1].Seq != second {
+			t.Fatalf("load: %v, %v; want the two valid events", ids(got), err)
+		}
+		if got, err := s.Load(ctx, id, first); err != nil || len(got) != 1 || got[0].Seq != second {
+			t.Fatalf("load after %d: %v, %v; want the second valid event", first, ids(got), err)
+		}
 	}
-	got := follow(t, s, 0, 2)
-	if len(got) != 2 || got[0].ID != e1.ID || got[1].ID != e2.ID {
-		t.Errorf("followed: got %d events %v, want e1 and e2 around the junk", len(got), got)
+	if got := follow(t, s, 0, 2); len(got) != 2 || got[0].Seq != first || got[1].Seq != second {
+		t.Errorf("follow: %v, want the two valid events", ids(got))
 	}
+	var replayed []events.Envelope
+	if _, err := s.Replay(ctx, 0, func(envs []events.Envelope) error { replayed = append(replayed, envs...); return nil }); err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	if len(replayed) != 2 {
+		t.Errorf("replay: %v, want the two valid events", ids(replayed))
+	}
+	if n := s.Foreign(); n != uint64(len(foreign)) {
+		t.Errorf("counted %d foreign messages, want %d", n, len(foreign))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reported) != len(foreign) {
+		t.Fatalf("reported %d times, want once per foreign message (%d)", len(reported), len(foreign))
+	}
+	for i, f := range reported {
+		if !errors.Is(f.Err, events.ErrForeign) || f.Seq != first+uint64(i)+1 || f.Subject != jsstore.Subject(id) {
+			t.Errorf("report %d (%s): %+v; want ErrForeign at seq %d", i, foreign[i].name, f, first+uint64(i)+1)
+		}
+	}
+}
+
+func ids(envs []events.Envelope) []uint64 {
+	out := make([]uint64, len(envs))
+	for i, e := range envs {
+		out[i] = e.Seq
+	}
+	return out
 }
 
 func TestPosition(t *testing.T) {

@@ -50,65 +50,73 @@ func (s *Store) Load(ctx context.Context, id string, after uint64) ([]events.Env
 	}
 	next := after + 1
 	for {
-		more, err := s.loadBatch(ctx, id, next, &out)
+		more, last, err := s.loadBatch(ctx, id, next, &out)
 		if err != nil {
 			return nil, fmt.Errorf("load %s after %d: %w", id, after, err)
 		}
 		if !more {
 			return out, nil
 		}
-		next = out[len(out)-1].Seq + 1
+		next = last + 1
 	}
 }
 
 // loadBatch appends to out the events of id from sequence from on, one
-// batch, and says whether more follow.
+// batch, leaving out foreign messages, and says whether more follow and the
+// last sequence it read.
 //
 // A batched get ends silently when its answer times out, so completeness is
 // read from the server's own counts: the last message of a complete read
 // says that no message is pending after it, and an empty subject answers
 // "no messages". An answer that says neither did not come back whole.
-func (s *Store) loadBatch(ctx context.Context, id string, from uint64, out *[]events.Envelope) (bool, error) {
+func (s *Store) loadBatch(ctx context.Context, id string, from uint64, out *[]events.Envelope) (more bool, last uint64, err error) {
 	msgs, err := jetstreamext.GetBatch(ctx, s.js, s.cfg.Stream, loadBatch,
 		jetstreamext.GetBatchSubject(Subject(id)), jetstreamext.GetBatchSeq(from))
 	if err != nil {
-		return false, unavailable(err)
+		return false, 0, unavailable(err)
 	}
 	n, pending := 0, ""
 	for msg, err := range msgs {
 		if errors.Is(err, jetstreamext.ErrNoMessages) && n == 0 {
-			return false, nil
+			return false, 0, nil
 		}
 		if err != nil {
-			return false, unavailable(err)
+			return false, 0, unavailable(err)
 		}
-		env, err := decode(msg)
-		if err != nil {
-			return false, err
-		}
-		*out = append(*out, env)
+		last = msg.Sequence
 		n++
 		pending = msg.Header.Get(headerNumPending)
+		env, err := vet(msg.Data, msg.Subject, msg.Header.Get(HeaderType))
+		if err != nil {
+			s.foreign.skip(msg.Sequence, msg.Subject, err)
+			continue
+		}
+		env.Seq = msg.Sequence
+		env.MsgID = msg.Header.Get(jetstream.MsgIDHeader)
+		*out = append(*out, env)
 	}
 	switch {
 	case n > 0 && pending == "0":
-		return false, nil
+		return false, last, nil
 	case n > 0:
-		return true, nil // the batch filled up, or the answer broke off: ask again from here
+		return true, last, nil // the batch filled up, or the answer broke off: ask again from here
 	case ctx.Err() != nil:
-		return false, fmt.Errorf("%w: %w", events.ErrUnavailable, ctx.Err())
+		return false, 0, fmt.Errorf("%w: %w", events.ErrUnavailable, ctx.Err())
 	default:
-		return false, fmt.Errorf("%w: batched get of %s from %d: no answer", events.ErrUnavailable, Subject(id), from)
+		return false, 0, fmt.Errorf("%w: batched get of %s from %d: no answer", events.ErrUnavailable, Subject(id), from)
 	}
 }
 
-// decode turns a stored message into its envelope, with Seq and MsgID set.
-func decode(msg *jetstream.RawStreamMsg) (events.Envelope, error) {
-	env, err := events.DecodeEnvelope(msg.Data)
-	if err != nil {
-		return env, fmt.Errorf("decode %s at %d: %w", msg.Subject, msg.Sequence, err)
+// Head is the sequence of the last message on sandbox id's subject, 0 when
+// it has none, whether or not that message is a torpor event: an append
+// that expects it lands after whatever Load left out.
+func (s *Store) Head(ctx context.Context, id string) (uint64, error) {
+	last, err := s.stream.GetLastMsgForSubject(ctx, Subject(id))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("head of %s: %w", id, unavailable(err))
 	}
-	env.Seq = msg.Sequence
-	env.MsgID = msg.Header.Get(jetstream.MsgIDHeader)
-	return env, nil
+	return last.Sequence, nil
 }

@@ -62,13 +62,15 @@ func (s *Store) replay(ctx context.Context, from, last uint64, h func([]events.E
 		case err != nil:
 			return unavailable(err)
 		}
-		env, err := decodeMsg(msg)
-		if err != nil {
+		env, meta, err := s.decodeMsg(msg)
+		if meta == nil {
 			return err
 		}
-		seq := env.Seq
-		chunk = append(chunk, env)
-		if len(chunk) == ReplayChunk || seq >= last {
+		seq := meta.Sequence.Stream
+		if err == nil {
+			chunk = append(chunk, env)
+		}
+		if len(chunk) == ReplayChunk || (seq >= last && len(chunk) > 0) {
 			if err := h(chunk); err != nil {
 				return err
 			}

@@ -17,9 +17,13 @@ func (s *Store) Follow(ctx context.Context, after uint64, max int, h events.Foll
 	}
 	batch := make([]events.Envelope, 0, max)
 	for {
-		var pending uint64
+		var pending, scanned uint64
 		var changed <-chan struct{}
-		batch, pending, changed = s.batch(batch[:0], after, max)
+		batch, scanned, pending, changed = s.batch(batch[:0], after, max)
+		if len(batch) == 0 && scanned > after {
+			after = scanned // only foreign events: nothing to hand over
+			continue
+		}
 		if len(batch) == 0 {
 			select {
 			case <-ctx.Done():
@@ -41,18 +45,23 @@ func (s *Store) Follow(ctx context.Context, after uint64, max int, h events.Foll
 	}
 }
 
-// batch appends to out up to max events above after and returns it with how
-// many events follow its last one; when there are none, changed is closed
-// by the next append.
-func (s *Store) batch(out []events.Envelope, after uint64, max int) (_ []events.Envelope, pending uint64, changed <-chan struct{}) {
+// batch appends to out up to max events above after, leaving out foreign
+// ones, and returns it with the last sequence it looked at and how many
+// events follow; when there are none, changed is closed by the next append.
+func (s *Store) batch(out []events.Envelope, after uint64, max int) (_ []events.Envelope, scanned, pending uint64, changed <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	head := uint64(len(s.log))
+	scanned = after
 	for seq := after + 1; seq <= head && len(out) < max; seq++ {
+		scanned = seq
+		if env := s.log[seq-1]; events.Vet(env, env.SandboxID, env.Type) != nil {
+			continue
+		}
 		out = append(out, s.event(seq))
 	}
-	if len(out) == 0 {
-		return out, 0, s.changed
+	if scanned == after {
+		return out, scanned, 0, s.changed
 	}
-	return out, head - out[len(out)-1].Seq, nil
+	return out, scanned, head - scanned, nil
 }

@@ -92,9 +92,26 @@ func (s *Store) Load(ctx context.Context, id string, after uint64) ([]events.Env
 	i, _ := slices.BinarySearch(seqs, after+1)
 	out := make([]events.Envelope, 0, len(seqs)-i)
 	for _, seq := range seqs[i:] {
+		if env := s.log[seq-1]; events.Vet(env, id, env.Type) != nil {
+			continue // foreign: every reader leaves it out
+		}
 		out = append(out, s.event(seq))
 	}
 	return out, nil
+}
+
+// Head is the sequence of sandbox id's last event, 0 when it has none.
+func (s *Store) Head(ctx context.Context, id string) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("head of %s: %w", id, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seqs := s.bySubject[id]
+	if len(seqs) == 0 {
+		return 0, nil
+	}
+	return seqs[len(seqs)-1], nil
 }
 
 // event returns a copy of the event at seq; s.mu is held.

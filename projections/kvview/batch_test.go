@@ -339,8 +339,14 @@ func TestRebuildEqualsLiveProjection(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Rebuild: %v", err)
 	}
-	if stats.Events != len(log) || stats.LastSeq != last || stats.Views != 300 {
-		t.Errorf("stats %+v, want %d events, last seq %d, 300 views", stats, len(log), last)
+	known := 0 // the replay leaves out the events of unknown types, as foreign
+	for _, env := range log {
+		if events.Known(env.Type) {
+			known++
+		}
+	}
+	if stats.Events != known || stats.LastSeq != last || stats.Views != 300 {
+		t.Errorf("stats %+v, want %d events, last seq %d, 300 views", stats, known, last)
 	}
 	rebuilt := newBucket(t, srv.JS, "torpor_phases_rebuild")
 	sameBucket(t, live, rebuilt)

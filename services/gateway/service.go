@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -101,10 +102,39 @@ type Service struct {
 	log     zerolog.Logger
 	now     func() time.Time
 
-	locks [4096]fifoLock // striped by sandbox id
-	mu    sync.Mutex
-	cache map[string]*Sandbox
+	locks   [4096]fifoLock // striped by sandbox id
+	mu      sync.Mutex
+	cache   map[string]*Sandbox
+	refused refusedLog
 }
+
+// refusedLog counts the stored events the aggregate passed over and logs
+// each once (while it is among the last few thousand).
+type refusedLog struct {
+	n    atomic.Uint64
+	mu   sync.Mutex
+	seen map[uint64]bool
+}
+
+func (r *refusedLog) note(env events.Envelope, err error, log zerolog.Logger) {
+	r.mu.Lock()
+	if r.seen[env.Seq] {
+		r.mu.Unlock()
+		return
+	}
+	if r.seen == nil || len(r.seen) >= 4096 {
+		r.seen = map[uint64]bool{}
+	}
+	r.seen[env.Seq] = true
+	r.mu.Unlock()
+	r.n.Add(1)
+	log.Error().Err(err).Str("sandbox_id", env.SandboxID).Str("event_type", env.Type).Uint64("seq", env.Seq).
+		Msg("stored event passed over: the aggregate cannot take it")
+}
+
+// PassedOver is how many stored events the aggregate could not take and
+// passed over (each counted once).
+func (s *Service) PassedOver() uint64 { return s.refused.n.Load() }
 
 // NewService returns a command service over store.
 func NewService(store events.Store, names Names, drivers Drivers, creds *compute.Credentials, cfg Config, log zerolog.Logger) (*Service, error) {
@@ -154,19 +184,23 @@ func (s *Service) lock(id string) func() {
 }
 
 // load returns the folded state of id: from the cache, else from the log.
-// The caller holds the sandbox's lock.
-func (s *Service) load(ctx context.Context, id string) (*Sandbox, error) {
+// cached says which: a cached state may be behind the log when another
+// instance appended meanwhile. The caller holds the sandbox's lock.
+func (s *Service) load(ctx context.Context, id string) (sb *Sandbox, cached bool, err error) {
 	s.mu.Lock()
 	sb, ok := s.cache[id]
 	s.mu.Unlock()
 	if ok {
-		return sb, nil
+		return sb, true, nil
 	}
-	return s.refresh(ctx, &Sandbox{ID: id})
+	sb, err = s.fold(ctx, &Sandbox{ID: id}, 0)
+	return sb, false, err
 }
 
-// refresh folds the events after sb.Seq into a copy of sb and caches it.
-func (s *Service) refresh(ctx context.Context, sb *Sandbox) (*Sandbox, error) {
+// fold folds the events after sb.Seq into a copy of sb, sets its Seq to at
+// least head (the subject's last sequence, past foreign messages Load left
+// out; 0 when unknown) and caches it.
+func (s *Service) fold(ctx context.Context, sb *Sandbox, head uint64) (*Sandbox, error) {
 	envs, err := s.store.Load(ctx, sb.ID, sb.Seq)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", sb.ID, err)
@@ -174,13 +208,32 @@ func (s *Service) refresh(ctx context.Context, sb *Sandbox) (*Sandbox, error) {
 	next := sb.clone()
 	for _, env := range envs {
 		if err := next.apply(env); err != nil {
-			return nil, err
+			// Not written through a gateway (its data does not fit its
+			// type, or the table refuses it there): like a foreign
+			// message, it is passed over and changes nothing.
+			s.refused.note(env, err, s.log)
+			next.Seq = max(next.Seq, env.Seq)
 		}
 	}
+	next.Seq = max(next.Seq, head)
 	if next.Exists() {
 		s.put(next)
 	}
 	return next, nil
+}
+
+// refresh brings sb up to the subject's head: one direct get of the last
+// sequence, then, if the log moved, the events after sb.Seq. A state it
+// returns decides as the log stands now.
+func (s *Service) refresh(ctx context.Context, sb *Sandbox) (*Sandbox, error) {
+	head, err := s.store.Head(ctx, sb.ID)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", sb.ID, err)
+	}
+	if head == sb.Seq {
+		return sb, nil
+	}
+	return s.fold(ctx, sb, head)
 }
 
 func (s *Service) put(sb *Sandbox) {
@@ -213,7 +266,7 @@ func (s *Service) Sandbox(ctx context.Context, id string) (*Sandbox, error) {
 		return nil, err
 	}
 	defer s.lock(id)()
-	sb, err := s.load(ctx, id)
+	sb, _, err := s.load(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +289,7 @@ func (s *Service) Handle(ctx context.Context, c Command) (events.View, error) {
 	}
 	defer s.lock(c.ID)()
 	meta := events.Meta{Actor: c.Actor, CommandID: c.CommandID, CorrelationID: c.CommandID}
-	sb, err := s.append(ctx, c.ID, meta, c.CommandID, func(sb *Sandbox) ([]events.Event, error) {
+	sb, err := s.append(ctx, c.ID, true, meta, c.CommandID, func(sb *Sandbox) ([]events.Event, error) {
 		caps, err := s.drivers.Capabilities(sb.Spec.Driver, sb.Spec.DriverOptions)
 		if err != nil && sb.Exists() {
 			return nil, events.Errorf(events.CodeInternal, "sandbox %s: %v", sb.ID, err)
@@ -261,7 +314,7 @@ func (s *Service) Record(ctx context.Context, cause events.Envelope, actor strin
 	if cause.ID != "" {
 		dedup = "r:" + cause.ID
 	}
-	sb, err := s.append(ctx, cause.SandboxID, cause.Caused(actor), dedup, func(sb *Sandbox) ([]events.Event, error) {
+	sb, err := s.append(ctx, cause.SandboxID, false, cause.Caused(actor), dedup, func(sb *Sandbox) ([]events.Event, error) {
 		return reported(sb, evs)
 	})
 	if err == nil && sb.Gone() {
@@ -280,7 +333,7 @@ func (s *Service) RecordFunc(ctx context.Context, id, actor string, f func(*Sand
 		return err
 	}
 	defer s.lock(id)()
-	_, err := s.append(ctx, id, events.Meta{Actor: actor}, "", func(sb *Sandbox) ([]events.Event, error) {
+	_, err := s.append(ctx, id, false, events.Meta{Actor: actor}, "", func(sb *Sandbox) ([]events.Event, error) {
 		evs, err := f(sb)
 		if err != nil || len(evs) == 0 {
 			return nil, err
@@ -294,22 +347,38 @@ func (s *Service) RecordFunc(ctx context.Context, id, actor string, f func(*Sand
 // stamping each event with the phase the table gives; on a concurrent change it
 // reloads and decides again. dedup, when set, derives the message ids so that a
 // retried command lands once. The caller holds the sandbox's lock.
-func (s *Service) append(ctx context.Context, id string, meta events.Meta, dedup string, decide func(*Sandbox) ([]events.Event, error)) (*Sandbox, error) {
-	sb, err := s.load(ctx, id)
+func (s *Service) append(ctx context.Context, id string, verify bool, meta events.Meta, dedup string, decide func(*Sandbox) ([]events.Event, error)) (*Sandbox, error) {
+	sb, cached, err := s.load(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	return s.appendFrom(ctx, sb, meta, dedup, decide)
+	return s.appendFrom(ctx, sb, verify && cached, meta, dedup, decide)
 }
 
 // appendFrom is append from the state sb, which may be stale: a stale state
-// costs a conflict and a reload, never a wrong append.
-func (s *Service) appendFrom(ctx context.Context, sb *Sandbox, meta events.Meta, dedup string, decide func(*Sandbox) ([]events.Event, error)) (*Sandbox, error) {
+// costs a conflict and a reload, never a wrong append. A decision that
+// appends nothing (an idempotent repeat, a refusal) meets no concurrency
+// check, so when verify is set, sb came from the cache and another instance
+// may have moved the sandbox: it is decided again on the state at the
+// subject's head before it is answered.
+func (s *Service) appendFrom(ctx context.Context, sb *Sandbox, verify bool, meta events.Meta, dedup string, decide func(*Sandbox) ([]events.Event, error)) (*Sandbox, error) {
 	id := sb.ID
 	for attempt := 0; ; attempt++ {
 		evs, err := decide(sb)
 		if err != nil || len(evs) == 0 {
-			return sb, err
+			if !verify {
+				return sb, err
+			}
+			verify = false
+			cur, rerr := s.refresh(ctx, sb)
+			if rerr != nil {
+				return nil, rerr
+			}
+			if cur.Seq == sb.Seq {
+				return sb, err
+			}
+			sb = cur
+			continue
 		}
 		next := sb.clone()
 		envs := make([]events.Envelope, len(evs))
@@ -400,9 +469,9 @@ func (s *Service) create(ctx context.Context, c Command) (events.View, error) {
 	if c.IdempotencyKey == "" {
 		// The id was minted just now, so its subject is empty: no need to
 		// read it (the append still states expected sequence 0).
-		sb, err = s.appendFrom(ctx, &Sandbox{ID: id}, meta, c.CommandID, decideCreate)
+		sb, err = s.appendFrom(ctx, &Sandbox{ID: id}, false, meta, c.CommandID, decideCreate)
 	} else {
-		sb, err = s.append(ctx, id, meta, c.CommandID, decideCreate)
+		sb, err = s.append(ctx, id, false, meta, c.CommandID, decideCreate)
 	}
 	if err != nil {
 		if !errors.Is(err, events.ErrUnavailable) {
@@ -424,7 +493,7 @@ func (s *Service) reserve(ctx context.Context, name, id string) error {
 	}
 	// Read the holder without its lock: deleted is terminal, so a stale read
 	// can only refuse, never take a live name.
-	if h, herr := s.load(ctx, holder); herr != nil || !h.Gone() {
+	if h, _, herr := s.load(ctx, holder); herr != nil || !h.Gone() {
 		return events.Errorf(events.CodeAlreadyExists, "name %q is in use by sandbox %s", name, holder)
 	}
 	if err := s.names.Take(ctx, name, holder, id); err != nil {

@@ -2,11 +2,14 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
@@ -32,6 +35,7 @@ type rig struct {
 	store *jsstore.Store
 	names *KVNames
 	creds *compute.Credentials
+	js    jetstream.JetStream
 }
 
 func newRig(t *testing.T) *rig {
@@ -47,7 +51,7 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	creds, _ := compute.NewCredentials([]byte("0123456789abcdef0123456789abcdef"))
-	return &rig{store: store, names: names, creds: creds}
+	return &rig{store: store, names: names, creds: creds, js: s.JS}
 }
 
 // service is one gateway instance (its own cache and locks) over the rig's log.
@@ -376,4 +380,134 @@ func TestCachedStateIsTheLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("stop")
+}
+
+// TestAnswersWithoutAppendAreCurrent: a command that appends nothing (an
+// idempotent repeat, a refusal) meets no concurrency check, so an instance
+// whose cache another instance has moved past must not answer it from that
+// cache: it reads the subject's head first and decides on the log.
+func TestAnswersWithoutAppendAreCurrent(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	t.Run("start on a sandbox stopped elsewhere", func(t *testing.T) {
+		a, b := r.service(t), r.service(t)
+		v := readySandbox(t, a) // a caches it ready
+		if _, err := b.Handle(ctx, Command{Verb: VerbStop, ID: v.ID}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Record(ctx, events.Envelope{SandboxID: v.ID}, "test", &events.Stopped{Generation: 1}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := a.Handle(ctx, Command{Verb: VerbStart, ID: v.ID})
+		if err != nil || got.Phase != events.PhaseStarting || got.Generation != 2 {
+			t.Fatalf("start through the stale instance: %+v, %v; want starting at generation 2", got, err)
+		}
+		if n := countTypes(t, r.store, v.ID); n[events.TypeStartRequested] != 1 {
+			t.Fatalf("log %v, want one start_requested", n)
+		}
+	})
+	t.Run("suspend on a sandbox resumed elsewhere", func(t *testing.T) {
+		a, b := r.service(t), r.service(t)
+		v := readySandbox(t, a)
+		if _, err := a.Handle(ctx, Command{Verb: VerbSuspend, ID: v.ID}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Record(ctx, events.Envelope{SandboxID: v.ID}, "test", &events.Suspended{Generation: 1, RestoreRef: "r1"}); err != nil {
+			t.Fatal(err)
+		}
+		// b resumes it to ready; a still holds it suspended.
+		if _, err := b.Handle(ctx, Command{Verb: VerbResume, ID: v.ID}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Report(ctx, v.ID, attachReport(t, r, v.ID, 2)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := a.Handle(ctx, Command{Verb: VerbSuspend, ID: v.ID})
+		if err != nil || got.Phase != events.PhaseSuspending || got.Generation != 2 {
+			t.Fatalf("suspend through the stale instance: %+v, %v; want suspending at generation 2", got, err)
+		}
+	})
+	t.Run("a refusal", func(t *testing.T) {
+		a, b := r.service(t), r.service(t)
+		v := readySandbox(t, a)
+		if _, err := a.Handle(ctx, Command{Verb: VerbStop, ID: v.ID}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Record(ctx, events.Envelope{SandboxID: v.ID}, "test", &events.StopRejected{Generation: 1}); err != nil {
+			t.Fatal(err)
+		}
+		// a holds it stopping, where suspend is refused; it is ready.
+		got, err := a.Handle(ctx, Command{Verb: VerbSuspend, ID: v.ID})
+		if err != nil || got.Phase != events.PhaseSuspending {
+			t.Fatalf("suspend through the stale instance: %+v, %v; want suspending", got, err)
+		}
+	})
+}
+
+// attachReport is the JSON of a supervisor's attach of generation gen.
+func attachReport(t *testing.T, r *rig, id string, gen int64) []byte {
+	t.Helper()
+	data, err := json.Marshal(compute.Report{SandboxID: id, Generation: gen, Credential: r.creds.Mint(id, gen), Kind: compute.ReportAttached})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// TestForeignBytesOnTheSubject: a message that is not a torpor event on a
+// sandbox's subject is skipped by the aggregate, the history and a point
+// in time view, and the sandbox takes commands after it. A well-formed
+// envelope that the aggregate cannot take is in the history (it is an
+// envelope) but passed over by the aggregate and counted.
+func TestForeignBytesOnTheSubject(t *testing.T) {
+	r := newRig(t)
+	svc := r.service(t)
+	ctx := context.Background()
+	v := readySandbox(t, svc)
+	for _, body := range []string{"not json", `{"id":"x","type":"sandbox.suspended","sandbox_id":"` + v.ID + `","schema":1,"data":{}}`} {
+		if _, err := r.js.Publish(ctx, jsstore.Subject(v.ID), []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two well-formed envelopes no gateway would write: data that does not
+	// fit its type, and an event the table refuses in ready.
+	head, err := r.store.Head(ctx, v.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	misfit := events.Envelope{ID: "misfit", SandboxID: v.ID, Type: events.TypeSuspended, Schema: 1, Time: time.Now(), Data: []byte(`{"generation":"one"}`)}
+	refused := events.Envelope{ID: "refused", SandboxID: v.ID, Type: events.TypeDeleted, Schema: 1, Time: time.Now(), Data: []byte(`{}`)}
+	if head, err = r.store.Append(ctx, v.ID, head, misfit); err != nil {
+		t.Fatal(err)
+	}
+	if _, err = r.store.Append(ctx, v.ID, head, refused); err != nil {
+		t.Fatal(err)
+	}
+	got, err := svc.Handle(ctx, Command{Verb: VerbSuspend, ID: v.ID})
+	if err != nil || got.Phase != events.PhaseSuspending {
+		t.Fatalf("suspend after foreign bytes: %+v, %v", got, err)
+	}
+	envs, err := svc.History(ctx, v.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, e := range envs {
+		types = append(types, e.Type)
+	}
+	if n := svc.PassedOver(); n != 2 {
+		t.Errorf("passed over %d stored events, want the misfit and the refused one", n)
+	}
+	want := []string{events.TypeCreated, events.TypeSupervisorAttached, events.TypeSuspended, events.TypeDeleted, events.TypeSuspendRequested}
+	if !reflect.DeepEqual(types, want) {
+		t.Fatalf("history %v, want %v", types, want)
+	}
+	at, err := svc.ViewAt(ctx, v.ID, envs[1].Seq, time.Time{})
+	if err != nil || at.Phase != events.PhaseReady {
+		t.Fatalf("view just before the suspend: %+v, %v; want ready", at, err)
+	}
+	// A fresh instance folds the same log.
+	if sb, err := r.service(t).Sandbox(ctx, v.ID); err != nil || sb.Phase != events.PhaseSuspending {
+		t.Fatalf("fresh instance: %+v, %v", sb, err)
+	}
 }

@@ -1,0 +1,36 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrForeign: a message on a sandbox's subject is not a torpor event this
+// build can read. Any NATS client may publish there; every reader skips such
+// a message (CONTRACT §4) and it never changes a sandbox.
+var ErrForeign = errors.New("not a torpor event")
+
+// Vet reports why env, decoded from a message on sandbox id's subject whose
+// type header is typ, is not a torpor event this build can read (an error
+// wrapping ErrForeign), or nil. It asks for a type header that names a
+// registered type and agrees with the body, a schema this build reads, the
+// sandbox id of the subject and an event id. It does not decode the event's
+// data: a reader that decodes it skips an event whose data does not fit its
+// type the same way (see Envelope.Decode).
+func Vet(env Envelope, id, typ string) error {
+	switch {
+	case typ == "":
+		return fmt.Errorf("%w: no type header", ErrForeign)
+	case typ != env.Type:
+		return fmt.Errorf("%w: type header %q, body type %q", ErrForeign, typ, env.Type)
+	case !Known(env.Type):
+		return fmt.Errorf("%w: unknown type %q", ErrForeign, env.Type)
+	case env.Schema < 1 || env.Schema > SchemaVersion:
+		return fmt.Errorf("%w: schema %d, this build reads 1 to %d", ErrForeign, env.Schema, SchemaVersion)
+	case env.SandboxID != id:
+		return fmt.Errorf("%w: sandbox %q on the subject of %q", ErrForeign, env.SandboxID, id)
+	case env.ID == "":
+		return fmt.Errorf("%w: no event id", ErrForeign)
+	}
+	return nil
+}

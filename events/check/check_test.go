@@ -1,0 +1,170 @@
+package check_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/check"
+)
+
+const id = "0193b0a4-0000-7000-8000-000000000001"
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// step is one event of a hand-written log: the event, the phase the
+// contract puts the sandbox in after it, and its command id.
+type step struct {
+	e     events.Event
+	phase events.Phase
+	cmd   string
+}
+
+// build turns steps into a log, a second apart, seq from 1.
+func build(t *testing.T, steps ...step) []events.Envelope {
+	t.Helper()
+	out := make([]events.Envelope, len(steps))
+	for i, s := range steps {
+		env, err := events.NewEnvelope(id, s.e, events.Meta{CommandID: s.cmd}, t0.Add(time.Duration(i)*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.Seq, env.Phase = uint64(i+1), s.phase
+		out[i] = env
+	}
+	return out
+}
+
+var (
+	created   = step{&events.Created{Name: "a", Driver: "sim", Generation: 1}, "provisioning", "c1"}
+	attached1 = step{&events.SupervisorAttached{Generation: 1}, "ready", ""}
+	suspend1  = step{&events.SuspendRequested{Generation: 1}, "suspending", "c2"}
+	suspended = step{&events.Suspended{Generation: 1, RestoreRef: "r1"}, "suspended", "c2"}
+	resume2   = step{&events.ResumeRequested{Generation: 2, RestoreRef: "r1"}, "starting", "c3"}
+	consumed2 = step{&events.RetainedStateConsumed{Generation: 2, RestoreRef: "r1"}, "starting", "c3"}
+	resumed2  = step{&events.Resumed{Generation: 2, Outcome: "restored"}, "starting", "c3"}
+	attached2 = step{&events.SupervisorAttached{Generation: 2}, "ready", ""}
+)
+
+// TestCleanLogs: the contract's own paths have no violation.
+func TestCleanLogs(t *testing.T) {
+	logs := map[string][]step{
+		"suspend and resume": {created, attached1, suspend1, suspended, resume2, consumed2, resumed2, attached2},
+		"resume fails before consuming, then again": {created, attached1, suspend1, suspended, resume2,
+			{&events.ResumeFailed{Generation: 2}, "suspended", "c3"},
+			{&events.ResumeRequested{Generation: 3, RestoreRef: "r1"}, "starting", "c4"},
+			{&events.RetainedStateConsumed{Generation: 3, RestoreRef: "r1"}, "starting", "c4"},
+			{&events.SupervisorAttached{Generation: 3}, "ready", ""}},
+		"strict restore lost, then a cold start": {created, attached1, suspend1, suspended, resume2, consumed2,
+			{&events.Stopped{Generation: 2, Reason: events.ReasonRetainedStateLost}, "stopped", "c3"},
+			{&events.StartRequested{Generation: 3}, "starting", "c4"},
+			{&events.SupervisorAttached{Generation: 3}, "ready", ""}},
+		"explicit start of a suspended sandbox": {created, attached1, suspend1, suspended,
+			{&events.StartRequested{Generation: 2}, "starting", "c3"},
+			{&events.RetainedStateDiscarded{RestoreRef: "r1"}, "starting", "c3"},
+			{&events.SupervisorAttached{Generation: 2}, "ready", ""}},
+		"exit while suspended": {created, attached1, suspend1, suspended,
+			{&events.Exited{Generation: 1, Code: 137}, "error", ""},
+			{&events.RetainedStateInvalidated{RestoreRef: "r1"}, "error", ""}},
+		"delete while suspended": {created, attached1, suspend1, suspended,
+			{&events.DeleteRequested{}, "deleting", "c3"},
+			{&events.RetainedStateInvalidated{RestoreRef: "r1"}, "deleting", "c3"},
+			{&events.Deleted{}, "deleted", "c3"}},
+		"a deadline settles suspending": {created, attached1, suspend1,
+			{&events.SuspendRejected{Generation: 1, Reason: events.ReasonDeadlineExceeded}, "ready", "c2"},
+			{&events.DeadlinePassed{Phase: "suspending"}, "ready", "c2"}},
+	}
+	for name, steps := range logs {
+		t.Run(name, func(t *testing.T) {
+			if vs := check.Log(build(t, steps...), check.Options{}); len(vs) != 0 {
+				t.Fatalf("violations in a clean log: %v", vs)
+			}
+		})
+	}
+}
+
+// TestViolations: each log breaks one invariant, and the check names it at
+// the event that shows it.
+func TestViolations(t *testing.T) {
+	cases := []struct {
+		name      string
+		steps     []step
+		invariant int
+		seq       uint64
+	}{
+		{"suspended again after the consumption", []step{created, attached1, suspend1, suspended, resume2, consumed2,
+			{&events.ResumeFailed{Generation: 2}, "suspended", "c3"}}, check.RetainedStateOnce, 7},
+		{"a resume of a consumed reference", []step{created, attached1, suspend1, suspended, resume2, consumed2,
+			{&events.ResumeFailed{Generation: 2}, "suspended", "c3"},
+			{&events.ResumeRequested{Generation: 3, RestoreRef: ""}, "starting", "c4"}}, check.RetainedStateOnce, 8},
+		{"a suspension on an invalidated reference", []step{created, attached1, suspend1,
+			{&events.RetainedStateInvalidated{RestoreRef: "r1"}, "suspending", ""},
+			{&events.Suspended{Generation: 1, RestoreRef: "r1"}, "suspended", "c2"}}, check.RetainedStateOnce, 5},
+		{"a second exit of a generation", []step{created, attached1,
+			{&events.Exited{Generation: 1, Code: 3}, "error", ""},
+			{&events.Exited{Generation: 1, Code: 0}, "error", ""}}, check.ExitKept, 4},
+		{"a start that mints no new generation", []step{created, attached1,
+			{&events.StopRequested{Generation: 1}, "stopping", "c2"},
+			{&events.Stopped{Generation: 1}, "stopped", "c2"},
+			{&events.StartRequested{Generation: 1}, "starting", "c3"}}, check.GenerationsFenced, 5},
+		{"an old generation's report recorded", []step{created, attached1, suspend1, suspended, resume2, consumed2, resumed2, attached2,
+			{&events.Exited{Generation: 1, Code: 9}, "error", ""}}, check.GenerationsFenced, 9},
+		{"a command appended twice", []step{created, attached1, suspend1,
+			{&events.SuspendRejected{Generation: 1}, "ready", "c2"},
+			{&events.SuspendRequested{Generation: 1}, "suspending", "c2"}}, check.CommandsOnce, 5},
+		{"a passed deadline that leaves a transient phase", []step{created,
+			{&events.DeadlinePassed{Phase: "provisioning"}, "provisioning", ""}}, check.TransientsHaveAnEnd, 2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			vs := check.Log(build(t, c.steps...), check.Options{})
+			for _, v := range vs {
+				if v.Invariant == c.invariant && v.Seq == c.seq && v.SandboxID == id {
+					return
+				}
+			}
+			t.Fatalf("violations %v; want one of invariant %d at seq %d", vs, c.invariant, c.seq)
+		})
+	}
+}
+
+// TestEventAppendedTwice: the same event id twice is a command landed twice.
+func TestEventAppendedTwice(t *testing.T) {
+	log := build(t, created, attached1, suspend1)
+	dup := log[2]
+	dup.Seq = 4
+	vs := check.Log(append(log, dup), check.Options{})
+	if len(vs) == 0 || vs[0].Invariant != check.CommandsOnce || vs[0].Seq != 4 {
+		t.Fatalf("violations %v; want invariant 4 at seq 4", vs)
+	}
+}
+
+// TestStuck: with a deadline and the time of the check, a sandbox left in
+// a transient phase past the deadline is reported; one within it is not.
+func TestStuck(t *testing.T) {
+	log := build(t, created, attached1, suspend1) // suspending since t0+2s
+	o := check.Options{Deadline: time.Minute, Slack: time.Second, Now: t0.Add(2*time.Second + time.Minute)}
+	if vs := check.Log(log, o); len(vs) != 0 {
+		t.Fatalf("within the deadline: %v", vs)
+	}
+	o.Now = o.Now.Add(5 * time.Second)
+	vs := check.Log(log, o)
+	if len(vs) != 1 || vs[0].Invariant != check.TransientsHaveAnEnd || vs[0].Seq != 3 {
+		t.Fatalf("past the deadline: %v; want invariant 5 at seq 3", vs)
+	}
+}
+
+func ExampleLog() {
+	env, _ := events.NewEnvelope(id, &events.Created{Name: "a", Driver: "sim", Generation: 1}, events.Meta{}, t0)
+	env.Seq, env.Phase = 1, events.PhaseProvisioning
+	again, _ := events.NewEnvelope(id, &events.Suspended{Generation: 1, RestoreRef: "r1"}, events.Meta{}, t0)
+	again.Seq, again.Phase = 2, events.PhaseSuspended
+	gone, _ := events.NewEnvelope(id, &events.RetainedStateInvalidated{RestoreRef: "r1"}, events.Meta{}, t0)
+	gone.Seq, gone.Phase = 3, events.PhaseSuspended
+	for _, v := range check.Log([]events.Envelope{env, again, gone}, check.Options{}) {
+		fmt.Println(v)
+	}
+	// Output:
+	// sandbox 0193b0a4-0000-7000-8000-000000000001 seq 3: invariant 1: suspended on reference "r1", consumed or invalidated
+}

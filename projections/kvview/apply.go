@@ -78,7 +78,7 @@ func (v *View) ApplyBatch(ctx context.Context, envs []events.Envelope) error {
 	var groups []group
 	for _, env := range envs {
 		id := env.SandboxID
-		if !validKey(id) || id == checkpointKey {
+		if !viewKey(id) {
 			return fmt.Errorf("apply %s seq %d: invalid sandbox id %q", env.Type, env.Seq, id)
 		}
 		if env.Seq == 0 { // Fold would take it and set the view's seq back to 0
@@ -138,7 +138,7 @@ func (v *View) Flush(ctx context.Context) error {
 	return nil
 }
 
-// checkpointLocked raises the checkpoint key to what was applied, short of
+// checkpointLocked raises the checkpoint to what was applied, short of
 // the first held event. wmu is held.
 func (v *View) checkpointLocked(ctx context.Context) error {
 	seq := v.applied

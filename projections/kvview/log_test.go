@@ -133,7 +133,7 @@ func publishLog(tb testing.TB, js jetstream.JetStream, envs []events.Envelope) {
 	}
 }
 
-// dump is every key of v's bucket and its value, the checkpoint included.
+// dump is every key of v's bucket and its value.
 func dump(tb testing.TB, v *View) map[string]string {
 	tb.Helper()
 	ctx := context.Background()

@@ -69,7 +69,7 @@ func (v *View) List(ctx context.Context, q Query) (events.Page, error) {
 
 	page := events.Page{Items: make([]events.View, 0, min(limit, len(keys)))}
 	for _, id := range keys {
-		if id == checkpointKey {
+		if !viewKey(id) {
 			continue
 		}
 		view, err := v.Get(ctx, id)
@@ -154,7 +154,7 @@ func (v *View) scan(ctx context.Context, fn func(events.View)) error {
 			if e == nil { // every current value delivered
 				return nil
 			}
-			if e.Key() == checkpointKey {
+			if !viewKey(e.Key()) {
 				continue
 			}
 			view, err := decode(e)

@@ -37,10 +37,11 @@ type Config struct {
 	// HoldTransient is how long the writer may hold back a view whose new
 	// phase is transient (provisioning, starting, stopping, suspending,
 	// deleting) in case the outcome follows: then one write stores both.
-	// A sandbox's events usually come in runs (suspend_requested then
-	// suspended a millisecond later), so this saves most of the writes, and
-	// the fsyncs with --fsync=always, without delaying an outcome: a view in
-	// a settled phase is written at once, with whatever was held for it.
+	// A sandbox's events usually come in runs (suspend_requested, then
+	// suspended as soon as the driver answers), so this saves most of the
+	// writes, and the fsyncs with --fsync=always (the figures are in the
+	// README, Choices: "Reads"), without delaying an outcome: a view in a
+	// settled phase is written at once, with whatever was held for it.
 	// Readers see a transient phase up to this much later, or not at all
 	// when the outcome came first. Zero writes every view at once.
 	HoldTransient time.Duration

@@ -260,12 +260,8 @@ func TestConcurrentBatchWriters(t *testing.T) {
 func TestRebuildEqualsLiveProjection(t *testing.T) {
 	srv := natstest.Start(t)
 	ctx := context.Background()
-	store, err := jsstore.New(ctx, srv.JS, jsstore.Config{})
-	if err != nil {
-		t.Fatalf("store: %v", err)
-	}
 	log := randomLog(t, 4, 300, 4000)
-	publishLog(t, srv.JS, log)
+	store := storeWith(t, srv.JS, log)
 	last := uint64(len(log))
 
 	live := newView(t, srv.JS)

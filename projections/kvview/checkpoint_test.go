@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
-	"github.com/torpor/torpor/events/jsstore"
 	"github.com/torpor/torpor/events/natstest"
 )
 
@@ -65,12 +64,8 @@ func TestBucketHoldsViewsOnly(t *testing.T) {
 func TestCheckpointOfARebuildIsItsOwn(t *testing.T) {
 	srv := natstest.Start(t)
 	ctx := context.Background()
-	store, err := jsstore.New(ctx, srv.JS, jsstore.Config{})
-	if err != nil {
-		t.Fatalf("store: %v", err)
-	}
 	log := randomLog(t, 6, 10, 50)
-	publishLog(t, srv.JS, log)
+	store := storeWith(t, srv.JS, log)
 	live := newView(t, srv.JS)
 	applyBatch(t, live, log[:20]...)
 	if _, err := Rebuild(ctx, srv.JS, store, Config{Bucket: "torpor_phases_rebuild"}); err != nil {

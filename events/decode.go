@@ -6,11 +6,12 @@ import (
 )
 
 // DecodeEnvelope decodes the JSON body of a stored event as json.Unmarshal
-// would, several times faster on the bodies this module writes: a flat
-// object of known keys whose strings have no escapes. Anything else (an
-// escape, a null, an unknown or differently cased key, a data that is not an
-// object or array) is handed to json.Unmarshal, so the result is always
-// json.Unmarshal's. Replaying the log is bound by this decode.
+// would, several times faster (BenchmarkDecodeEnvelope measures both) on
+// the bodies this module writes: a flat object of known keys whose strings
+// have no escapes. Anything else (an escape, a null, an unknown or
+// differently cased key, a data that is not an object or array) is handed to
+// json.Unmarshal, so the result is always json.Unmarshal's. Replaying the
+// log is bound by this decode.
 func DecodeEnvelope(b []byte) (Envelope, error) {
 	if env, ok := decodeFast(b); ok {
 		return env, nil

@@ -9,8 +9,9 @@ import (
 // AppendJSON appends the JSON body of e, byte for byte what json.Marshal
 // writes, to b. Envelopes as NewEnvelope builds them (plain ASCII strings, a
 // UTC time, data NewEnvelope encoded itself, so already compact and
-// escaped) take a fast path several times faster; anything else is handed
-// to json.Marshal. Every append encodes one envelope.
+// escaped) take a fast path several times faster (BenchmarkEncodeEnvelope
+// measures both); anything else is handed to json.Marshal. Every append
+// encodes one envelope.
 func (e Envelope) AppendJSON(b []byte) ([]byte, error) {
 	if !e.plain() {
 		body, err := json.Marshal(e)

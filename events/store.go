@@ -44,6 +44,13 @@ type Store interface {
 	LastSeq(ctx context.Context) (uint64, error)
 }
 
+// PositionBucket is the NATS KV bucket where the followers of the
+// JetStream log keep their positions (Store.Follow keeps none for them):
+// follower name → the sequence of the last event it handled, in decimal.
+// jsstore's Position and the KV view's checkpoint both live there; the name
+// is here because neither of those packages may import the other.
+const PositionBucket = "torpor_positions"
+
 // FollowHandler handles a run of consecutive events of the log (see
 // Store.Follow); pending counts the events after the last of them.
 type FollowHandler func(ctx context.Context, envs []Envelope, pending uint64) error

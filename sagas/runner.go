@@ -178,6 +178,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	// Jobs are started only by dispatch, which has returned.
 	r.workers.Wait()
+	r.warm.Close() // no goroutine of the pool outlives Run
 	saver.Wait()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

@@ -53,6 +53,13 @@ func newHarness(t *testing.T, cfg sagas.Config) *harness {
 // waits for Run to return (also called at cleanup).
 func (h *harness) run(drv compute.Driver) (stop func()) {
 	h.t.Helper()
+	_, stop = h.start(drv)
+	return stop
+}
+
+// start is run that also returns the Runner.
+func (h *harness) start(drv compute.Driver) (r *sagas.Runner, stop func()) {
+	h.t.Helper()
 	r, err := sagas.New(h.store, position{h.store}, h.rec, compute.Registry{"sim": drv}, h.creds, h.cfg, zerolog.New(zerolog.NewTestWriter(h.t)))
 	if err != nil {
 		h.t.Fatal(err)
@@ -75,7 +82,7 @@ func (h *harness) run(drv compute.Driver) (stop func()) {
 		})
 	}
 	h.t.Cleanup(stop)
-	return stop
+	return r, stop
 }
 
 // sandbox is one sandbox's log as the test writes it: non-intent events
@@ -300,6 +307,24 @@ func TestStop(t *testing.T) {
 	h.run(newCounting(h.sim, ""))
 	in := sb.when(&events.StopRequested{Generation: 1})
 	sb.then(sb.outcome(in, 1), &events.Stopped{Generation: 1})
+}
+
+// TestNoGoroutineOutlivesRun: the goroutine a step ran on waits for the
+// next one only while the runner runs; when Run returns it has ended, long
+// before its keep-alive.
+func TestNoGoroutineOutlivesRun(t *testing.T) {
+	h := newHarness(t, sagas.Config{})
+	sb := h.ready(nil)
+	r, stop := h.start(newCounting(h.sim, ""))
+	in := sb.when(&events.StopRequested{Generation: 1})
+	sb.then(sb.outcome(in, 1), &events.Stopped{Generation: 1})
+	if sagas.WarmLive(r) == 0 {
+		t.Fatal("no goroutine in the pool after a step; the test would prove nothing")
+	}
+	stop()
+	if got := sagas.WarmLive(r); got != 0 {
+		t.Errorf("%d goroutines of the pool left after Run returned, want 0", got)
+	}
 }
 
 func TestSuspend(t *testing.T) {

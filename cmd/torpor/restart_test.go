@@ -164,11 +164,11 @@ func TestRestartWithoutPositions(t *testing.T) {
 		t.Fatal(err)
 	}
 	js, _ := jetstream.New(nc)
-	for bucket, key := range map[string]string{"torpor_positions": sagasPosition("local"), "torpor_phases": "_torpor.checkpoint"} {
-		kv, err := js.KeyValue(ctx, bucket)
-		if err != nil {
-			t.Fatal(err)
-		}
+	kv, err := js.KeyValue(ctx, "torpor_positions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{sagasPosition("local"), "kvview.torpor_phases"} {
 		if _, err := kv.Put(ctx, key, []byte("0")); err != nil {
 			t.Fatal(err)
 		}

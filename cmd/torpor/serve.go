@@ -40,11 +40,11 @@ type serveConfig struct {
 	Node       string
 	Deadline   time.Duration
 	// DuplicateWindow is how long the stream remembers message ids
-	// (jsstore.Config.DuplicateWindow). The server holds about 125 bytes
-	// of heap per append for that long, so at 20k events/s the default 2m
-	// keeps some 300 MB; a shorter window saves it, and a retried command
-	// older than the window is then caught only by the sandbox's last 32
-	// command ids.
+	// (jsstore.Config.DuplicateWindow). The server holds heap for every
+	// append for that long, so the window sets the memory a busy service
+	// needs (the figures are in the README, Choices: "Idempotency"); a
+	// shorter window saves it, and a retried command older than the window
+	// is then caught only by the sandbox's last 32 command ids.
 	DuplicateWindow time.Duration
 	// noProjection leaves the KV projection off (tests of catching up).
 	noProjection bool
@@ -81,8 +81,9 @@ var validNode = regexp.MustCompile(`^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$`)
 // viewHold is how long the KV view may hold back a transient phase for its
 // outcome (kvview.Config.HoldTransient): with the sim driver an outcome
 // follows its intent within a few milliseconds, and one write then stores
-// both (0.93 writes per event without, about 0.4 with). A reader sees a
-// transient phase at most this much later; outcomes are never held.
+// both, which halves the view's writes (the figures are in the README,
+// Choices: "Reads"). A reader sees a transient phase at most this much
+// later; outcomes are never held.
 const viewHold = 10 * time.Millisecond
 
 // sharedStore is the store with Follow served by a shared reading of the

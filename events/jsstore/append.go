@@ -26,10 +26,11 @@ const resolveTimeout = 2 * time.Second
 //
 // Cost: nats-server stages every atomic batch of a one-replica file-backed
 // stream in a file store of its own, created, synced and deleted per batch
-// (server/jetstream_batching.go, newBatchStore); on the 2-core machine of
-// BENCHMARKS.md a two-event batch took 8 to 15 ms against 0.2 to 0.4 ms for
-// one event. Callers append events that stand alone one at a time, and keep
-// batches for outcomes that must not be seen half written.
+// (server/jetstream_batching.go, newBatchStore), so even a two-event batch
+// takes many times as long as a single append (the figures are in the
+// README, Choices: "Atomic batches only where they matter"). Callers append
+// events that stand alone one at a time, and keep batches for outcomes that
+// must not be seen half written.
 //
 // An answer that leaves the outcome open (wrong last sequence, duplicate
 // inside a batch, timeout, no responders) is resolved by reading the

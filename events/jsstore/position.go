@@ -7,11 +7,13 @@ import (
 	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/torpor/torpor/events"
 )
 
 // PositionBucket is the KV bucket of followers' positions: follower name →
 // the sequence of the last event it handled, in decimal.
-const PositionBucket = "torpor_positions"
+const PositionBucket = events.PositionBucket
 
 // Position is a follower's checkpoint, kept in PositionBucket so that it
 // outlives the process: the follower passes it to Follow as after when it

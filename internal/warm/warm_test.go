@@ -3,6 +3,7 @@ package warm
 import (
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -74,6 +75,72 @@ func TestGoroutinesAreReusedThenEnd(t *testing.T) {
 	<-done
 	if got := q.started.Load(); got != 2 {
 		t.Errorf("%d goroutines started, want a second one after the first ended", got)
+	}
+}
+
+// TestCloseEndsEveryGoroutine: Close ends the idle goroutines at once (the
+// keep-alive is an hour) and returns only when the running tasks have
+// finished on theirs; then the pool holds none.
+func TestCloseEndsEveryGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New(time.Hour)
+		release, others := make(chan struct{}), make(chan struct{})
+		var finished sync.WaitGroup
+		finished.Add(3)
+		for i := range 3 {
+			p.Go(func() {
+				defer finished.Done()
+				if i == 0 {
+					<-release // still running when Close is called
+					return
+				}
+				<-others
+			})
+		}
+		synctest.Wait() // all three running, each on a goroutine of its own
+		close(others)
+		synctest.Wait() // two of them done, their goroutines idle
+		if got := p.Live(); got != 3 {
+			t.Fatalf("%d goroutines before Close, want 3 (one running, two idle)", got)
+		}
+
+		closed := make(chan struct{})
+		go func() { p.Close(); close(closed) }()
+		synctest.Wait()
+		select {
+		case <-closed:
+			t.Fatal("Close returned while a task was running")
+		default:
+		}
+		if got := p.Live(); got != 1 {
+			t.Errorf("%d goroutines while Close waits, want 1: the idle ones end at once", got)
+		}
+		close(release)
+		<-closed
+		if got := p.Live(); got != 0 {
+			t.Errorf("%d goroutines after Close, want 0", got)
+		}
+		finished.Wait()
+	})
+}
+
+// TestGoAfterCloseRunsOnTheCaller: a task given after Close runs before Go
+// returns, on no goroutine of the pool; Close may be called again.
+func TestGoAfterCloseRunsOnTheCaller(t *testing.T) {
+	p := New(time.Hour)
+	p.Go(func() {})
+	p.Close()
+	ran := false
+	p.Go(func() { ran = true })
+	if !ran {
+		t.Error("a task given after Close had not run when Go returned")
+	}
+	if got := p.started.Load(); got != 1 {
+		t.Errorf("%d goroutines started, want none after Close", got)
+	}
+	p.Close()
+	if got := p.Live(); got != 0 {
+		t.Errorf("%d goroutines after Close, want 0", got)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -79,7 +78,7 @@ func (v *View) ApplyBatch(ctx context.Context, envs []events.Envelope) error {
 	var groups []group
 	for _, env := range envs {
 		id := env.SandboxID
-		if !validKey(id) || id == checkpointKey {
+		if !viewKey(id) {
 			return fmt.Errorf("apply %s seq %d: invalid sandbox id %q", env.Type, env.Seq, id)
 		}
 		if env.Seq == 0 { // Fold would take it and set the view's seq back to 0
@@ -139,7 +138,7 @@ func (v *View) Flush(ctx context.Context) error {
 	return nil
 }
 
-// checkpointLocked raises the checkpoint key to what was applied, short of
+// checkpointLocked raises the checkpoint to what was applied, short of
 // the first held event. wmu is held.
 func (v *View) checkpointLocked(ctx context.Context) error {
 	seq := v.applied
@@ -393,62 +392,4 @@ func (v *View) forget(id string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	delete(v.cache, id)
-}
-
-// checkpointKey holds the highest seq the writer applied. It can never be a
-// sandbox id (events.CheckAppend refuses dots), and every reader leaves it
-// out.
-const checkpointKey = "_torpor.checkpoint"
-
-// checkpoint is the writer's copy of the checkpoint key.
-type checkpoint struct {
-	loaded bool
-	seq    uint64
-	rev    uint64 // 0: the key does not exist
-}
-
-// saveCheckpoint raises the checkpoint key to seq, after the views it covers
-// are stored; a checkpoint at or above seq stays. wmu is held.
-func (v *View) saveCheckpoint(ctx context.Context, seq uint64) error {
-	for try := 0; ; try++ {
-		if !v.cp.loaded {
-			cp, err := v.readCheckpoint(ctx)
-			if err != nil {
-				return err
-			}
-			v.cp = cp
-		}
-		// A bucket with views but no key is scanned for a checkpoint: write
-		// the key even at 0, when views were written while the first event
-		// was held.
-		if seq <= v.cp.seq && v.cp.rev != 0 {
-			return nil
-		}
-		rev, err := v.kv.Update(ctx, checkpointKey, strconv.AppendUint(nil, seq, 10), v.cp.rev)
-		if err == nil {
-			v.cp = checkpoint{loaded: true, seq: seq, rev: rev}
-			return nil
-		}
-		v.cp = checkpoint{}
-		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) || try >= conflictRetries {
-			return fmt.Errorf("put checkpoint %d: %w", seq, err)
-		}
-	}
-}
-
-// readCheckpoint reads the checkpoint key; found is false when the bucket
-// has none.
-func (v *View) readCheckpoint(ctx context.Context) (checkpoint, error) {
-	e, err := v.kv.Get(ctx, checkpointKey)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return checkpoint{loaded: true}, nil
-	case err != nil:
-		return checkpoint{}, fmt.Errorf("get checkpoint: %w", err)
-	}
-	seq, err := strconv.ParseUint(string(e.Value()), 10, 64)
-	if err != nil {
-		return checkpoint{}, fmt.Errorf("checkpoint rev %d: %w", e.Revision(), err)
-	}
-	return checkpoint{loaded: true, seq: seq, rev: e.Revision()}, nil
 }

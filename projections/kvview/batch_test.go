@@ -3,7 +3,6 @@ package kvview
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -84,9 +83,10 @@ func TestApplyBatchWritesEachViewOnce(t *testing.T) {
 	}
 	before := streamLast(t, v)
 	applyBatch(t, v, batch...)
-	// One write per sandbox and one for the checkpoint, whatever the events.
-	if got := streamLast(t, v) - before; got != 3 {
-		t.Errorf("writes for 50 events of 2 sandboxes = %d, want 3", got)
+	// One write per sandbox, whatever the events (the checkpoint is not in
+	// the view's bucket).
+	if got := streamLast(t, v) - before; got != 2 {
+		t.Errorf("writes for 50 events of 2 sandboxes = %d, want 2", got)
 	}
 	if got := get(t, v, a); got.Seq != 49 || got.Phase != events.PhaseReady {
 		t.Errorf("view of a: seq %d phase %s, want 49 ready", got.Seq, got.Phase)
@@ -116,7 +116,7 @@ func TestApplyBatchSkips(t *testing.T) {
 		writes uint64
 		cp     uint64
 	}{
-		{"older and equal seqs, then an unknown type: only the checkpoint moves", []events.Envelope{
+		{"older and equal seqs, then an unknown type: no view written, the checkpoint moves", []events.Envelope{
 			env(t, id, 3, events.PhaseError, &events.Exited{Generation: 1, Code: 2}),
 			env(t, id, 5, events.PhaseReady, &events.SupervisorAttached{Generation: 1}),
 			func() events.Envelope {
@@ -124,7 +124,7 @@ func TestApplyBatchSkips(t *testing.T) {
 				e.Type = "sandbox.from_the_future"
 				return e
 			}(),
-		}, 1, 7},
+		}, 0, 7},
 		{"everything already applied: no write at all", []events.Envelope{
 			env(t, id, 5, events.PhaseProvisioning, created(id, nil)),
 			unknown,
@@ -154,9 +154,9 @@ func TestApplyBatchRefuses(t *testing.T) {
 	v := newView(t, natstest.Start(t).JS)
 	id := newID(t)
 	for name, e := range map[string]events.Envelope{
-		"no seq":            env(t, id, 0, events.PhaseProvisioning, created(id, nil)),
-		"invalid id":        env(t, "a*b", 1, events.PhaseProvisioning, created("a*b-x", nil)),
-		"the checkpoint id": env(t, checkpointKey, 1, events.PhaseProvisioning, created("checkpoint", nil)),
+		"no seq":                 env(t, id, 0, events.PhaseProvisioning, created(id, nil)),
+		"invalid id":             env(t, "a*b", 1, events.PhaseProvisioning, created("a*b-x", nil)),
+		"the old checkpoint key": env(t, legacyKey, 1, events.PhaseProvisioning, created("checkpoint", nil)),
 	} {
 		if err := v.ApplyBatch(context.Background(), []events.Envelope{e}); err == nil {
 			t.Errorf("ApplyBatch with %s = nil, want an error", name)
@@ -202,57 +202,6 @@ func TestCheckpointOfBucketWithoutKey(t *testing.T) {
 		}
 	}
 	checkpointIs(t, v, 9)
-}
-
-func TestCheckpointKeyIsNoView(t *testing.T) {
-	v := newView(t, natstest.Start(t).JS)
-	id := newID(t)
-	applyBatch(t, v, env(t, id, 1, events.PhaseProvisioning, created(id, nil)),
-		env(t, id, 2, events.PhaseReady, &events.SupervisorAttached{Generation: 1}))
-	if _, ok := dump(t, v)[checkpointKey]; !ok {
-		t.Fatalf("bucket has no %s key", checkpointKey)
-	}
-	ctx := context.Background()
-	page, err := v.List(ctx, Query{})
-	if err != nil || len(page.Items) != 1 || page.Items[0].ID != id {
-		t.Errorf("List = %v, %v; want the one sandbox", ids(page.Items), err)
-	}
-	counts, err := v.Counts(ctx)
-	if err != nil || counts[events.PhaseReady] != 1 {
-		t.Errorf("Counts = %v, %v; want one ready", counts, err)
-	}
-	total := 0
-	for _, n := range counts {
-		total += n
-	}
-	if total != 1 {
-		t.Errorf("Counts total %d, want 1", total)
-	}
-	if _, err := v.Get(ctx, checkpointKey); !errors.Is(err, events.ErrNotFound) {
-		t.Errorf("Get(%s) = %v, want ErrNotFound", checkpointKey, err)
-	}
-	if _, err := v.Wait(ctx, checkpointKey, events.PhaseReady, 0); !errors.Is(err, events.ErrNotFound) {
-		t.Errorf("Wait(%s) = %v, want ErrNotFound", checkpointKey, err)
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ch, err := v.Watch(wctx, 0)
-	if err != nil {
-		t.Fatalf("Watch: %v", err)
-	}
-	// A later change comes after every current value: the checkpoint, moved
-	// by it, must not show up in between.
-	applyBatch(t, v, env(t, id, 3, events.PhaseStopping, &events.StopRequested{Generation: 1}))
-	for _, want := range []uint64{2, 3} {
-		select {
-		case got := <-ch:
-			if got.ID != id || got.Seq != want {
-				t.Errorf("watched %q at %d, want %s at %d", got.ID, got.Seq, id, want)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no view at %d watched", want)
-		}
-	}
 }
 
 func TestApplyBatchErrorDropsCache(t *testing.T) {
@@ -311,12 +260,8 @@ func TestConcurrentBatchWriters(t *testing.T) {
 func TestRebuildEqualsLiveProjection(t *testing.T) {
 	srv := natstest.Start(t)
 	ctx := context.Background()
-	store, err := jsstore.New(ctx, srv.JS, jsstore.Config{})
-	if err != nil {
-		t.Fatalf("store: %v", err)
-	}
 	log := randomLog(t, 4, 300, 4000)
-	publishLog(t, srv.JS, log)
+	store := storeWith(t, srv.JS, log)
 	last := uint64(len(log))
 
 	live := newView(t, srv.JS)
@@ -372,12 +317,12 @@ func TestRebuildEmptyLog(t *testing.T) {
 	}
 }
 
-// waitCheckpoint waits until v's checkpoint key reaches seq.
+// waitCheckpoint waits until v's checkpoint reaches seq.
 func waitCheckpoint(t *testing.T, v *View, seq uint64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	w, err := v.kv.Watch(ctx, checkpointKey)
+	w, err := v.pos.Watch(ctx, v.cpKey)
 	if err != nil {
 		t.Fatalf("watch checkpoint: %v", err)
 	}
@@ -398,9 +343,9 @@ func waitCheckpoint(t *testing.T, v *View, seq uint64) {
 	}
 }
 
-// TestCheckpointEveryHoldsBackAndFlushes: with CheckpointEvery the key is
-// written at most that often, never ahead of the views, and Flush writes the
-// rest; a new writer then starts from everything applied.
+// TestCheckpointEveryHoldsBackAndFlushes: with CheckpointEvery the
+// checkpoint is written at most that often, never ahead of the views, and
+// Flush writes the rest; a new writer then starts from everything applied.
 func TestCheckpointEveryHoldsBackAndFlushes(t *testing.T) {
 	srv := natstest.Start(t)
 	v, err := New(context.Background(), srv.JS, Config{CheckpointEvery: time.Hour})

@@ -225,12 +225,12 @@ func BenchmarkKVRunner(b *testing.B) {
 	perSecond(b, benchEvents, "events/s")
 }
 
-// watchSeq watches v's checkpoint key and returns a function that waits
+// watchSeq watches v's checkpoint and returns a function that waits
 // until it reaches seq.
 func watchSeq(b *testing.B, v *View, seq uint64) (wait func()) {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	w, err := v.kv.Watch(ctx, checkpointKey)
+	w, err := v.pos.Watch(ctx, v.cpKey)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -44,9 +44,9 @@ func TestHoldWritesAnOutcomeOnce(t *testing.T) {
 	if got.Phase != events.PhaseSuspended || got.Seq != 4 || !got.Restore.Held {
 		t.Errorf("view after the outcome: %+v, want suspended at 4 holding a reference", got)
 	}
-	// One view write and one checkpoint write.
-	if n := streamLast(t, v) - before; n != 2 {
-		t.Errorf("%d writes for suspend_requested + suspended, want 2 (view, checkpoint)", n)
+	// One view write for both.
+	if n := streamLast(t, v) - before; n != 1 {
+		t.Errorf("%d writes for suspend_requested + suspended, want 1", n)
 	}
 	checkpointIs(t, v, 4)
 }

@@ -133,7 +133,19 @@ func publishLog(tb testing.TB, js jetstream.JetStream, envs []events.Envelope) {
 	}
 }
 
-// dump is every key of v's bucket and its value, the checkpoint included.
+// storeWith is an event store on js whose fresh stream holds envs, at
+// sequences 1 to len(envs).
+func storeWith(tb testing.TB, js jetstream.JetStream, envs []events.Envelope) *jsstore.Store {
+	tb.Helper()
+	store, err := jsstore.New(context.Background(), js, jsstore.Config{})
+	if err != nil {
+		tb.Fatalf("store: %v", err)
+	}
+	publishLog(tb, js, envs)
+	return store
+}
+
+// dump is every key of v's bucket and its value.
 func dump(tb testing.TB, v *View) map[string]string {
 	tb.Helper()
 	ctx := context.Background()

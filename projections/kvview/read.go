@@ -69,7 +69,7 @@ func (v *View) List(ctx context.Context, q Query) (events.Page, error) {
 
 	page := events.Page{Items: make([]events.View, 0, min(limit, len(keys)))}
 	for _, id := range keys {
-		if id == checkpointKey {
+		if !viewKey(id) {
 			continue
 		}
 		view, err := v.Get(ctx, id)
@@ -136,28 +136,6 @@ func (v *View) Counts(ctx context.Context) (map[events.Phase]int, error) {
 	return counts, nil
 }
 
-// Checkpoint is the highest seq the writer applied: where a restarted
-// projection stands (projections.Checkpointer). It costs one read: every
-// batch stores it in the key _torpor.checkpoint of the bucket after the
-// views it covers (a key no sandbox can have: sandbox ids have no dots, and
-// every reader leaves it out). Only a bucket written before that key existed
-// is scanned, once, for the highest seq of its views.
-func (v *View) Checkpoint(ctx context.Context) (uint64, error) {
-	cp, err := v.readCheckpoint(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("checkpoint: %w", err)
-	}
-	if cp.rev != 0 {
-		return cp.seq, nil
-	}
-	var last uint64
-	err = v.scan(ctx, func(view events.View) { last = max(last, view.Seq) })
-	if err != nil {
-		return 0, fmt.Errorf("checkpoint: %w", err)
-	}
-	return last, nil
-}
-
 // scan calls fn with the current view of every key.
 func (v *View) scan(ctx context.Context, fn func(events.View)) error {
 	w, err := v.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
@@ -176,7 +154,7 @@ func (v *View) scan(ctx context.Context, fn func(events.View)) error {
 			if e == nil { // every current value delivered
 				return nil
 			}
-			if e.Key() == checkpointKey {
+			if !viewKey(e.Key()) {
 				continue
 			}
 			view, err := decode(e)

@@ -38,7 +38,8 @@ type RebuildStats struct {
 const rebuildChunks = 8
 
 // Rebuild folds the whole log from src into views in memory and writes them
-// all, with the checkpoint, to the bucket cfg.Bucket, which it creates; a
+// all to the bucket cfg.Bucket, which it creates, then their checkpoint
+// (under a key of cfg.Bucket's own in the positions bucket); a
 // bucket that already holds keys is refused (delete a failed rebuild's
 // bucket before trying again). The writes are pipelined async puts, each
 // conditional on its key not existing.
@@ -152,7 +153,7 @@ func (v *View) writeAll(ctx context.Context, views map[string]*events.View) (int
 	}
 	written := 0
 	for id, view := range views {
-		if !validKey(id) || id == checkpointKey {
+		if !viewKey(id) {
 			continue // no view can hold it; the live projection refuses it too
 		}
 		data, err := json.Marshal(view)

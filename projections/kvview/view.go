@@ -1,7 +1,8 @@
 // Package kvview keeps the phase view of every sandbox in the NATS KV bucket
 // torpor_phases (CONTRACT §4, §6): key the sandbox id, value the JSON of
-// events.View. It is both the projection that writes the bucket and the
-// reader the gateway serves get, list, wait, watch and phase counts from.
+// events.View; its checkpoint is kept beside the sagas' positions. It is both
+// the projection that writes the bucket and the reader the gateway serves
+// get, list, wait, watch and phase counts from.
 package kvview
 
 import (
@@ -9,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,7 +27,7 @@ type Config struct {
 	Replicas int
 	// CacheSize bounds the views the writer keeps in memory; default 100000.
 	CacheSize int
-	// CheckpointEvery is how often the checkpoint key is written: zero means
+	// CheckpointEvery is how often the checkpoint is written: zero means
 	// after every batch; a duration means at most once per that duration,
 	// the rest written by Flush when the writer stops. The views are always
 	// written first, so the checkpoint is never ahead of them; after a crash
@@ -35,10 +37,11 @@ type Config struct {
 	// HoldTransient is how long the writer may hold back a view whose new
 	// phase is transient (provisioning, starting, stopping, suspending,
 	// deleting) in case the outcome follows: then one write stores both.
-	// A sandbox's events usually come in runs (suspend_requested then
-	// suspended a millisecond later), so this saves most of the writes, and
-	// the fsyncs with --fsync=always, without delaying an outcome: a view in
-	// a settled phase is written at once, with whatever was held for it.
+	// A sandbox's events usually come in runs (suspend_requested, then
+	// suspended as soon as the driver answers), so this saves most of the
+	// writes, and the fsyncs with --fsync=always (the figures are in the
+	// README, Choices: "Reads"), without delaying an outcome: a view in a
+	// settled phase is written at once, with whatever was held for it.
 	// Readers see a transient phase up to this much later, or not at all
 	// when the outcome came first. Zero writes every view at once.
 	HoldTransient time.Duration
@@ -81,11 +84,15 @@ type View struct {
 	js  jetstream.JetStream
 	cfg Config
 	pre string // subject prefix of the bucket's keys: $KV.<bucket>.
+	// pos is the positions bucket, where the checkpoint is kept under
+	// cpKey (see checkpoint.go).
+	pos   jetstream.KeyValue
+	cpKey string
 
 	wmu sync.Mutex // one writer at a time: ApplyBatch, Flush, the hold timer
-	cp  checkpoint // the writer's copy of the checkpoint key; wmu held
+	cp  checkpoint // the writer's copy of the checkpoint; wmu held
 	// applied is the highest seq applied (written or held) and savedAt when
-	// the checkpoint key was last written (CheckpointEvery); wmu held.
+	// the checkpoint was last written (CheckpointEvery); wmu held.
 	applied uint64
 	savedAt time.Time
 	// held are the sandboxes whose events are folded but not written yet
@@ -104,7 +111,9 @@ type entry struct {
 	rev  uint64
 }
 
-// New creates the bucket, or binds to it when it exists.
+// New creates the bucket, or binds to it when it exists, and the positions
+// bucket its checkpoint goes to; it moves a checkpoint an older build kept
+// in the view's bucket over there.
 func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*View, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("kv view: %w", err)
@@ -120,7 +129,19 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*View, error)
 	if err != nil {
 		return nil, fmt.Errorf("kv view: bucket %s: %w", cfg.Bucket, err)
 	}
-	return &View{kv: kv, js: js, cfg: cfg, pre: keyPrefix(js, cfg.Bucket), cache: make(map[string]entry), held: map[string]group{}}, nil
+	pos, err := positions(ctx, js, cfg.Replicas)
+	if err != nil {
+		return nil, fmt.Errorf("kv view: bucket %s: %w", events.PositionBucket, err)
+	}
+	v := &View{kv: kv, js: js, cfg: cfg, pre: keyPrefix(js, cfg.Bucket), pos: pos, cpKey: checkpointKey(cfg.Bucket),
+		cache: make(map[string]entry), held: map[string]group{}}
+	if err := v.forgetStale(ctx); err != nil {
+		return nil, fmt.Errorf("kv view: %w", err)
+	}
+	if err := v.migrate(ctx); err != nil {
+		return nil, fmt.Errorf("kv view: %w", err)
+	}
+	return v, nil
 }
 
 // Name is the projection's name, in the runner's logs and errors.
@@ -137,7 +158,7 @@ func (v *View) Get(ctx context.Context, id string) (events.View, error) {
 
 // load reads the view of id and its revision from the bucket.
 func (v *View) load(ctx context.Context, id string) (events.View, uint64, error) {
-	if !validKey(id) || id == checkpointKey {
+	if !viewKey(id) {
 		return events.View{}, 0, fmt.Errorf("sandbox %q: %w", id, events.ErrNotFound)
 	}
 	e, err := v.kv.Get(ctx, id)
@@ -179,6 +200,13 @@ func keyPrefix(js jetstream.JetStream, bucket string) string {
 	}
 	return pre
 }
+
+// viewKey reports whether key can hold a view: a valid key without dots.
+// A sandbox id has none (events.CheckAppend refuses them), so a key with
+// dots is never a view: readers skip them all, the checkpoint an older build
+// kept in the bucket (legacyKey) among them, rather than that one key by
+// name.
+func viewKey(key string) bool { return validKey(key) && !strings.Contains(key, ".") }
 
 // validKey reports whether s can be a KV key without being a wildcard: the
 // characters NATS allows in a key, no empty tokens.

@@ -19,7 +19,7 @@ import (
 // the last view it saw (zero if none) and an error wrapping ctx.Err(), which
 // is context.DeadlineExceeded at a timeout.
 func (v *View) Wait(ctx context.Context, id string, phase events.Phase, after uint64) (events.View, error) {
-	if !validKey(id) || id == checkpointKey {
+	if !viewKey(id) {
 		return events.View{}, fmt.Errorf("sandbox %q: %w", id, events.ErrNotFound)
 	}
 	// The watch delivers the current value first, then every change: no
@@ -80,7 +80,7 @@ func (v *View) Watch(ctx context.Context, afterSeq uint64) (<-chan events.View, 
 				if !ok {
 					return
 				}
-				if e == nil || e.Key() == checkpointKey {
+				if e == nil || !viewKey(e.Key()) {
 					continue
 				}
 				view, err := decode(e)

@@ -96,6 +96,7 @@ func (b *Bus) Run(ctx context.Context) error {
 	_ = b.sub.Drain()
 	_ = b.srv.Stop()
 	b.wg.Wait()
+	b.warm.Close() // no goroutine of the pool outlives Run
 	return nil
 }
 

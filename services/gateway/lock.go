@@ -7,7 +7,8 @@ package gateway
 // resume saga records the consumption and then its outcome, and the
 // supervisor's attach report, which makes the sandbox ready, used to wait
 // behind both appends instead of one: under load that was one more append
-// round trip on the way to ready. FIFO hand-off takes it off.
+// round trip on the way to ready. FIFO hand-off takes it off (the README,
+// Performance, says where a resume's time to ready goes).
 //
 // It is a channel of capacity one: Lock sends, Unlock receives, and the
 // runtime queues blocked senders in order and passes the slot to the first.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/jsstore"
+	"github.com/torpor/torpor/internal/embedded"
 	"github.com/torpor/torpor/projections/kvview"
 	"github.com/torpor/torpor/services/gateway"
 )
@@ -293,7 +294,7 @@ func runGrowth(ctx context.Context, cfg benchConfig, log io.Writer) (*growthResu
 // grow appends n sandboxes of short events and nLong of long events to the
 // log under scfg.Data, with the service stopped.
 func grow(ctx context.Context, scfg serveConfig, n, short, nLong, long int) ([]string, []string, int, error) {
-	ns, err := embedded(scfg)
+	ns, err := embedded.Start(embedded.Config{Data: scfg.Data, Listen: scfg.NATSListen, Name: "torpor-bench-import"})
 	if err != nil {
 		return nil, nil, 0, err
 	}

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/natstest"
 	torpor "github.com/torpor/torpor/sdk/go"
 )
 
@@ -155,17 +155,9 @@ func TestRestartWithoutPositions(t *testing.T) {
 	}
 
 	// As if the service had crashed before it ever saved where it was.
-	ns, err := embedded(serveConfig{Data: dir, NATSListen: "127.0.0.1:0", Fsync: "interval", Node: "local"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, _ := jetstream.New(nc)
+	srv := natstest.StartWith(t, natstest.Options{Dir: dir})
 	for bucket, key := range map[string]string{"torpor_positions": sagasPosition("local"), "torpor_phases": "_torpor.checkpoint"} {
-		kv, err := js.KeyValue(ctx, bucket)
+		kv, err := srv.JS.KeyValue(ctx, bucket)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,9 +165,7 @@ func TestRestartWithoutPositions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	nc.Close()
-	ns.Shutdown()
-	ns.WaitForShutdown()
+	srv.Stop()
 
 	b := startApp(t, dir, nil)
 	c = torpor.New(b.HTTPAddr, nil)

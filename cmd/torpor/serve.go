@@ -7,10 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -22,6 +19,7 @@ import (
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/fanout"
 	"github.com/torpor/torpor/events/jsstore"
+	"github.com/torpor/torpor/internal/embedded"
 	"github.com/torpor/torpor/projections"
 	"github.com/torpor/torpor/projections/kvview"
 	"github.com/torpor/torpor/sagas"
@@ -66,11 +64,16 @@ func (c serveConfig) Validate() error {
 		return fmt.Errorf("--node %q: want 1 to 63 lower-case letters, digits, '-' or '_', starting and ending with a letter or digit (it names subjects and keys)", c.Node)
 	}
 	if c.NATSURL == "" {
-		if _, _, err := net.SplitHostPort(c.NATSListen); err != nil {
-			return fmt.Errorf("--nats-listen %q: %v", c.NATSListen, err)
+		if err := c.embedded().Validate(); err != nil {
+			return fmt.Errorf("--nats-listen: %w", err)
 		}
 	}
 	return nil
+}
+
+// embedded is the embedded NATS server of c, when it has no --nats-url.
+func (c serveConfig) embedded() embedded.Config {
+	return embedded.Config{Data: c.Data, Listen: c.NATSListen, SyncAlways: c.Fsync == "always", Name: "torpor-" + c.Node}
 }
 
 // validNode is what a node name may be: a sandbox name (as the gateway
@@ -131,7 +134,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	}()
 	url := cfg.NATSURL
 	if url == "" {
-		if a.ns, err = embedded(cfg); err != nil {
+		if a.ns, err = embedded.Start(cfg.embedded()); err != nil {
 			return nil, err
 		}
 		url = a.ns.ClientURL()
@@ -284,45 +287,6 @@ func (a *app) close() {
 		a.ns.Shutdown()
 		a.ns.WaitForShutdown()
 	}
-}
-
-// embedded starts the in-process nats-server with JetStream under cfg.Data.
-func embedded(cfg serveConfig) (*server.Server, error) {
-	host, portStr, _ := net.SplitHostPort(cfg.NATSListen)
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return nil, fmt.Errorf("--nats-listen %q: bad port", cfg.NATSListen)
-	}
-	if port == 0 {
-		port = server.RANDOM_PORT
-	}
-	dir, err := filepath.Abs(filepath.Join(cfg.Data, "jetstream"))
-	if err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("--data: %w", err)
-	}
-	opts := &server.Options{
-		ServerName: "torpor-" + cfg.Node,
-		Host:       host,
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   dir,
-		SyncAlways: cfg.Fsync == "always",
-		NoSigs:     true,
-		NoLog:      true,
-	}
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		return nil, fmt.Errorf("nats-server: %w", err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(30 * time.Second) {
-		ns.Shutdown()
-		return nil, errors.New("nats-server not ready in 30s")
-	}
-	return ns, nil
 }
 
 // credentials loads the supervisor credential secret from the KV bucket

@@ -21,6 +21,7 @@ import (
 	"github.com/torpor/torpor/events/jsstore"
 	"github.com/torpor/torpor/internal/embedded"
 	"github.com/torpor/torpor/projections/kvview"
+	"github.com/torpor/torpor/sagas"
 	"github.com/torpor/torpor/services/gateway"
 )
 
@@ -110,7 +111,7 @@ func settleSagas(ctx context.Context, js jetstream.JetStream) error {
 	if err != nil {
 		return err
 	}
-	pos, err := store.Position(ctx, sagasPosition("local"))
+	pos, err := store.Position(ctx, sagas.PositionKey("local"))
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/torpor/torpor/events/jsstore"
 	"github.com/torpor/torpor/events/natstest"
 	"github.com/torpor/torpor/events/storetest"
+	"github.com/torpor/torpor/sagas"
 )
 
 // TestRetireDurables: the durable consumers of earlier builds are removed;
@@ -54,7 +55,7 @@ func TestRetireDurables(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			pos, err := store.Position(ctx, sagasPosition("local"))
+			pos, err := store.Position(ctx, sagas.PositionKey("local"))
 			if err != nil {
 				t.Fatal(err)
 			}

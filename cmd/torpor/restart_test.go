@@ -12,6 +12,7 @@ import (
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/natstest"
+	"github.com/torpor/torpor/sagas"
 	torpor "github.com/torpor/torpor/sdk/go"
 )
 
@@ -156,7 +157,7 @@ func TestRestartWithoutPositions(t *testing.T) {
 
 	// As if the service had crashed before it ever saved where it was.
 	srv := natstest.StartWith(t, natstest.Options{Dir: dir})
-	for bucket, key := range map[string]string{"torpor_positions": sagasPosition("local"), "torpor_phases": "_torpor.checkpoint"} {
+	for bucket, key := range map[string]string{"torpor_positions": sagas.PositionKey("local"), "torpor_phases": "_torpor.checkpoint"} {
 		kv, err := srv.JS.KeyValue(ctx, bucket)
 		if err != nil {
 			t.Fatal(err)
@@ -169,7 +170,7 @@ func TestRestartWithoutPositions(t *testing.T) {
 
 	b := startApp(t, dir, nil)
 	c = torpor.New(b.HTTPAddr, nil)
-	pos, err := b.store.Position(ctx, sagasPosition("local"))
+	pos, err := b.store.Position(ctx, sagas.PositionKey("local"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -99,9 +99,6 @@ func (s sharedStore) Follow(ctx context.Context, after uint64, max int, h events
 	return s.log.Follow(ctx, after, max, h)
 }
 
-// sagasPosition names the KV key of node's saga runner position.
-func sagasPosition(node string) string { return "sagas." + node }
-
 // app is a running torpor service: every part started, the addresses bound.
 type app struct {
 	HTTPAddr string
@@ -169,7 +166,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, err
 	}
-	pos, err := store.Position(ctx, sagasPosition(cfg.Node))
+	pos, err := store.Position(ctx, sagas.PositionKey(cfg.Node))
 	if err != nil {
 		return nil, err
 	}

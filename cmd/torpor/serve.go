@@ -170,9 +170,6 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, err
 	}
-	if err := retireDurables(ctx, store, pos); err != nil {
-		return nil, err
-	}
 	// The sagas and the view follow the log through one shared reading: the
 	// server delivers each event once, the process decodes it once.
 	followed := sharedStore{Store: store, log: fanout.New(store)}

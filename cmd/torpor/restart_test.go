@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"maps"
 	"reflect"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/natstest"
@@ -52,12 +54,13 @@ func (w *eventWaiter) wait(t *testing.T, id, typ string) {
 	}
 }
 
-// TestRestartCatchesUp: the service stops with events not yet projected and a
-// suspension in flight; restarted on the same data directory, the view
-// catches up, the in-flight saga is re-driven, nothing is lost or duplicated.
+// TestRestartCatchesUp: the service stops with a suspension in flight, and
+// its phase view is lost while it is down; restarted on the same data
+// directory, the view is projected again from the whole log, the in-flight
+// saga is re-driven, nothing is lost or duplicated.
 func TestRestartCatchesUp(t *testing.T) {
 	dir := t.TempDir()
-	a := startApp(t, dir, func(c *serveConfig) { c.noProjection = true })
+	a := startApp(t, dir, nil)
 	c := torpor.New(a.HTTPAddr, nil)
 	w := watchLog(t, busConn(t, a))
 	ctx := context.Background()
@@ -84,6 +87,7 @@ func TestRestartCatchesUp(t *testing.T) {
 	if err := a.Stop(); err != nil { // mid-way: the driver call is under way
 		t.Fatalf("stop: %v", err)
 	}
+	forgetView(t, dir)
 
 	b := startApp(t, dir, nil)
 	c = torpor.New(b.HTTPAddr, nil)
@@ -109,6 +113,26 @@ func TestRestartCatchesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustWait(t, c, slow.ID, events.PhaseReady)
+}
+
+// forgetView deletes the KV phase view of the stopped service over dir, and
+// its checkpoint: the next start has every event of the log to project.
+func forgetView(t *testing.T, dir string) {
+	t.Helper()
+	srv := natstest.StartWith(t, natstest.Options{Dir: dir})
+	defer srv.Stop()
+	ctx := t.Context()
+	if err := srv.JS.DeleteKeyValue(ctx, "torpor_phases"); err != nil {
+		t.Fatalf("delete the view: %v", err)
+	}
+	// The checkpoint, once it moves out of the view's bucket, is kvview.torpor_phases in torpor_positions.
+	pos, err := srv.JS.KeyValue(ctx, "torpor_positions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pos.Delete(ctx, "kvview.torpor_phases"); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("delete the view's checkpoint: %v", err)
+	}
 }
 
 // TestRestartWithoutPositions: a crash before any position or checkpoint was

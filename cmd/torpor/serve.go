@@ -44,8 +44,6 @@ type serveConfig struct {
 	// older than the window is then caught only by the sandbox's last 32
 	// command ids.
 	DuplicateWindow time.Duration
-	// noProjection leaves the KV projection off (tests of catching up).
-	noProjection bool
 }
 
 func (c serveConfig) Validate() error {
@@ -193,9 +191,6 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		if !a.nc.IsConnected() {
 			return errors.New("not connected to NATS")
 		}
-		if cfg.noProjection {
-			return nil
-		}
 		lag, err := proj.Lag(ctx)
 		if err != nil {
 			return err
@@ -236,9 +231,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	}
 	run("bus", func() error { return bus.Run(ctx) })
 	run("sagas", func() error { return runner.Run(ctx) })
-	if !cfg.noProjection {
-		run("kvview", func() error { return proj.Run(ctx) })
-	}
+	run("kvview", func() error { return proj.Run(ctx) })
 	run("http", func() error {
 		if err := a.hsrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err

@@ -99,8 +99,8 @@ func (s sharedStore) Follow(ctx context.Context, after uint64, max int, h events
 
 // app is a running torpor service: every part started, the addresses bound.
 type app struct {
-	HTTPAddr string
-	NATSURL  string
+	httpAddr string
+	natsURL  string
 
 	ns     *server.Server
 	nc     *nats.Conn
@@ -111,8 +111,7 @@ type app struct {
 	js     jetstream.JetStream
 	store  *jsstore.Store
 	proj   *projections.Runner
-	// Ready reports whether the service may take traffic (/readyz).
-	Ready func(context.Context) error
+	ready  func(context.Context) error
 }
 
 // start binds and starts every part of the service; they run until ctx ends
@@ -134,7 +133,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		}
 		url = a.ns.ClientURL()
 	}
-	a.NATSURL = url
+	a.natsURL = url
 	if a.nc, err = nats.Connect(url, nats.Name("torpor "+cfg.Node), nats.MaxReconnects(-1), nats.SyncQueueLen(jsstore.SyncQueueLen)); err != nil {
 		return nil, fmt.Errorf("connect %s: %w", url, err)
 	}
@@ -185,7 +184,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, fmt.Errorf("--http %s: %w", cfg.HTTP, err)
 	}
-	a.HTTPAddr = ln.Addr().String()
+	a.httpAddr = ln.Addr().String()
 	a.js, a.store, a.proj = js, store, proj
 	ready := func(ctx context.Context) error {
 		if !a.nc.IsConnected() {
@@ -200,7 +199,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		}
 		return nil
 	}
-	a.Ready = ready
+	a.ready = ready
 	h := gateway.NewHTTP(svc, viewAdapter{view}, ready, log.With().Str("part", "http").Logger())
 	a.hsrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 
@@ -246,6 +245,21 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	})
 	return a, nil
 }
+
+// HTTPAddr is where the HTTP API listens.
+func (a *app) HTTPAddr() string { return a.httpAddr }
+
+// NATSURL is the URL of the NATS server the service runs on.
+func (a *app) NATSURL() string { return a.natsURL }
+
+// Server is the embedded NATS server, nil with --nats-url.
+func (a *app) Server() *server.Server { return a.ns }
+
+// Ready reports whether the service may take traffic (/readyz).
+func (a *app) Ready(ctx context.Context) error { return a.ready(ctx) }
+
+// ViewLag is how many events of the log the phase view has yet to apply.
+func (a *app) ViewLag(ctx context.Context) (uint64, error) { return a.proj.Lag(ctx) }
 
 // Stop ends every part and waits for them.
 func (a *app) Stop() error {

@@ -1,0 +1,219 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Mode is one durability mode's run.
+type Mode struct {
+	Fsync    string             `json:"fsync"`
+	Raw      Raw                `json:"raw"`
+	Pipeline Pipeline           `json:"pipeline"`
+	Latency  Latency            `json:"latency_ms"`
+	Ratios   map[string]float64 `json:"ratios"`
+}
+
+type Target struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	Cmp   string  `json:"cmp"`
+	Want  float64 `json:"want"`
+	Met   bool    `json:"met"`
+}
+
+// Report is the JSON document of `torpor bench -o json`. The top-level
+// raw, pipeline, latency_ms and ratios are the primary mode's (interval when
+// it ran).
+type Report struct {
+	Machine  map[string]any     `json:"machine"`
+	Config   map[string]any     `json:"config"`
+	Modes    []Mode             `json:"modes"`
+	Raw      Raw                `json:"raw"`
+	Pipeline Pipeline           `json:"pipeline"`
+	Latency  Latency            `json:"latency_ms"`
+	Growth   *Growth            `json:"growth,omitempty"`
+	Replay   *Replay            `json:"replay,omitempty"`
+	Ratios   map[string]float64 `json:"ratios"`
+	Targets  []Target           `json:"targets"`
+	Notes    []string           `json:"notes"`
+	Seconds  float64            `json:"seconds"`
+}
+
+// targets checks the issue's targets against what this run measured; the
+// p99 one only when halfMax, the latency run having offered half the closed
+// loop's rate.
+func (r *Report) targets(halfMax bool) {
+	add := func(name string, v float64, cmp string, want float64, ok bool) {
+		if !ok {
+			return
+		}
+		met := v >= want
+		if cmp == "<=" {
+			met = v <= want
+		}
+		r.Targets = append(r.Targets, Target{Name: name, Value: v, Cmp: cmp, Want: want, Met: met})
+	}
+	for _, m := range r.Modes {
+		v, ok := m.Ratios["pipeline_vs_raw_append"]
+		add("pipeline events/s ÷ raw async append ("+m.Fsync+")", v, ">=", 0.5, ok)
+		if m.Fsync == "interval" {
+			add("p99 ms at half the max rate (interval)", m.Latency.P99, "<=", 10, halfMax && m.Latency.Samples > 0)
+		}
+	}
+	if g := r.Growth; g != nil {
+		v, ok := r.Ratios["growth_latency_p50"]
+		add("command latency, largest fleet & longest history ÷ smallest (p50)", v, "<=", 1.25, ok)
+		add("heap bytes per idle sandbox", g.HeapPerSandboxBytes, "<=", 2048, g.HeapPerSandboxBytes > 0)
+		add(fmt.Sprintf("restart to ready with %d sandboxes (s)", g.RecoverySandboxes), g.RecoverySeconds, "<=", 3, g.RecoverySeconds > 0)
+	}
+	v, ok := r.Ratios["kv_rebuild_vs_raw_read"]
+	add("KV rebuild ÷ raw ordered read", v, ">=", 0.5, ok)
+}
+
+// print writes the report as tables, with the gap of every target missed.
+func (r *Report) Print(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "torpor bench — %v CPUs, %s, %s; transport %s, %d sandboxes, %d clients\n\n", r.Machine["cpus"], r.Machine["go"], r.Machine["os"], r.Pipeline.Transport, r.Pipeline.Sandboxes, r.Pipeline.Concurrency)
+	fmt.Fprintln(tw, "fsync\traw sync append/s\traw async append/s\traw ordered read/s\traw KV put/s\tpipeline events/s\ttransitions/s\tratio\tp50 ms\tp90 ms\tp99 ms\tmax ms\traw append p50 ms\traw append p99 ms\t")
+	for _, m := range r.Modes {
+		var rl Latency
+		if m.Raw.AppendLatency != nil {
+			rl = *m.Raw.AppendLatency
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", m.Fsync, m.Raw.AppendCheckSyncEPS, m.Raw.AppendCheckAsyncEPS,
+			m.Raw.OrderedReadEPS, m.Raw.KVPutEPS, m.Pipeline.EventsPerS, m.Pipeline.TransitionsPerS, m.Ratios["pipeline_vs_raw_append"],
+			m.Latency.P50, m.Latency.P90, m.Latency.P99, m.Latency.Max, rl.P50, rl.P99)
+	}
+	tw.Flush()
+	for _, m := range r.Modes {
+		if m.Raw.BusFloorEPS > 0 {
+			fmt.Fprintf(w, "bus floor (%s): %.0f events/s = %.2f of raw async; the pipeline runs at %.2f of it\n", m.Fsync, m.Raw.BusFloorEPS,
+				m.Ratios["bus_floor_vs_raw_append"], m.Ratios["pipeline_vs_bus_floor"])
+		}
+	}
+	for _, m := range r.Modes {
+		fmt.Fprintf(w, "cost (%s): closed loop %.2f ms CPU per transition, %.0f%% of the cores busy, %.1f server messages per event (a raw append: 2); open loop at half its rate %.2f ms per transition, %.0f%% busy\n",
+			m.Fsync, m.Pipeline.CPUMsPerTransition, 100*m.Pipeline.CoresBusy, m.Pipeline.ServerMsgsPerEvent, m.Latency.CPUMsPerTransition, 100*m.Latency.CoresBusy)
+	}
+	for _, m := range r.Modes {
+		if h := m.Latency.Host; h != nil {
+			fmt.Fprintf(w, "host (%s): during the latency run the machine ran slow (a %.0fµs chunk of arithmetic taking %d× its CPU time or more) for about %.0f ms in %d episodes, at worst %.0f× (closed loop: %s)\n",
+				m.Fsync, h.ChunkUS, probeSlow, h.SlowMS, h.Episodes, h.WorstX, m.Pipeline.Host.brief())
+		}
+	}
+	for _, m := range r.Modes {
+		var parts []string
+		for _, verb := range []string{"suspend", "resume"} {
+			if l := m.Latency.ByVerb[verb]; l != nil {
+				parts = append(parts, fmt.Sprintf("%s p50 %.2f p90 %.2f p99 %.2f ms", verb, l.P50, l.P90, l.P99))
+			}
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(w, "latency by command (%s): %s\n", m.Fsync, strings.Join(parts, "; "))
+		}
+	}
+	if v := r.Raw.SQLUpsertEPS; v != nil {
+		fmt.Fprintf(w, "raw batched SQL upsert (%v rows/tx + checkpoint): %.0f rows/s\n", r.Config["sql_rows_per_tx"], *v)
+	}
+	if g := r.Growth; g != nil {
+		fmt.Fprintln(w)
+		fmt.Fprintln(tw, "sandboxes\tevents/sandbox\tlog events\tfirst touch p50 ms\tsteady p50 ms\tsteady p99 ms\t")
+		for _, row := range g.Rows {
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t\n", row.Sandboxes, row.EventsPerSandbox, row.LogEvents, row.FirstTouch.P50, row.Steady.P50, row.Steady.P99)
+		}
+		tw.Flush()
+		fmt.Fprintf(w, "live view catch-up %.0f events/s; heap %.0f B per idle sandbox; restart to ready with %d sandboxes %.2fs\n", g.CatchUpEPS, g.HeapPerSandboxBytes, g.RecoverySandboxes, g.RecoverySeconds)
+	}
+	if rp := r.Replay; rp != nil {
+		fmt.Fprintf(w, "replay of %d events: raw ordered read %.0f/s, KV rebuild %.0f/s\n", rp.Events, rp.RawOrderedReadEPS, rp.KVRebuildEPS)
+	}
+	fmt.Fprintln(w)
+	for _, t := range r.Targets {
+		mark := "met"
+		if !t.Met {
+			gap := t.Value / t.Want
+			if t.Cmp == "<=" {
+				gap = t.Want / t.Value
+			}
+			mark = fmt.Sprintf("MISSED (at %.0f%% of the target)", 100*gap)
+		}
+		fmt.Fprintf(w, "target %-66s %10.3f %s %-8g %s\n", t.Name, t.Value, t.Cmp, t.Want, mark)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintln(w, "note:", strings.TrimSpace(n))
+	}
+	fmt.Fprintf(w, "\nran %.0fs\n", r.Seconds)
+}
+
+// markdown writes BENCHMARKS.md: the machine, the exact command, the tables.
+func (r *Report) Markdown(w io.Writer, command string) {
+	cpu := "unknown CPU"
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				cpu = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	fmt.Fprintf(w, "# torpor benchmarks\n\nGenerated by `task benchmarks` (`%s`) on %s.\n\n", command, time.Now().UTC().Format("2006-01-02"))
+	fmt.Fprintf(w, "Machine: %v CPUs (%s), %s, %s. Every figure below was measured in this one run; the\n", r.Machine["cpus"], cpu, r.Machine["go"], r.Machine["os"])
+	fmt.Fprintf(w, "ratios compare the pipeline with the raw bus measured on the same embedded server in the same run.\n\n")
+	fmt.Fprintln(w, "```")
+	r.Print(w)
+	fmt.Fprintln(w, "```")
+	fmt.Fprint(w, benchmarksNotes)
+}
+
+// benchmarksNotes explains the figures in BENCHMARKS.md.
+const benchmarksNotes = `
+## Reading the figures
+
+- **raw**: JetStream appends with the expected-last-subject-sequence check (one publisher
+  waiting for each ack; an async window of --concurrency publishes over --sandboxes
+  subjects), an ordered-consumer read of what was written, KV puts from --concurrency writers.
+- **raw batched SQL upsert** (with --database-url): one writer upserting phase-view rows
+  over --sandboxes keys, up to 500 rows a transaction with a checkpoint row, through
+  cockroach-go's retry helper; the denominator of the SQL view's rebuild, which is not built yet.
+- **bus floor**: the raw async append again, with the bus work the pipeline does per event
+  on top and none of its logic: a KV put for every second event (the view's writes), a
+  delivery to one ordered consumer (the reading the sagas and the view share), a KV watch
+  on another connection (the clients). No commands, supervisor reports, JSON or state machine: the most the substrate
+  allows the pipeline on this machine.
+- **pipeline**: --sandboxes sim sandboxes, --concurrency clients on the bus, each cycling its
+  share through suspend → suspended → resume → ready; a transition counts once the KV phase
+  view shows it; events/s counts everything appended to TORPOR_EVENTS meanwhile (requests,
+  outcomes, supervisor attaches).
+- **latency**: an open loop offering half the measured transitions/s, suspends and resumes in
+  turn as in the closed loop, each command on an idle sandbox, sent when it comes due (a late
+  loop catches up rather than offering less), timed from sending the command to the view
+  showing its outcome. **raw append p50/p99** is one append with the check at a time,
+  offered at the same rate on the same server right after: the latency of a single hop. A suspend's path from command to view
+  is about eight such hops (request, append, reply, saga delivery, outcome append,
+  projection delivery, KV put, watch delivery); a resume's adds the consumption, the
+  supervisor's report and its append. **latency by command** splits the same samples
+  into suspends and resumes.
+- **cost**: this process's CPU time per transition (service, embedded server and the bench's
+  clients together) and the share of the cores it kept busy, in the closed loop and in the
+  open loop; and the messages the server took in and sent out per event appended, where a
+  raw append is two (the publish and its ack). Fewer commands in flight batch less, so a
+  transition costs more CPU in the open loop than in the closed one.
+- **host**: a probe thread times a small chunk of arithmetic every 5 ms in its own CPU
+  time, which the guest's scheduler cannot inflate; a chunk that takes five times its usual
+  time means the machine under this one ran it slower (on a virtual machine: the host gave
+  the processors to someone else, or was busy backing the guest's memory). Every latency
+  in such a window stretches with it, so a latency run with slow episodes says as much
+  about the host as about the service.
+- **growth** (fsync interval): settled histories imported straight into the log, then the
+  service restarted at each size; latency is sampled on 200 sandboxes (and 100 with the long
+  history), the first command on each (cold cache: history loaded) apart from the rest.
+  Heap per idle sandbox is the live heap difference between the largest and smallest size,
+  embedded NATS server included.
+- **replay**: the whole log read with an ordered consumer (no decoding), next to a rebuild of
+  the KV view into a fresh bucket.
+`

@@ -78,3 +78,32 @@ func TestImportArrows(t *testing.T) {
 		t.Fatalf("checked %d packages; go list found too few", checked)
 	}
 }
+
+// TestBenchImportedByCmdAlone: the bench harness is imported by cmd/torpor
+// and by nothing else of ours, not even a test: it starts the whole
+// service, and a package that leaned on it would carry the bench (pgx,
+// cockroach-go, the load generators) along.
+func TestBenchImportedByCmdAlone(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}:{{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}`, module+"...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	importers := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, imports, _ := strings.Cut(line, ":")
+		pkg = strings.TrimPrefix(pkg, module)
+		for _, imp := range strings.Fields(imports) {
+			if imp != module+"bench" || under(pkg, "bench") {
+				continue
+			}
+			if pkg != "cmd/torpor" {
+				t.Errorf("%s imports bench: only cmd/torpor may", pkg)
+				continue
+			}
+			importers++
+		}
+	}
+	if importers == 0 {
+		t.Error("cmd/torpor does not import bench: go list found no importer at all")
+	}
+}

@@ -21,8 +21,6 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	torpor "github.com/torpor/torpor/sdk/go"
 )
 
 // Service is a running torpor service as `torpor serve` wires it.
@@ -163,7 +161,7 @@ func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*R
 		rep.Modes = append(rep.Modes, mr)
 	}
 	primary := rep.Modes[0]
-	rep.Raw, rep.Pipeline, rep.Latency = primary.Raw, primary.Pipeline, primary.Latency
+	rep.Raw, rep.Pipeline, rep.Latency, rep.HTTP = primary.Raw, primary.Pipeline, primary.Latency, primary.HTTP
 	for k, v := range primary.Ratios {
 		rep.Ratios[k] = v
 	}
@@ -252,7 +250,7 @@ func RunMode(ctx context.Context, cfg Config, fsync string, start Starter) (Mode
 	if err != nil {
 		return mr, err
 	}
-	cmd := commanderFor(cfg.Transport, svc, nc)
+	cmd := commanderFor(cfg.Transport, svc, nc, cfg.Concurrency)
 	ids, createRate, err := createReady(ctx, cmd, vw, cfg.Sandboxes, cfg.Concurrency)
 	if err != nil {
 		return mr, err
@@ -270,12 +268,13 @@ func RunMode(ctx context.Context, cfg Config, fsync string, start Starter) (Mode
 		return mr, err
 	}
 	stopProbe := probeHost()
-	transitions, secs, err := cycle(ctx, cmd, vw, ids, cfg.Concurrency, cfg.Duration)
+	loop, err := cycle(ctx, viewStep(cmd, vw), ids, cfg.Concurrency, cfg.Duration)
 	host := stopProbe()
 	stopProfile()
 	if err != nil {
 		return mr, err
 	}
+	transitions, secs := loop.transitions, loop.secs
 	c1, err := readCost(svc.Server())
 	if err != nil {
 		return mr, err
@@ -290,22 +289,34 @@ func RunMode(ctx context.Context, cfg Config, fsync string, start Starter) (Mode
 		EventsPerS: float64(after-before) / secs, CreateToReadyPerS: createRate, ViewWrites: viewsAfter - viewsBefore,
 	}
 	mr.Pipeline.CPUMsPerTransition, mr.Pipeline.CoresBusy, mr.Pipeline.ServerMsgsPerEvent = c1.spent(c0, int(transitions), after-before)
+	mr.Pipeline.P50, mr.Pipeline.P90, mr.Pipeline.P99, _ = percentiles(loop.lats)
 	mr.Pipeline.Host = host
-	stopProbe = probeHost()
+
+	// The closed loop again, over HTTP with the SDK's wait, on the same
+	// sandboxes (the closed loop leaves every one ready).
+	if mr.HTTP, err = httpLoop(ctx, svc, ids, cfg.Concurrency, cfg.Duration); err != nil {
+		return mr, err
+	}
+	if mr.Pipeline.TransitionsPerS > 0 && mr.Pipeline.P50 > 0 {
+		mr.Ratios["http_vs_closed_loop_transitions"] = mr.HTTP.TransitionsPerS / mr.Pipeline.TransitionsPerS
+		mr.Ratios["http_vs_closed_loop_p50"] = mr.HTTP.P50 / mr.Pipeline.P50
+	}
+
 	rate := mr.Pipeline.TransitionsPerS / 2
 	if cfg.Rate > 0 {
 		rate = cfg.Rate
 	}
-	mr.Latency, err = openLoop(ctx, cmd, vw, ids, rate, cfg.Duration)
+	stopProbe = probeHost()
+	cl, err := costOf(svc.Server(), func() (int, error) {
+		var lerr error
+		mr.Latency, lerr = openLoop(ctx, cmd, vw, ids, rate, cfg.Duration)
+		return mr.Latency.Samples, lerr
+	})
 	mr.Latency.Host = stopProbe()
 	if err != nil {
 		return mr, err
 	}
-	c2, err := readCost(svc.Server())
-	if err != nil {
-		return mr, err
-	}
-	mr.Latency.CPUMsPerTransition, mr.Latency.CoresBusy, _ = c2.spent(c1, mr.Latency.Samples, 0)
+	mr.Latency.CPUMsPerTransition, mr.Latency.CoresBusy = cl.msPerTransition, cl.coresBusy
 	raw, err := rawAppendLatency(ctx, nc, cfg.Sandboxes, mr.Latency.OfferedPerS, min(cfg.Duration/3, 3*time.Second))
 	if err != nil {
 		return mr, err
@@ -324,9 +335,10 @@ func RunMode(ctx context.Context, cfg Config, fsync string, start Starter) (Mode
 	return mr, nil
 }
 
-func commanderFor(transport string, svc Service, nc *nats.Conn) commander {
+// commanderFor is the command path of transport to svc, for conns clients.
+func commanderFor(transport string, svc Service, nc *nats.Conn, conns int) commander {
 	if transport == "http" {
-		return httpCommander{c: torpor.New(svc.HTTPAddr(), nil)}
+		return httpCommander{c: httpClient(svc.HTTPAddr(), conns)}
 	}
 	return busCommander{nc: nc}
 }

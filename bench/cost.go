@@ -48,3 +48,26 @@ func (c cost) spent(c0 cost, transitions int, events uint64) (msPerTransition, c
 	}
 	return msPerTransition, coresBusy, msgsPerEvent
 }
+
+// sectionCost is what a section of transitions cost: CPU ms per transition
+// and the share of the cores busy meanwhile.
+type sectionCost struct{ msPerTransition, coresBusy float64 }
+
+// costOf runs f, which returns how many transitions it made, and says what
+// it cost, read from ns and this process before and after.
+func costOf(ns *server.Server, f func() (int, error)) (sectionCost, error) {
+	c0, err := readCost(ns)
+	if err != nil {
+		return sectionCost{}, err
+	}
+	n, err := f()
+	if err != nil {
+		return sectionCost{}, err
+	}
+	c1, err := readCost(ns)
+	if err != nil {
+		return sectionCost{}, err
+	}
+	ms, busy, _ := c1.spent(c0, n, 0)
+	return sectionCost{msPerTransition: ms, coresBusy: busy}, nil
+}

@@ -363,8 +363,8 @@ func measureGrowth(ctx context.Context, cfg Config, svc Service, short, long []s
 	if err != nil {
 		return nil, err
 	}
-	cmd := commanderFor(cfg.Transport, svc, nc)
 	clients := min(8, cfg.Concurrency)
+	cmd := commanderFor(cfg.Transport, svc, nc, clients)
 	var rows []GrowthRow
 	for _, set := range []struct {
 		ids []string

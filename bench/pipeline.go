@@ -228,6 +228,11 @@ type Pipeline struct {
 	TransitionsPerS   float64 `json:"transitions_per_s"`
 	EventsPerS        float64 `json:"events_per_s"`
 	CreateToReadyPerS float64 `json:"create_to_ready_per_s"`
+	// P50, P90 and P99 time the closed loop's transitions, from sending
+	// the command to the view showing its outcome, in milliseconds.
+	P50 float64 `json:"p50_ms"`
+	P90 float64 `json:"p90_ms"`
+	P99 float64 `json:"p99_ms"`
 	// CPUMsPerTransition is this process's CPU time (service, embedded
 	// server and the bench's clients) per transition, and CoresBusy the
 	// share of the cores it kept busy.
@@ -240,15 +245,34 @@ type Pipeline struct {
 	Host *Host `json:"host,omitempty"`
 }
 
+// stepFunc sends verb to sandbox id and returns once its outcome, the
+// phase target, is visible to the client.
+type stepFunc func(ctx context.Context, verb, id string, target events.Phase) error
+
+// viewStep is step through cmd and the bench's own watch of the view.
+func viewStep(cmd commander, vw *viewWaiter) stepFunc {
+	return func(ctx context.Context, verb, id string, target events.Phase) error {
+		return step(ctx, cmd, vw, verb, id, target)
+	}
+}
+
+// closed is what a closed loop measured: the transitions made, the seconds
+// it ran, and the latency of each transition.
+type closed struct {
+	transitions int64
+	secs        float64
+	lats        []time.Duration
+}
+
 // cycle runs c clients, each cycling its share of ids through suspend →
-// suspended → resume → ready, for d; a transition counts once the view shows
-// it.
-func cycle(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, c int, d time.Duration) (int64, float64, error) {
+// suspended → resume → ready with step, for d; a transition counts, and is
+// timed, once step returns.
+func cycle(ctx context.Context, step stepFunc, ids []string, c int, d time.Duration) (closed, error) {
 	var (
-		transitions atomic.Int64
-		wg          sync.WaitGroup
-		mu          sync.Mutex
-		ferr        error
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		ferr error
+		res  closed
 	)
 	until := time.Now().Add(d)
 	start := time.Now()
@@ -260,25 +284,36 @@ func cycle(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, c i
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// Each client keeps its own latencies: a lock per transition
+			// would be load the service does not have.
+			var lats []time.Duration
+			defer func() {
+				mu.Lock()
+				res.lats = append(res.lats, lats...)
+				mu.Unlock()
+			}()
 			for k := 0; time.Now().Before(until); k++ {
 				id := mine[k%len(mine)]
 				for _, s := range []struct {
 					verb   string
 					target events.Phase
 				}{{"suspend", events.PhaseSuspended}, {"resume", events.PhaseReady}} {
-					if err := step(ctx, cmd, vw, s.verb, id, s.target); err != nil {
+					t0 := time.Now()
+					if err := step(ctx, s.verb, id, s.target); err != nil {
 						mu.Lock()
 						ferr = errors.Join(ferr, err)
 						mu.Unlock()
 						return
 					}
-					transitions.Add(1)
+					lats = append(lats, time.Since(t0))
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	return transitions.Load(), time.Since(start).Seconds(), ferr
+	res.secs = time.Since(start).Seconds()
+	res.transitions = int64(len(res.lats))
+	return res, ferr
 }
 
 // share is client w's part of ids when c clients split them: the ids at w,

@@ -15,6 +15,7 @@ type Mode struct {
 	Raw      Raw                `json:"raw"`
 	Pipeline Pipeline           `json:"pipeline"`
 	Latency  Latency            `json:"latency_ms"`
+	HTTP     HTTPLoop           `json:"http_closed_loop"`
 	Ratios   map[string]float64 `json:"ratios"`
 }
 
@@ -27,8 +28,8 @@ type Target struct {
 }
 
 // Report is the JSON document of `torpor bench -o json`. The top-level
-// raw, pipeline, latency_ms and ratios are the primary mode's (interval when
-// it ran).
+// raw, pipeline, latency_ms, http_closed_loop and ratios are the primary
+// mode's (interval when it ran).
 type Report struct {
 	Machine  map[string]any     `json:"machine"`
 	Config   map[string]any     `json:"config"`
@@ -36,6 +37,7 @@ type Report struct {
 	Raw      Raw                `json:"raw"`
 	Pipeline Pipeline           `json:"pipeline"`
 	Latency  Latency            `json:"latency_ms"`
+	HTTP     HTTPLoop           `json:"http_closed_loop"`
 	Growth   *Growth            `json:"growth,omitempty"`
 	Replay   *Replay            `json:"replay,omitempty"`
 	Ratios   map[string]float64 `json:"ratios"`
@@ -95,6 +97,12 @@ func (r *Report) Print(w io.Writer) {
 			fmt.Fprintf(w, "bus floor (%s): %.0f events/s = %.2f of raw async; the pipeline runs at %.2f of it\n", m.Fsync, m.Raw.BusFloorEPS,
 				m.Ratios["bus_floor_vs_raw_append"], m.Ratios["pipeline_vs_bus_floor"])
 		}
+	}
+	for _, m := range r.Modes {
+		p, h := m.Pipeline, m.HTTP
+		fmt.Fprintf(w, "closed loop (%s): over %s %.0f transitions/s, p50 %.2f p99 %.2f ms; over HTTP with the SDK's wait %.0f transitions/s, p50 %.2f p99 %.2f ms: %.2f of the transitions/s, %.2f× the p50\n",
+			m.Fsync, p.Transport, p.TransitionsPerS, p.P50, p.P99, h.TransitionsPerS, h.P50, h.P99,
+			m.Ratios["http_vs_closed_loop_transitions"], m.Ratios["http_vs_closed_loop_p50"])
 	}
 	for _, m := range r.Modes {
 		fmt.Fprintf(w, "cost (%s): closed loop %.2f ms CPU per transition, %.0f%% of the cores busy, %.1f server messages per event (a raw append: 2); open loop at half its rate %.2f ms per transition, %.0f%% busy\n",

@@ -82,21 +82,29 @@ func TestBenchQuickReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, v := range map[string]float64{
-		"raw.append_check_async_eps":       rep.Raw.AppendCheckAsyncEPS,
-		"raw.ordered_read_eps":             rep.Raw.OrderedReadEPS,
-		"pipeline.events_per_s":            rep.Pipeline.EventsPerS,
-		"pipeline.transitions_per_s":       rep.Pipeline.TransitionsPerS,
-		"latency_ms.p50":                   rep.Latency.P50,
-		"latency_ms.p99":                   rep.Latency.P99,
-		"ratios.pipeline_vs_raw_append":    rep.Ratios["pipeline_vs_raw_append"],
-		"ratios.kv_rebuild_vs_raw_read":    rep.Ratios["kv_rebuild_vs_raw_read"],
-		"growth.heap_per_sandbox_bytes":    rep.Growth.HeapPerSandboxBytes,
-		"growth.recovery_seconds":          rep.Growth.RecoverySeconds,
-		"replay.kv_rebuild_eps":            rep.Replay.KVRebuildEPS,
-		"raw.append_latency_ms.p99":        rep.Raw.AppendLatency.P99,
-		"pipeline.cpu_ms_per_transition":   rep.Pipeline.CPUMsPerTransition,
-		"pipeline.cores_busy":              rep.Pipeline.CoresBusy,
-		"latency_ms.cpu_ms_per_transition": rep.Latency.CPUMsPerTransition,
+		"raw.append_check_async_eps":             rep.Raw.AppendCheckAsyncEPS,
+		"raw.ordered_read_eps":                   rep.Raw.OrderedReadEPS,
+		"pipeline.events_per_s":                  rep.Pipeline.EventsPerS,
+		"pipeline.transitions_per_s":             rep.Pipeline.TransitionsPerS,
+		"latency_ms.p50":                         rep.Latency.P50,
+		"latency_ms.p99":                         rep.Latency.P99,
+		"ratios.pipeline_vs_raw_append":          rep.Ratios["pipeline_vs_raw_append"],
+		"ratios.kv_rebuild_vs_raw_read":          rep.Ratios["kv_rebuild_vs_raw_read"],
+		"growth.heap_per_sandbox_bytes":          rep.Growth.HeapPerSandboxBytes,
+		"growth.recovery_seconds":                rep.Growth.RecoverySeconds,
+		"replay.kv_rebuild_eps":                  rep.Replay.KVRebuildEPS,
+		"raw.append_latency_ms.p99":              rep.Raw.AppendLatency.P99,
+		"pipeline.cpu_ms_per_transition":         rep.Pipeline.CPUMsPerTransition,
+		"pipeline.cores_busy":                    rep.Pipeline.CoresBusy,
+		"latency_ms.cpu_ms_per_transition":       rep.Latency.CPUMsPerTransition,
+		"pipeline.p50_ms":                        rep.Pipeline.P50,
+		"pipeline.p99_ms":                        rep.Pipeline.P99,
+		"http_closed_loop.transitions_per_s":     rep.HTTP.TransitionsPerS,
+		"http_closed_loop.p50_ms":                rep.HTTP.P50,
+		"http_closed_loop.p99_ms":                rep.HTTP.P99,
+		"http_closed_loop.cpu_ms_per_transition": rep.HTTP.CPUMsPerTransition,
+		"ratios.http_vs_closed_loop_transitions": rep.Ratios["http_vs_closed_loop_transitions"],
+		"ratios.http_vs_closed_loop_p50":         rep.Ratios["http_vs_closed_loop_p50"],
 	} {
 		if !(v > 0) {
 			t.Errorf("%s = %v, want a measured figure", name, v)
@@ -133,6 +141,12 @@ func TestBenchQuickReport(t *testing.T) {
 				t.Errorf("%s = %+v, want the probe's chunks", name, h)
 			}
 		}
+	}
+	// The HTTP loop's clients cycle through suspend and resume in pairs, as
+	// the closed loop's do, and the ratios are of the two loops' figures.
+	if h := rep.HTTP; h.Transitions%2 != 0 || h.Concurrency != cfg.Concurrency ||
+		rep.Ratios["http_vs_closed_loop_transitions"] != h.TransitionsPerS/rep.Pipeline.TransitionsPerS {
+		t.Errorf("http_closed_loop = %+v, ratios %v", h, rep.Ratios)
 	}
 	if b := rep.Pipeline.CoresBusy; b > 1.05 {
 		t.Errorf("pipeline.cores_busy = %.2f, more than every core", b)

@@ -48,8 +48,9 @@ type Config struct {
 	Quick       bool
 	Transport   string // bus or http
 	Duration    time.Duration
-	// Rate is the latency run's offered transitions/s; 0 means half the
-	// closed loop's measured rate, the rate the p99 target is set at.
+	// Rate is the offered transitions/s of the latency figure run; 0 means
+	// half the closed loop's measured rate. The p99 target's run finds its
+	// own rate, whatever Rate is.
 	Rate        float64
 	DatabaseURL string
 	CPUProfile  string
@@ -130,7 +131,7 @@ func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*R
 	rep := &Report{
 		Machine: map[string]any{"host": host, "cpus": runtime.NumCPU(), "go": runtime.Version(), "os": runtime.GOOS + "/" + runtime.GOARCH},
 		Config: map[string]any{"sandboxes": cfg.Sandboxes, "concurrency": cfg.Concurrency, "fsync": cfg.Fsync, "quick": cfg.Quick,
-			"transport": cfg.Transport, "duration": cfg.Duration.String(), "growth_sizes": cfg.Sizes},
+			"transport": cfg.Transport, "duration": cfg.Duration.String(), "growth_sizes": cfg.Sizes, "rate": cfg.Rate},
 		Ratios: map[string]float64{},
 	}
 	// The SQL upsert does not depend on the bus: it runs once, first, so a
@@ -161,7 +162,7 @@ func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*R
 		rep.Modes = append(rep.Modes, mr)
 	}
 	primary := rep.Modes[0]
-	rep.Raw, rep.Pipeline, rep.Latency, rep.HTTP = primary.Raw, primary.Pipeline, primary.Latency, primary.HTTP
+	rep.Raw, rep.Pipeline, rep.Latency, rep.Busy, rep.HTTP = primary.Raw, primary.Pipeline, primary.Latency, primary.Busy, primary.HTTP
 	for k, v := range primary.Ratios {
 		rep.Ratios[k] = v
 	}
@@ -180,9 +181,19 @@ func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*R
 			rep.Ratios["kv_rebuild_vs_raw_read"] = r.KVRebuildEPS / r.RawOrderedReadEPS
 		}
 	}
-	rep.targets(cfg.Rate == 0)
+	rep.targets()
 	if cfg.Rate > 0 {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("the latency run offered --rate %g transitions/s, not half the measured maximum: the p99 target was not judged", cfg.Rate))
+		rep.Notes = append(rep.Notes, fmt.Sprintf("the latency figure run offered --rate %g transitions/s, not half the measured maximum; the p99 target's run found its own rate", cfg.Rate))
+	}
+	for _, m := range rep.Modes {
+		switch b := m.Busy; {
+		case b == nil:
+			rep.Notes = append(rep.Notes, fmt.Sprintf("fsync %s: no CPU time read on this OS, so no rate at 50%% busy was found and the p99 target was not judged", m.Fsync))
+		case b.CoresBusy > busyTarget*(1+busyTolerance):
+			rep.Notes = append(rep.Notes, fmt.Sprintf("fsync %s: the p99 target's run kept the cores %.0f%% busy, more than the 50%% it is set at, after %d calibration runs", m.Fsync, 100*b.CoresBusy, len(b.Calibration)))
+		case b.CoresBusy < busyTarget*(1-busyTolerance) && b.OfferedPerS >= m.Pipeline.TransitionsPerS:
+			rep.Notes = append(rep.Notes, fmt.Sprintf("fsync %s: this process never kept the cores 50%% busy, not even at the closed loop's rate (%.0f%% there), so the p99 target was judged at that rate: the service waits on something else (fsync), or other processes hold the cores", m.Fsync, 100*m.Pipeline.CoresBusy))
+		}
 	}
 	rep.Seconds = time.Since(began).Seconds()
 	return rep, nil
@@ -302,21 +313,24 @@ func RunMode(ctx context.Context, cfg Config, fsync string, start Starter) (Mode
 		mr.Ratios["http_vs_closed_loop_p50"] = mr.HTTP.P50 / mr.Pipeline.P50
 	}
 
+	// The open loops: the figure at half the closed loop's rate (or
+	// --rate), then the run at half busy that the p99 target is judged on,
+	// its rate found from the first one's cost.
+	open := opener{cmd: cmd, vw: vw, mix: newMix(ids), ns: svc.Server()}
 	rate := mr.Pipeline.TransitionsPerS / 2
 	if cfg.Rate > 0 {
 		rate = cfg.Rate
 	}
-	stopProbe = probeHost()
-	cl, err := costOf(svc.Server(), func() (int, error) {
-		var lerr error
-		mr.Latency, lerr = openLoop(ctx, cmd, vw, ids, rate, cfg.Duration)
-		return mr.Latency.Samples, lerr
-	})
-	mr.Latency.Host = stopProbe()
-	if err != nil {
+	if mr.Latency, err = open.run(ctx, rate, cfg.Duration); err != nil {
 		return mr, err
 	}
-	mr.Latency.CPUMsPerTransition, mr.Latency.CoresBusy = cl.msPerTransition, cl.coresBusy
+	if mr.Latency.CoresBusy > 0 { // zero where this OS gives no CPU time
+		calib := min(cfg.Duration/3, 2*time.Second)
+		mr.Busy, err = open.halfBusy(ctx, rate, mr.Latency.CoresBusy, mr.Pipeline.TransitionsPerS, calib, cfg.Duration)
+		if err != nil {
+			return mr, err
+		}
+	}
 	raw, err := rawAppendLatency(ctx, nc, cfg.Sandboxes, mr.Latency.OfferedPerS, min(cfg.Duration/3, 3*time.Second))
 	if err != nil {
 		return mr, err

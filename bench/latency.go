@@ -3,10 +3,13 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/torpor/torpor/events"
 )
@@ -38,14 +41,15 @@ type Latency struct {
 
 // openLoop offers rate commands per second for d, each on an idle sandbox,
 // and measures from sending the command to the view showing its outcome.
-// Suspends and resumes alternate, as they do in the closed loop (see mix). A
-// command that comes due when no sandbox is idle is skipped and counted.
-func openLoop(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, rate float64, d time.Duration) (Latency, error) {
+// Suspends and resumes alternate, as they do in the closed loop (see mix),
+// which hands out the idle sandboxes and holds them, as each run leaves
+// them, for the next. A command that comes due when no sandbox is idle is
+// skipped and counted.
+func openLoop(ctx context.Context, cmd commander, vw *viewWaiter, m *mix, rate float64, d time.Duration) (Latency, error) {
 	res := Latency{OfferedPerS: rate}
-	if rate <= 0 {
-		return res, errors.New("latency: no rate to offer")
+	if rate <= 0 || math.IsInf(rate, 0) || math.IsNaN(rate) {
+		return res, fmt.Errorf("latency: no rate to offer (%v)", rate)
 	}
-	m := newMix(ids)
 	var (
 		mu     sync.Mutex
 		lats   []time.Duration
@@ -189,3 +193,86 @@ func percentiles(ds []time.Duration) (p50, p90, p99, mx float64) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// The p99 target is judged at the offered rate that keeps the cores
+// busyTarget busy: a latency promised at a load that leaves the machine
+// half idle. A transition costs more CPU the fewer run at once, so the rate
+// is measured, not computed: short calibration runs, at most
+// maxCalibrations, each correcting the rate by how far its share of busy
+// cores was from busyTarget, until one is within busyTolerance of it.
+const (
+	busyTarget      = 0.5
+	busyTolerance   = 0.1 // relative: 45–55% busy
+	maxCalibrations = 3
+)
+
+// Busy is the open loop at the rate that keeps the cores about half busy,
+// which the p99 target is judged on, with what the host probe saw during it
+// and the calibration runs that found the rate.
+type Busy struct {
+	Latency
+	Calibration []Calibration `json:"calibration"`
+}
+
+// Calibration is one short run of the search for Busy's rate.
+type Calibration struct {
+	OfferedPerS        float64 `json:"offered_per_s"`
+	Samples            int     `json:"samples"`
+	CPUMsPerTransition float64 `json:"cpu_ms_per_transition"`
+	CoresBusy          float64 `json:"cores_busy"`
+}
+
+// opener runs open loops on one service and says what each cost.
+type opener struct {
+	cmd commander
+	vw  *viewWaiter
+	mix *mix
+	ns  *server.Server
+}
+
+// run is openLoop at rate for d, with its cost and the host probe's verdict.
+func (o opener) run(ctx context.Context, rate float64, d time.Duration) (Latency, error) {
+	var l Latency
+	stopProbe := probeHost()
+	c, err := costOf(o.ns, func() (int, error) {
+		var lerr error
+		l, lerr = openLoop(ctx, o.cmd, o.vw, o.mix, rate, d)
+		return l.Samples, lerr
+	})
+	l.Host = stopProbe()
+	l.CPUMsPerTransition, l.CoresBusy = c.msPerTransition, c.coresBusy
+	return l, err
+}
+
+// halfBusy finds the offered rate that keeps the cores busyTarget busy,
+// from a run at rate from that kept them busy busy, never above most (the
+// closed loop's rate: past it commands queue, the cores busy or not), with
+// calibration runs of calib; then it measures the latency there for d.
+func (o opener) halfBusy(ctx context.Context, from, busy, most float64, calib, d time.Duration) (*Busy, error) {
+	if busy <= 0 {
+		return nil, errors.New("latency at half busy: no CPU time measured")
+	}
+	b := &Busy{}
+	rate := min(from*busyTarget/busy, most)
+	for range maxCalibrations {
+		l, err := o.run(ctx, rate, calib)
+		if err != nil {
+			return nil, fmt.Errorf("calibration at %.0f/s: %w", rate, err)
+		}
+		b.Calibration = append(b.Calibration, Calibration{OfferedPerS: rate, Samples: l.Samples, CPUMsPerTransition: l.CPUMsPerTransition, CoresBusy: l.CoresBusy})
+		if l.CoresBusy <= 0 {
+			return nil, errors.New("latency at half busy: no CPU time measured")
+		}
+		if math.Abs(l.CoresBusy/busyTarget-1) <= busyTolerance {
+			break
+		}
+		next := min(rate*busyTarget/l.CoresBusy, most)
+		if next == rate {
+			break // at most already, and the cores less busy than the target
+		}
+		rate = next
+	}
+	l, err := o.run(ctx, rate, d)
+	b.Latency = l
+	return b, err
+}

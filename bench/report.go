@@ -11,12 +11,15 @@ import (
 
 // Mode is one durability mode's run.
 type Mode struct {
-	Fsync    string             `json:"fsync"`
-	Raw      Raw                `json:"raw"`
-	Pipeline Pipeline           `json:"pipeline"`
-	Latency  Latency            `json:"latency_ms"`
-	HTTP     HTTPLoop           `json:"http_closed_loop"`
-	Ratios   map[string]float64 `json:"ratios"`
+	Fsync    string   `json:"fsync"`
+	Raw      Raw      `json:"raw"`
+	Pipeline Pipeline `json:"pipeline"`
+	Latency  Latency  `json:"latency_ms"`
+	// Busy is the latency at the rate that keeps the cores half busy,
+	// which the p99 target is judged on; nil where no CPU time is read.
+	Busy   *Busy              `json:"latency_at_50pct_busy_ms,omitempty"`
+	HTTP   HTTPLoop           `json:"http_closed_loop"`
+	Ratios map[string]float64 `json:"ratios"`
 }
 
 type Target struct {
@@ -37,6 +40,7 @@ type Report struct {
 	Raw      Raw                `json:"raw"`
 	Pipeline Pipeline           `json:"pipeline"`
 	Latency  Latency            `json:"latency_ms"`
+	Busy     *Busy              `json:"latency_at_50pct_busy_ms,omitempty"`
 	HTTP     HTTPLoop           `json:"http_closed_loop"`
 	Growth   *Growth            `json:"growth,omitempty"`
 	Replay   *Replay            `json:"replay,omitempty"`
@@ -46,10 +50,10 @@ type Report struct {
 	Seconds  float64            `json:"seconds"`
 }
 
-// targets checks the issue's targets against what this run measured; the
-// p99 one only when halfMax, the latency run having offered half the closed
-// loop's rate.
-func (r *Report) targets(halfMax bool) {
+// targets checks the targets against what this run measured: the
+// pipeline against the bus floor with fsync interval and against the raw
+// async append with fsync always, and the p99 at half the cores busy.
+func (r *Report) targets() {
 	add := func(name string, v float64, cmp string, want float64, ok bool) {
 		if !ok {
 			return
@@ -61,10 +65,16 @@ func (r *Report) targets(halfMax bool) {
 		r.Targets = append(r.Targets, Target{Name: name, Value: v, Cmp: cmp, Want: want, Met: met})
 	}
 	for _, m := range r.Modes {
-		v, ok := m.Ratios["pipeline_vs_raw_append"]
-		add("pipeline events/s ÷ raw async append ("+m.Fsync+")", v, ">=", 0.5, ok)
-		if m.Fsync == "interval" {
-			add("p99 ms at half the max rate (interval)", m.Latency.P99, "<=", 10, halfMax && m.Latency.Samples > 0)
+		switch m.Fsync {
+		case "interval":
+			v, ok := m.Ratios["pipeline_vs_bus_floor"]
+			add("pipeline events/s ÷ bus floor (interval)", v, ">=", 0.5, ok)
+			if b := m.Busy; b != nil {
+				add("p99 ms at 50% of the cores busy (interval)", b.P99, "<=", 10, b.Samples > 0)
+			}
+		case "always":
+			v, ok := m.Ratios["pipeline_vs_raw_append"]
+			add("pipeline events/s ÷ raw async append (always)", v, ">=", 0.5, ok)
 		}
 	}
 	if g := r.Growth; g != nil {
@@ -105,14 +115,34 @@ func (r *Report) Print(w io.Writer) {
 			m.Ratios["http_vs_closed_loop_transitions"], m.Ratios["http_vs_closed_loop_p50"])
 	}
 	for _, m := range r.Modes {
-		fmt.Fprintf(w, "cost (%s): closed loop %.2f ms CPU per transition, %.0f%% of the cores busy, %.1f server messages per event (a raw append: 2); open loop at half its rate %.2f ms per transition, %.0f%% busy\n",
-			m.Fsync, m.Pipeline.CPUMsPerTransition, 100*m.Pipeline.CoresBusy, m.Pipeline.ServerMsgsPerEvent, m.Latency.CPUMsPerTransition, 100*m.Latency.CoresBusy)
+		fmt.Fprintf(w, "cost (%s): closed loop %.2f ms CPU per transition, %.0f%% of the cores busy, %.1f server messages per event (a raw append: 2); open loop at %.0f/s %.2f ms per transition, %.0f%% busy\n",
+			m.Fsync, m.Pipeline.CPUMsPerTransition, 100*m.Pipeline.CoresBusy, m.Pipeline.ServerMsgsPerEvent, m.Latency.OfferedPerS, m.Latency.CPUMsPerTransition, 100*m.Latency.CoresBusy)
 	}
 	for _, m := range r.Modes {
 		if h := m.Latency.Host; h != nil {
-			fmt.Fprintf(w, "host (%s): during the latency run the machine ran slow (a %.0fµs chunk of arithmetic taking %d× its CPU time or more) for about %.0f ms in %d episodes, at worst %.0f× (closed loop: %s)\n",
+			fmt.Fprintf(w, "host (%s): during the latency figure run the machine ran slow (a %.0fµs chunk of arithmetic taking %d× its CPU time or more) for about %.0f ms in %d episodes, at worst %.0f× (closed loop: %s)\n",
 				m.Fsync, h.ChunkUS, probeSlow, h.SlowMS, h.Episodes, h.WorstX, m.Pipeline.Host.brief())
 		}
+	}
+	for _, m := range r.Modes {
+		b := m.Busy
+		if b == nil {
+			continue
+		}
+		var steps []string
+		for _, c := range b.Calibration {
+			steps = append(steps, fmt.Sprintf("%.0f/s %.0f%%", c.OfferedPerS, 100*c.CoresBusy))
+		}
+		worst := ""
+		if b.Host != nil {
+			worst = fmt.Sprintf(", at worst %.0f×", b.Host.WorstX)
+		}
+		skipped := ""
+		if b.Skipped > 0 {
+			skipped = fmt.Sprintf(" (%d of %d skipped: no sandbox idle)", b.Skipped, b.Offered)
+		}
+		fmt.Fprintf(w, "latency at 50%% busy (%s): %.0f transitions/s offered%s (calibrated: %s busy), p50 %.2f p90 %.2f p99 %.2f max %.2f ms; %.0f%% of the cores busy, %.2f ms CPU per transition; host: %s%s\n",
+			m.Fsync, b.OfferedPerS, skipped, strings.Join(steps, ", "), b.P50, b.P90, b.P99, b.Max, 100*b.CoresBusy, b.CPUMsPerTransition, b.Host.brief(), worst)
 	}
 	for _, m := range r.Modes {
 		var parts []string

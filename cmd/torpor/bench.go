@@ -56,7 +56,7 @@ func benchCmd() *cobra.Command {
 	f.BoolVar(&cfg.Quick, "quick", false, "smaller sizes, under 45 seconds")
 	f.StringVar(&cfg.Transport, "transport", "bus", "command path: bus or http")
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of each timed run")
-	f.Float64Var(&cfg.Rate, "rate", 0, "transitions/s the latency run offers (default: half the closed loop's measured rate; the p99 target is judged only then)")
+	f.Float64Var(&cfg.Rate, "rate", 0, "transitions/s the latency figure run offers (default: half the closed loop's measured rate); the p99 target's run finds its own rate, at 50% of the cores busy")
 	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the closed-loop pipeline run (service and load) to this file; FILE.always for the fsync always run when both run")
 	f.BoolVar(&cfg.SkipGrowth, "skip-growth", false, "only the raw bus, pipeline and latency sections")
 	f.StringVar(&cfg.DatabaseURL, "database-url", "", "PostgreSQL/CockroachDB URL (default $TORPOR_BENCH_DATABASE_URL): adds the raw batched SQL upsert (view rows and a checkpoint per transaction, in throwaway torpor_bench_ tables); the SQL rebuild row waits for the SQL view")

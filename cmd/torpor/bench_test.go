@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -154,6 +155,60 @@ func TestBenchQuickReport(t *testing.T) {
 	if len(rep.Targets) < 5 {
 		t.Errorf("%d targets checked, want every target the run measured", len(rep.Targets))
 	}
+	// The targets as restated: the pipeline against the bus floor (fsync
+	// interval), the p99 at half the cores busy; the p99 at half the
+	// maximum rate is a figure, no longer a target.
+	names := map[string]bench.Target{}
+	for _, tg := range rep.Targets {
+		names[tg.Name] = tg
+	}
+	if tg, ok := names["pipeline events/s ÷ bus floor (interval)"]; !ok || tg.Value != rep.Ratios["pipeline_vs_bus_floor"] || tg.Want != 0.5 {
+		t.Errorf("bus floor target %+v (found %v), want the ratio pipeline_vs_bus_floor against 0.5", tg, ok)
+	}
+	if _, ok := names["pipeline events/s ÷ raw async append (interval)"]; ok {
+		t.Error("the interval pipeline is still held to the raw append; its target is the bus floor")
+	}
+	for name := range names {
+		if strings.Contains(name, "half the max") {
+			t.Errorf("target %q: the p99 at half the maximum is a figure, not a target", name)
+		}
+	}
+	if runtime.GOOS == "linux" {
+		checkBusy(t, rep)
+		if tg, ok := names["p99 ms at 50% of the cores busy (interval)"]; !ok || tg.Value != rep.Busy.P99 || tg.Want != 10 {
+			t.Errorf("p99 target %+v (found %v), want the p99 of the run at 50%% busy against 10 ms", tg, ok)
+		}
+	}
+	// Every key of the document, old and new, at the top and in each mode.
+	data, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Top    map[string]json.RawMessage
+		Config map[string]json.RawMessage   `json:"config"`
+		Modes  []map[string]json.RawMessage `json:"modes"`
+	}
+	if err := json.Unmarshal(data, &doc.Top); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	has := func(where string, m map[string]json.RawMessage, keys ...string) {
+		t.Helper()
+		for _, k := range keys {
+			if _, ok := m[k]; !ok {
+				t.Errorf("%s has no key %q", where, k)
+			}
+		}
+	}
+	perMode := []string{"raw", "pipeline", "latency_ms", "ratios", "http_closed_loop", "latency_at_50pct_busy_ms"}
+	has("the report", doc.Top, append([]string{"machine", "config", "modes", "growth", "replay", "targets", "notes", "seconds"}, perMode...)...)
+	has("config", doc.Config, "sandboxes", "concurrency", "fsync", "quick", "transport", "duration", "growth_sizes", "rate")
+	for _, m := range doc.Modes {
+		has("a mode", m, append([]string{"fsync"}, perMode...)...)
+	}
 	// Events appended per transition: a suspend or a resume appends at least
 	// its request and its outcome.
 	if per := float64(rep.Pipeline.Events) / float64(rep.Pipeline.Transitions); per < 2 {
@@ -204,13 +259,56 @@ func TestBenchRate(t *testing.T) {
 	if rep.Latency.OfferedPerS != 50 || rep.Latency.Offered != 30 {
 		t.Errorf("latency run offered %v/s, %d commands; want 50/s, 30 over 600ms", rep.Latency.OfferedPerS, rep.Latency.Offered)
 	}
-	for _, tg := range rep.Targets {
-		if strings.HasPrefix(tg.Name, "p99") {
-			t.Errorf("p99 target judged at --rate 50: %+v", tg)
+	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "--rate 50") }) {
+		t.Errorf("notes %q do not say the latency figure run offered --rate 50", rep.Notes)
+	}
+	if runtime.GOOS != "linux" {
+		return
+	}
+	// The p99 target is judged all the same, on the run at half busy,
+	// whose search started from the cost of the run at --rate.
+	checkBusy(t, rep)
+	judged := slices.ContainsFunc(rep.Targets, func(tg bench.Target) bool {
+		return tg.Name == "p99 ms at 50% of the cores busy (interval)" && tg.Value == rep.Busy.P99
+	})
+	if !judged {
+		t.Errorf("targets %+v: the p99 target was not judged at --rate 50", rep.Targets)
+	}
+	if first, want := rep.Busy.Calibration[0].OfferedPerS, min(50*0.5/rep.Latency.CoresBusy, rep.Pipeline.TransitionsPerS); first != want {
+		t.Errorf("the first calibration offered %v/s, want %v: 50/s corrected by its %.0f%% busy", first, want, 100*rep.Latency.CoresBusy)
+	}
+}
+
+// checkBusy checks the run at half busy: measured, calibrated in one to
+// three runs, its rate the one the last calibration settled on or led to,
+// never above the closed loop's rate, and probed for slow episodes.
+func checkBusy(t *testing.T, rep *bench.Report) {
+	t.Helper()
+	b := rep.Busy
+	if b == nil {
+		t.Fatal("latency_at_50pct_busy_ms is missing")
+	}
+	if b.Samples == 0 || !(b.P99 > 0) || !(b.CoresBusy > 0) || !(b.CPUMsPerTransition > 0) || b.Samples+b.Skipped != b.Offered {
+		t.Errorf("latency_at_50pct_busy_ms = %+v, want a measured run", b.Latency)
+	}
+	if b.Host == nil || b.Host.Chunks == 0 {
+		t.Errorf("latency_at_50pct_busy_ms.host = %+v, want the probe's chunks", b.Host)
+	}
+	if n := len(b.Calibration); n < 1 || n > 3 {
+		t.Fatalf("%d calibration runs, want 1 to 3", n)
+	}
+	for _, c := range b.Calibration {
+		if !(c.OfferedPerS > 0) || !(c.CoresBusy > 0) || c.OfferedPerS > rep.Pipeline.TransitionsPerS {
+			t.Errorf("calibration %+v: want a measured run, at most the closed loop's %.0f/s", c, rep.Pipeline.TransitionsPerS)
 		}
 	}
-	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "--rate 50") }) {
-		t.Errorf("notes %q do not say the p99 target was not judged", rep.Notes)
+	last := b.Calibration[len(b.Calibration)-1]
+	want := last.OfferedPerS // settled: within 10% of half busy
+	if math.Abs(last.CoresBusy/0.5-1) > 0.1 {
+		want = min(last.OfferedPerS*0.5/last.CoresBusy, rep.Pipeline.TransitionsPerS)
+	}
+	if b.OfferedPerS != want {
+		t.Errorf("the run at half busy offered %v/s; after a calibration at %v/s, %.0f%% busy, want %v/s", b.OfferedPerS, last.OfferedPerS, 100*last.CoresBusy, want)
 	}
 }
 

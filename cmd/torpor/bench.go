@@ -53,7 +53,7 @@ func benchCmd() *cobra.Command {
 	f.IntVar(&cfg.Sandboxes, "sandboxes", 1000, "sandboxes in the pipeline run")
 	f.IntVar(&cfg.Concurrency, "concurrency", 64, "concurrent clients (and the raw async window)")
 	f.StringVar(&cfg.Fsync, "fsync", "", "always or interval; both when empty")
-	f.BoolVar(&cfg.Quick, "quick", false, "smaller sizes, under 45 seconds")
+	f.BoolVar(&cfg.Quick, "quick", false, "smaller sizes, under a minute")
 	f.StringVar(&cfg.Transport, "transport", "bus", "command path: bus or http")
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of each timed run")
 	f.Float64Var(&cfg.Rate, "rate", 0, "transitions/s the latency figure run offers (default: half the closed loop's measured rate); the p99 target's run finds its own rate, at 50% of the cores busy")

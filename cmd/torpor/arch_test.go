@@ -32,16 +32,32 @@ var allowed = []struct {
 
 func under(path, prefix string) bool { return path == prefix || strings.HasPrefix(path, prefix+"/") }
 
-// TestImportArrows checks the dependency arrows with `go list -deps`.
-func TestImportArrows(t *testing.T) {
-	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}:{{join .Deps " "}}`, module+"...").CombinedOutput()
+// ourPackages runs go list over the module with fields, a template of the
+// package's lists (".Deps", ".Imports" ...), and returns for each package
+// of ours, by its path in the module, the paths those lists hold.
+func ourPackages(t *testing.T, fields ...string) map[string][]string {
+	t.Helper()
+	var tmpl strings.Builder
+	tmpl.WriteString("{{.ImportPath}}")
+	for _, f := range fields {
+		tmpl.WriteString(" {{join " + f + ` " "}}`)
+	}
+	out, err := exec.Command("go", "list", "-f", tmpl.String(), module+"...").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
-	checked := 0
+	pkgs := map[string][]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		pkg, deps, _ := strings.Cut(line, ":")
-		pkg = strings.TrimPrefix(pkg, module)
+		f := strings.Fields(line)
+		pkgs[strings.TrimPrefix(f[0], module)] = f[1:]
+	}
+	return pkgs
+}
+
+// TestImportArrows checks the dependency arrows with `go list -deps`.
+func TestImportArrows(t *testing.T) {
+	checked := 0
+	for pkg, deps := range ourPackages(t, ".Deps") {
 		var rule []string
 		found := false
 		for _, a := range allowed {
@@ -58,7 +74,7 @@ func TestImportArrows(t *testing.T) {
 			continue
 		}
 		checked++
-		for _, d := range strings.Fields(deps) {
+		for _, d := range deps {
 			if !strings.HasPrefix(d, module) {
 				continue
 			}
@@ -84,15 +100,9 @@ func TestImportArrows(t *testing.T) {
 // service, and a package that leaned on it would carry the bench (pgx,
 // cockroach-go, the load generators) along.
 func TestBenchImportedByCmdAlone(t *testing.T) {
-	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}:{{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}`, module+"...").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
 	importers := 0
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		pkg, imports, _ := strings.Cut(line, ":")
-		pkg = strings.TrimPrefix(pkg, module)
-		for _, imp := range strings.Fields(imports) {
+	for pkg, imports := range ourPackages(t, ".Imports", ".TestImports", ".XTestImports") {
+		for _, imp := range imports {
 			if imp != module+"bench" || under(pkg, "bench") {
 				continue
 			}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path"
 	"strings"
 	"testing"
@@ -21,13 +20,8 @@ func TestLayoutNamesEveryPackage(t *testing.T) {
 		t.Fatal("README.md has no Layout section")
 	}
 	layout, _, _ = strings.Cut(layout, "\n## ")
-	out, err := exec.Command("go", "list", module+"...").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	pkgs := strings.Fields(string(out))
-	for _, p := range pkgs {
-		p = strings.TrimPrefix(p, module)
+	pkgs := ourPackages(t)
+	for p := range pkgs {
 		if !strings.Contains(layout, "`"+p+"`") && !strings.Contains(layout, "`"+path.Base(p)+"`") {
 			t.Errorf("README's Layout section does not name package %s", p)
 		}

@@ -71,6 +71,7 @@ type viewWaiter struct {
 	mu    sync.Mutex
 	waits map[string]*phaseWait
 	kv    jetstream.KeyValue
+	w     jetstream.KeyWatcher
 }
 
 type phaseWait struct {
@@ -87,7 +88,7 @@ func newViewWaiter(ctx context.Context, js jetstream.JetStream) (*viewWaiter, er
 	if err != nil {
 		return nil, err
 	}
-	vw := &viewWaiter{waits: map[string]*phaseWait{}, kv: kv}
+	vw := &viewWaiter{waits: map[string]*phaseWait{}, kv: kv, w: w}
 	go func() {
 		defer func() { _ = w.Stop() }()
 		for e := range w.Updates() {
@@ -110,6 +111,10 @@ func newViewWaiter(ctx context.Context, js jetstream.JetStream) (*viewWaiter, er
 	}()
 	return vw, nil
 }
+
+// stop ends the watch: a section that does not wait on the view this way
+// should not pay for its deliveries.
+func (vw *viewWaiter) stop() { _ = vw.w.Stop() }
 
 // expect registers interest in id reaching phase; call it before the command.
 // One wait per sandbox: a second would take the first one's wake-up, so it is

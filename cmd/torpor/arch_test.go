@@ -2,6 +2,7 @@ package main
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -115,5 +116,30 @@ func TestBenchImportedByCmdAlone(t *testing.T) {
 	}
 	if importers == 0 {
 		t.Error("cmd/torpor does not import bench: go list found no importer at all")
+	}
+}
+
+// sqlDrivers may be imported only by sqlUsers: the bench's SQL upsert and
+// the SQL view speak to the database; nothing else of ours, not even the
+// binary's own wiring, should carry the drivers' API.
+var (
+	sqlDrivers = []string{"github.com/jackc/pgx", "github.com/cockroachdb/cockroach-go"}
+	sqlUsers   = []string{"bench", "projections/sqlview"}
+)
+
+// TestSQLDriversStayInTheirPackages checks every package's imports, tests
+// included, against sqlUsers.
+func TestSQLDriversStayInTheirPackages(t *testing.T) {
+	for pkg, imports := range ourPackages(t, ".Imports", ".TestImports", ".XTestImports") {
+		for _, imp := range imports {
+			for _, d := range sqlDrivers {
+				if !strings.HasPrefix(imp, d) {
+					continue
+				}
+				if !slices.ContainsFunc(sqlUsers, func(u string) bool { return under(pkg, u) }) {
+					t.Errorf("%s imports %s: only %v may", pkg, imp, sqlUsers)
+				}
+			}
+		}
 	}
 }

@@ -38,6 +38,12 @@ func BenchmarkPipelineVsRaw(b *testing.B) {
 			b.ReportMetric(mr.Raw.BusFloorEPS, "bus-floor/s")
 			b.ReportMetric(mr.Ratios["pipeline_vs_bus_floor"], "floor-ratio")
 			b.ReportMetric(mr.Latency.P99, "p99-ms")
+			if mr.Busy != nil {
+				b.ReportMetric(mr.Busy.P99, "p99-ms-at-half-busy")
+				b.ReportMetric(mr.Busy.OfferedPerS, "half-busy-transitions/s")
+			}
+			b.ReportMetric(mr.HTTP.TransitionsPerS, "http-transitions/s")
+			b.ReportMetric(mr.Ratios["http_vs_closed_loop_transitions"], "http-ratio")
 			b.ReportMetric(mr.Pipeline.CPUMsPerTransition, "cpu-ms/transition")
 			b.ReportMetric(mr.Latency.CPUMsPerTransition, "open-cpu-ms/transition")
 			b.ReportMetric(mr.Pipeline.ServerMsgsPerEvent, "server-msgs/event")

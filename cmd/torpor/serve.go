@@ -108,7 +108,6 @@ type app struct {
 	cancel context.CancelFunc
 	hsrv   *http.Server
 	driver *sim.Driver
-	js     jetstream.JetStream
 	store  *jsstore.Store
 	proj   *projections.Runner
 	ready  func(context.Context) error
@@ -185,7 +184,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		return nil, fmt.Errorf("--http %s: %w", cfg.HTTP, err)
 	}
 	a.httpAddr = ln.Addr().String()
-	a.js, a.store, a.proj = js, store, proj
+	a.store, a.proj = store, proj
 	ready := func(ctx context.Context) error {
 		if !a.nc.IsConnected() {
 			return errors.New("not connected to NATS")

@@ -244,10 +244,11 @@ func (o opener) run(ctx context.Context, rate float64, d time.Duration) (Latency
 	return l, err
 }
 
-// halfBusy finds the offered rate that keeps the cores busyTarget busy,
-// from a run at rate from that kept them busy busy, never above most (the
-// closed loop's rate: past it commands queue, the cores busy or not), with
-// calibration runs of calib; then it measures the latency there for d.
+// halfBusy finds the offered rate that keeps the cores busyTarget busy and
+// measures the latency there for d. It starts from a run that offered from
+// per second and kept the share busy of the cores busy, calibrates with
+// runs of calib, and never offers more than most (the closed loop's rate:
+// past it commands queue, however busy the cores).
 func (o opener) halfBusy(ctx context.Context, from, busy, most float64, calib, d time.Duration) (*Busy, error) {
 	if busy <= 0 {
 		return nil, errors.New("latency at half busy: no CPU time measured")

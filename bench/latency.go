@@ -194,17 +194,26 @@ func percentiles(ds []time.Duration) (p50, p90, p99, mx float64) {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// The p99 target is judged at the offered rate that keeps the cores
+// The p99 target is judged at an offered rate that keeps the cores at most
 // busyTarget busy: a latency promised at a load that leaves the machine
 // half idle. A transition costs more CPU the fewer run at once, so the rate
 // is measured, not computed: short calibration runs, at most
 // maxCalibrations, each correcting the rate by how far its share of busy
-// cores was from busyTarget, until one is within busyTolerance of it.
+// cores was from busyAim, until one lands between busyTarget less
+// busyTolerance and busyTarget (45–50%). Aiming at the middle of that band
+// keeps a run's noise from carrying the judged run past half busy.
 const (
 	busyTarget      = 0.5
-	busyTolerance   = 0.1 // relative: 45–55% busy
+	busyTolerance   = 0.1 // relative
+	busyAim         = busyTarget * (1 - busyTolerance/2)
 	maxCalibrations = 3
 )
+
+// settled reports whether a run that kept the cores busy busy is in the
+// band the p99 target's run must be in.
+func settled(busy float64) bool {
+	return busy >= busyTarget*(1-busyTolerance) && busy <= busyTarget
+}
 
 // Busy is the open loop at the rate that keeps the cores about half busy,
 // which the p99 target is judged on, with what the host probe saw during it
@@ -244,7 +253,7 @@ func (o opener) run(ctx context.Context, rate float64, d time.Duration) (Latency
 	return l, err
 }
 
-// halfBusy finds the offered rate that keeps the cores busyTarget busy and
+// halfBusy finds an offered rate that keeps the cores about half busy and
 // measures the latency there for d. It starts from a run that offered from
 // per second and kept the share busy of the cores busy, calibrates with
 // runs of calib, and never offers more than most (the closed loop's rate:
@@ -254,7 +263,7 @@ func (o opener) halfBusy(ctx context.Context, from, busy, most float64, calib, d
 		return nil, errors.New("latency at half busy: no CPU time measured")
 	}
 	b := &Busy{}
-	rate := min(from*busyTarget/busy, most)
+	rate := min(from*busyAim/busy, most)
 	for range maxCalibrations {
 		l, err := o.run(ctx, rate, calib)
 		if err != nil {
@@ -264,10 +273,10 @@ func (o opener) halfBusy(ctx context.Context, from, busy, most float64, calib, d
 		if l.CoresBusy <= 0 {
 			return nil, errors.New("latency at half busy: no CPU time measured")
 		}
-		if math.Abs(l.CoresBusy/busyTarget-1) <= busyTolerance {
+		if settled(l.CoresBusy) {
 			break
 		}
-		next := min(rate*busyTarget/l.CoresBusy, most)
+		next := min(rate*busyAim/l.CoresBusy, most)
 		if next == rate {
 			break // at most already, and the cores less busy than the target
 		}

@@ -244,9 +244,9 @@ const benchmarksNotes = `
 - **latency at 50% busy**: the same open loop at the rate that keeps the cores half busy,
   which the p99 target is judged on. A transition costs more CPU the fewer are in flight, so
   the rate is found by measuring: from the latency run's cost, short calibration runs (a
-  third of --duration, at most 2 s) each correct the rate by their share of busy cores ÷ 0.5,
-  at most three, until one is within 10% of half busy; the rate never exceeds the closed
-  loop's. The judged run follows at that rate for --duration, with its own cost and the host
+  third of --duration, at most 2 s) each correct the rate by their share of busy cores,
+  aiming at 47.5%, at most three, until one lands at 45–50% busy; the rate never exceeds
+  the closed loop's. The judged run follows at that rate for --duration, with its own cost and the host
   probe's slow episodes of that run beside its p99.
 - **cost**: this process's CPU time per transition (service, embedded server and the bench's
   clients together) and the share of the cores it kept busy, in the closed loop and in the

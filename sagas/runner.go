@@ -30,6 +30,10 @@ type Position interface {
 	Set(ctx context.Context, seq uint64) error
 }
 
+// PositionKey names node's Runner position among the followers' positions
+// (jsstore.PositionBucket): each node's sagas keep their own place.
+func PositionKey(node string) string { return "sagas." + node }
+
 // Recorder appends outcome events through the lifecycle state machine (the
 // gateway implements it). It appends evs for cause.SandboxID atomically with
 // metadata cause.Caused(actor), validated by the lifecycle table and

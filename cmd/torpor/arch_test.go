@@ -2,6 +2,7 @@ package main
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -24,20 +25,40 @@ var allowed = []struct {
 	{"projections", []string{"projections", "events", "internal"}},
 	{"sdk/go", []string{"sdk/go", "events"}},
 	{"cmd/torpor", nil}, // wires everything
+	// The bench drives the whole service as users and operators do (its log,
+	// views, sagas' position, the SDK), so like cmd/torpor it may reach
+	// every package; nothing but cmd/torpor may reach it.
+	{"bench", nil},
 }
 
 func under(path, prefix string) bool { return path == prefix || strings.HasPrefix(path, prefix+"/") }
 
-// TestImportArrows checks the dependency arrows with `go list -deps`.
-func TestImportArrows(t *testing.T) {
-	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}:{{join .Deps " "}}`, module+"...").CombinedOutput()
+// ourPackages runs go list over the module with fields, a template of the
+// package's lists (".Deps", ".Imports" ...), and returns for each package
+// of ours, by its path in the module, the paths those lists hold.
+func ourPackages(t *testing.T, fields ...string) map[string][]string {
+	t.Helper()
+	var tmpl strings.Builder
+	tmpl.WriteString("{{.ImportPath}}")
+	for _, f := range fields {
+		tmpl.WriteString(" {{join " + f + ` " "}}`)
+	}
+	out, err := exec.Command("go", "list", "-f", tmpl.String(), module+"...").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
-	checked := 0
+	pkgs := map[string][]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		pkg, deps, _ := strings.Cut(line, ":")
-		pkg = strings.TrimPrefix(pkg, module)
+		f := strings.Fields(line)
+		pkgs[strings.TrimPrefix(f[0], module)] = f[1:]
+	}
+	return pkgs
+}
+
+// TestImportArrows checks the dependency arrows with `go list -deps`.
+func TestImportArrows(t *testing.T) {
+	checked := 0
+	for pkg, deps := range ourPackages(t, ".Deps") {
 		var rule []string
 		found := false
 		for _, a := range allowed {
@@ -50,11 +71,11 @@ func TestImportArrows(t *testing.T) {
 			t.Errorf("package %s has no rule in the arrows table", pkg)
 			continue
 		}
-		if pkg == "cmd/torpor" {
+		if rule == nil { // cmd/torpor and the bench: anything of ours
 			continue
 		}
 		checked++
-		for _, d := range strings.Fields(deps) {
+		for _, d := range deps {
 			if !strings.HasPrefix(d, module) {
 				continue
 			}
@@ -72,5 +93,53 @@ func TestImportArrows(t *testing.T) {
 	}
 	if checked < 5 {
 		t.Fatalf("checked %d packages; go list found too few", checked)
+	}
+}
+
+// TestBenchImportedByCmdAlone: the bench harness is imported by cmd/torpor
+// and by nothing else of ours, not even a test: it starts the whole
+// service, and a package that leaned on it would carry the bench (pgx,
+// cockroach-go, the load generators) along.
+func TestBenchImportedByCmdAlone(t *testing.T) {
+	importers := 0
+	for pkg, imports := range ourPackages(t, ".Imports", ".TestImports", ".XTestImports") {
+		for _, imp := range imports {
+			if imp != module+"bench" || under(pkg, "bench") {
+				continue
+			}
+			if pkg != "cmd/torpor" {
+				t.Errorf("%s imports bench: only cmd/torpor may", pkg)
+				continue
+			}
+			importers++
+		}
+	}
+	if importers == 0 {
+		t.Error("cmd/torpor does not import bench: go list found no importer at all")
+	}
+}
+
+// sqlDrivers may be imported only by sqlUsers: the bench's SQL upsert and
+// the SQL view speak to the database; nothing else of ours, not even the
+// binary's own wiring, should carry the drivers' API.
+var (
+	sqlDrivers = []string{"github.com/jackc/pgx", "github.com/cockroachdb/cockroach-go"}
+	sqlUsers   = []string{"bench", "projections/sqlview"}
+)
+
+// TestSQLDriversStayInTheirPackages checks every package's imports, tests
+// included, against sqlUsers.
+func TestSQLDriversStayInTheirPackages(t *testing.T) {
+	for pkg, imports := range ourPackages(t, ".Imports", ".TestImports", ".XTestImports") {
+		for _, imp := range imports {
+			for _, d := range sqlDrivers {
+				if !strings.HasPrefix(imp, d) {
+					continue
+				}
+				if !slices.ContainsFunc(sqlUsers, func(u string) bool { return under(pkg, u) }) {
+					t.Errorf("%s imports %s: only %v may", pkg, imp, sqlUsers)
+				}
+			}
+		}
 	}
 }

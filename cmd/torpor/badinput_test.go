@@ -20,14 +20,14 @@ import (
 // service keeps serving after each one.
 func TestBadInputOverHTTP(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := torpor.New(a.HTTPAddr, nil)
+	c := torpor.New(a.HTTPAddr(), nil)
 	ctx := context.Background()
 	v, err := c.Create(ctx, torpor.CreateRequest{Name: "taken"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ready := mustWait(t, c, v.ID, events.PhaseReady)
-	base := "http://" + a.HTTPAddr
+	base := "http://" + a.HTTPAddr()
 	unknown := "0193b0a4-0000-7000-8000-0000000000ff"
 	huge := `{"name":"x","labels":{"k":"` + strings.Repeat("a", 300<<10) + `"}}`
 
@@ -133,7 +133,7 @@ func TestBadInputOverBus(t *testing.T) {
 // over HTTP or the bus, is in the log exactly once.
 func TestDuplicateCommandsLandOnce(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := torpor.New(a.HTTPAddr, nil)
+	c := torpor.New(a.HTTPAddr(), nil)
 	nc := busConn(t, a)
 	ctx := context.Background()
 
@@ -165,7 +165,7 @@ func TestDuplicateCommandsLandOnce(t *testing.T) {
 // generation, or with a wrong credential, is refused and changes nothing.
 func TestStaleGenerationReportIsFenced(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := torpor.New(a.HTTPAddr, nil)
+	c := torpor.New(a.HTTPAddr(), nil)
 	nc := busConn(t, a)
 	ctx := context.Background()
 	v, _ := c.Create(ctx, torpor.CreateRequest{}, "")
@@ -226,7 +226,7 @@ func TestStaleGenerationReportIsFenced(t *testing.T) {
 // unaffected.
 func TestForeignMessagesInTheStream(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := torpor.New(a.HTTPAddr, nil)
+	c := torpor.New(a.HTTPAddr(), nil)
 	nc := busConn(t, a)
 	ctx := context.Background()
 	v, _ := c.Create(ctx, torpor.CreateRequest{}, "")

@@ -22,7 +22,7 @@ func cli(t *testing.T, server string, args ...string) (int, string, string) {
 // checks the exit status and stderr of failures.
 func TestCLI(t *testing.T) {
 	a := startApp(t, "", nil)
-	srv := "http://" + a.HTTPAddr
+	srv := "http://" + a.HTTPAddr()
 	for _, args := range [][]string{
 		{"create", "cli-demo", "--label", "team=a"},
 		{"suspend", "cli-demo"},

@@ -46,7 +46,7 @@ func startApp(t *testing.T, dir string, mod func(*serveConfig)) *app {
 
 func busConn(t *testing.T, a *app) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(a.NATSURL)
+	nc, err := nats.Connect(a.NATSURL())
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
@@ -109,7 +109,7 @@ func mustWait(t *testing.T, c *torpor.Client, id string, p events.Phase) events.
 // delete through the real wiring and reads the KV view at each step.
 func TestLifecycleOverHTTP(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := torpor.New(a.HTTPAddr, nil)
+	c := torpor.New(a.HTTPAddr(), nil)
 	nc := busConn(t, a)
 	ctx := context.Background()
 
@@ -187,7 +187,7 @@ func strconvU(u uint64) string { b, _ := json.Marshal(u); return string(b) }
 // TestLifecycleOverBus drives the same cycle through the micro service.
 func TestLifecycleOverBus(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := torpor.New(a.HTTPAddr, nil)
+	c := torpor.New(a.HTTPAddr(), nil)
 	nc := busConn(t, a)
 
 	v, e := busCmd(t, nc, "create", map[string]any{"driver": "sim"}, nil)
@@ -226,7 +226,7 @@ func TestLifecycleOverBus(t *testing.T) {
 // answers UNIMPLEMENTED and the phase stays.
 func TestUnimplementedSuspendMovesNothing(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := torpor.New(a.HTTPAddr, nil)
+	c := torpor.New(a.HTTPAddr(), nil)
 	ctx := context.Background()
 	v, err := c.Create(ctx, torpor.CreateRequest{DriverOptions: map[string]string{"suspend": "unimplemented"}}, "")
 	if err != nil {

@@ -75,8 +75,8 @@ func serveCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			log.Info().Str("http", a.HTTPAddr).Str("nats", a.NATSURL).Str("data", cfg.Data).Str("fsync", cfg.Fsync).Str("node", cfg.Node).Msg("torpor serving")
-			fmt.Fprintf(os.Stderr, "\ntorpor is up: HTTP on http://%s, NATS on %s\ncreate a sandbox:\n  curl -s -X POST http://%s/v1/sandboxes -d '{\"name\":\"demo\",\"driver\":\"sim\"}'\n\n", a.HTTPAddr, a.NATSURL, a.HTTPAddr)
+			log.Info().Str("http", a.HTTPAddr()).Str("nats", a.NATSURL()).Str("data", cfg.Data).Str("fsync", cfg.Fsync).Str("node", cfg.Node).Msg("torpor serving")
+			fmt.Fprintf(os.Stderr, "\ntorpor is up: HTTP on http://%s, NATS on %s\ncreate a sandbox:\n  curl -s -X POST http://%s/v1/sandboxes -d '{\"name\":\"demo\",\"driver\":\"sim\"}'\n\n", a.HTTPAddr(), a.NATSURL(), a.HTTPAddr())
 			err = a.Wait()
 			log.Info().Err(err).Msg("torpor stopped")
 			return err

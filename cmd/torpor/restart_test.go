@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"maps"
 	"reflect"
 	"testing"
@@ -12,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/natstest"
+	"github.com/torpor/torpor/sagas"
 	torpor "github.com/torpor/torpor/sdk/go"
 )
 
@@ -51,13 +54,14 @@ func (w *eventWaiter) wait(t *testing.T, id, typ string) {
 	}
 }
 
-// TestRestartCatchesUp: the service stops with events not yet projected and a
-// suspension in flight; restarted on the same data directory, the view
-// catches up, the in-flight saga is re-driven, nothing is lost or duplicated.
+// TestRestartCatchesUp: the service stops with a suspension in flight, and
+// its phase view is lost while it is down; restarted on the same data
+// directory, the view is projected again from the whole log, the in-flight
+// saga is re-driven, nothing is lost or duplicated.
 func TestRestartCatchesUp(t *testing.T) {
 	dir := t.TempDir()
-	a := startApp(t, dir, func(c *serveConfig) { c.noProjection = true })
-	c := torpor.New(a.HTTPAddr, nil)
+	a := startApp(t, dir, nil)
+	c := torpor.New(a.HTTPAddr(), nil)
 	w := watchLog(t, busConn(t, a))
 	ctx := context.Background()
 
@@ -83,9 +87,10 @@ func TestRestartCatchesUp(t *testing.T) {
 	if err := a.Stop(); err != nil { // mid-way: the driver call is under way
 		t.Fatalf("stop: %v", err)
 	}
+	forgetView(t, dir)
 
 	b := startApp(t, dir, nil)
-	c = torpor.New(b.HTTPAddr, nil)
+	c = torpor.New(b.HTTPAddr(), nil)
 	vd := mustWait(t, c, done.ID, events.PhaseSuspended)
 	vs := mustWait(t, c, slow.ID, events.PhaseSuspended)
 	for _, v := range []events.View{vd, vs} {
@@ -110,6 +115,26 @@ func TestRestartCatchesUp(t *testing.T) {
 	mustWait(t, c, slow.ID, events.PhaseReady)
 }
 
+// forgetView deletes the KV phase view of the stopped service over dir, and
+// its checkpoint: the next start has every event of the log to project.
+func forgetView(t *testing.T, dir string) {
+	t.Helper()
+	srv := natstest.StartWith(t, natstest.Options{Dir: dir})
+	defer srv.Stop()
+	ctx := t.Context()
+	if err := srv.JS.DeleteKeyValue(ctx, "torpor_phases"); err != nil {
+		t.Fatalf("delete the view: %v", err)
+	}
+	// The checkpoint, once it moves out of the view's bucket, is kvview.torpor_phases in torpor_positions.
+	pos, err := srv.JS.KeyValue(ctx, "torpor_positions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pos.Delete(ctx, "kvview.torpor_phases"); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("delete the view's checkpoint: %v", err)
+	}
+}
+
 // TestRestartWithoutPositions: a crash before any position or checkpoint was
 // saved leaves the sagas and the view to read the whole log again. Every
 // intent in it is settled, so nothing is driven or appended twice, the view
@@ -117,7 +142,7 @@ func TestRestartCatchesUp(t *testing.T) {
 func TestRestartWithoutPositions(t *testing.T) {
 	dir := t.TempDir()
 	a := startApp(t, dir, nil)
-	c := torpor.New(a.HTTPAddr, nil)
+	c := torpor.New(a.HTTPAddr(), nil)
 	ctx := context.Background()
 	phases := map[string]events.Phase{}
 	for name, verbs := range map[string][]string{
@@ -155,31 +180,21 @@ func TestRestartWithoutPositions(t *testing.T) {
 	}
 
 	// As if the service had crashed before it ever saved where it was.
-	ns, err := embedded(serveConfig{Data: dir, NATSListen: "127.0.0.1:0", Fsync: "interval", Node: "local"})
+	srv := natstest.StartWith(t, natstest.Options{Dir: dir})
+	kv, err := srv.JS.KeyValue(ctx, "torpor_positions")
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, _ := jetstream.New(nc)
-	kv, err := js.KeyValue(ctx, "torpor_positions")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, key := range []string{sagasPosition("local"), "kvview.torpor_phases"} {
+	for _, key := range []string{sagas.PositionKey("local"), "kvview.torpor_phases"} {
 		if _, err := kv.Put(ctx, key, []byte("0")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	nc.Close()
-	ns.Shutdown()
-	ns.WaitForShutdown()
+	srv.Stop()
 
 	b := startApp(t, dir, nil)
-	c = torpor.New(b.HTTPAddr, nil)
-	pos, err := b.store.Position(ctx, sagasPosition("local"))
+	c = torpor.New(b.HTTPAddr(), nil)
+	pos, err := b.store.Position(ctx, sagas.PositionKey("local"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,10 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -22,6 +19,7 @@ import (
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/fanout"
 	"github.com/torpor/torpor/events/jsstore"
+	"github.com/torpor/torpor/internal/embedded"
 	"github.com/torpor/torpor/projections"
 	"github.com/torpor/torpor/projections/kvview"
 	"github.com/torpor/torpor/sagas"
@@ -46,8 +44,6 @@ type serveConfig struct {
 	// shorter window saves it, and a retried command older than the window
 	// is then caught only by the sandbox's last 32 command ids.
 	DuplicateWindow time.Duration
-	// noProjection leaves the KV projection off (tests of catching up).
-	noProjection bool
 }
 
 func (c serveConfig) Validate() error {
@@ -66,11 +62,16 @@ func (c serveConfig) Validate() error {
 		return fmt.Errorf("--node %q: want 1 to 63 lower-case letters, digits, '-' or '_', starting and ending with a letter or digit (it names subjects and keys)", c.Node)
 	}
 	if c.NATSURL == "" {
-		if _, _, err := net.SplitHostPort(c.NATSListen); err != nil {
-			return fmt.Errorf("--nats-listen %q: %v", c.NATSListen, err)
+		if err := c.embedded().Validate(); err != nil {
+			return fmt.Errorf("--nats-listen: %w", err)
 		}
 	}
 	return nil
+}
+
+// embedded is the embedded NATS server of c, when it has no --nats-url.
+func (c serveConfig) embedded() embedded.Config {
+	return embedded.Config{Data: c.Data, Listen: c.NATSListen, SyncAlways: c.Fsync == "always", Name: "torpor-" + c.Node}
 }
 
 // validNode is what a node name may be: a sandbox name (as the gateway
@@ -97,13 +98,10 @@ func (s sharedStore) Follow(ctx context.Context, after uint64, max int, h events
 	return s.log.Follow(ctx, after, max, h)
 }
 
-// sagasPosition names the KV key of node's saga runner position.
-func sagasPosition(node string) string { return "sagas." + node }
-
 // app is a running torpor service: every part started, the addresses bound.
 type app struct {
-	HTTPAddr string
-	NATSURL  string
+	httpAddr string
+	natsURL  string
 
 	ns     *server.Server
 	nc     *nats.Conn
@@ -111,11 +109,9 @@ type app struct {
 	cancel context.CancelFunc
 	hsrv   *http.Server
 	driver *sim.Driver
-	js     jetstream.JetStream
 	store  *jsstore.Store
 	proj   *projections.Runner
-	// Ready reports whether the service may take traffic (/readyz).
-	Ready func(context.Context) error
+	ready  func(context.Context) error
 }
 
 // start binds and starts every part of the service; they run until ctx ends
@@ -132,12 +128,12 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	}()
 	url := cfg.NATSURL
 	if url == "" {
-		if a.ns, err = embedded(cfg); err != nil {
+		if a.ns, err = embedded.Start(cfg.embedded()); err != nil {
 			return nil, err
 		}
 		url = a.ns.ClientURL()
 	}
-	a.NATSURL = url
+	a.natsURL = url
 	if a.nc, err = nats.Connect(url, nats.Name("torpor "+cfg.Node), nats.MaxReconnects(-1), nats.SyncQueueLen(jsstore.SyncQueueLen)); err != nil {
 		return nil, fmt.Errorf("connect %s: %w", url, err)
 	}
@@ -167,11 +163,8 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, err
 	}
-	pos, err := store.Position(ctx, sagasPosition(cfg.Node))
+	pos, err := store.Position(ctx, sagas.PositionKey(cfg.Node))
 	if err != nil {
-		return nil, err
-	}
-	if err := retireDurables(ctx, store, pos); err != nil {
 		return nil, err
 	}
 	// The sagas and the view follow the log through one shared reading: the
@@ -191,14 +184,11 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, fmt.Errorf("--http %s: %w", cfg.HTTP, err)
 	}
-	a.HTTPAddr = ln.Addr().String()
-	a.js, a.store, a.proj = js, store, proj
+	a.httpAddr = ln.Addr().String()
+	a.store, a.proj = store, proj
 	ready := func(ctx context.Context) error {
 		if !a.nc.IsConnected() {
 			return errors.New("not connected to NATS")
-		}
-		if cfg.noProjection {
-			return nil
 		}
 		lag, err := proj.Lag(ctx)
 		if err != nil {
@@ -209,7 +199,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		}
 		return nil
 	}
-	a.Ready = ready
+	a.ready = ready
 	h := gateway.NewHTTP(svc, viewAdapter{view}, ready, log.With().Str("part", "http").Logger())
 	a.hsrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 
@@ -240,9 +230,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	}
 	run("bus", func() error { return bus.Run(ctx) })
 	run("sagas", func() error { return runner.Run(ctx) })
-	if !cfg.noProjection {
-		run("kvview", func() error { return proj.Run(ctx) })
-	}
+	run("kvview", func() error { return proj.Run(ctx) })
 	run("http", func() error {
 		if err := a.hsrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -257,6 +245,21 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	})
 	return a, nil
 }
+
+// HTTPAddr is where the HTTP API listens.
+func (a *app) HTTPAddr() string { return a.httpAddr }
+
+// NATSURL is the URL of the NATS server the service runs on.
+func (a *app) NATSURL() string { return a.natsURL }
+
+// Server is the embedded NATS server, nil with --nats-url.
+func (a *app) Server() *server.Server { return a.ns }
+
+// Ready reports whether the service may take traffic (/readyz).
+func (a *app) Ready(ctx context.Context) error { return a.ready(ctx) }
+
+// ViewLag is how many events of the log the phase view has yet to apply.
+func (a *app) ViewLag(ctx context.Context) (uint64, error) { return a.proj.Lag(ctx) }
 
 // Stop ends every part and waits for them.
 func (a *app) Stop() error {
@@ -285,45 +288,6 @@ func (a *app) close() {
 		a.ns.Shutdown()
 		a.ns.WaitForShutdown()
 	}
-}
-
-// embedded starts the in-process nats-server with JetStream under cfg.Data.
-func embedded(cfg serveConfig) (*server.Server, error) {
-	host, portStr, _ := net.SplitHostPort(cfg.NATSListen)
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return nil, fmt.Errorf("--nats-listen %q: bad port", cfg.NATSListen)
-	}
-	if port == 0 {
-		port = server.RANDOM_PORT
-	}
-	dir, err := filepath.Abs(filepath.Join(cfg.Data, "jetstream"))
-	if err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("--data: %w", err)
-	}
-	opts := &server.Options{
-		ServerName: "torpor-" + cfg.Node,
-		Host:       host,
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   dir,
-		SyncAlways: cfg.Fsync == "always",
-		NoSigs:     true,
-		NoLog:      true,
-	}
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		return nil, fmt.Errorf("nats-server: %w", err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(30 * time.Second) {
-		ns.Shutdown()
-		return nil, errors.New("nats-server not ready in 30s")
-	}
-	return ns, nil
 }
 
 // credentials loads the supervisor credential secret from the KV bucket

@@ -31,6 +31,7 @@ func TestServeConfigValidate(t *testing.T) {
 		{"no data", "--data", func(c *serveConfig) { c.Data = "" }},
 		{"no http", "--http", func(c *serveConfig) { c.HTTP = "" }},
 		{"nats listen", "--nats-listen", func(c *serveConfig) { c.NATSListen = "nowhere" }},
+		{"nats listen port", "--nats-listen", func(c *serveConfig) { c.NATSListen = "127.0.0.1:nats" }},
 		{"empty node", "--node", func(c *serveConfig) { c.Node = "" }},
 		{"node with a dot", "--node", func(c *serveConfig) { c.Node = "rack.1" }},
 		{"node with a wildcard", "--node", func(c *serveConfig) { c.Node = "n*" }},

@@ -19,7 +19,7 @@ import (
 // /v1/phases counts sandboxes per phase.
 func TestWatchAndPhases(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := torpor.New(a.HTTPAddr, nil)
+	c := torpor.New(a.HTTPAddr(), nil)
 	ctx := context.Background()
 	v, err := c.Create(ctx, torpor.CreateRequest{Name: "watched"}, "")
 	if err != nil {
@@ -31,7 +31,7 @@ func TestWatchAndPhases(t *testing.T) {
 		t.Helper()
 		wctx, cancel := context.WithTimeout(ctx, waitFor)
 		defer cancel()
-		req, _ := http.NewRequestWithContext(wctx, http.MethodGet, "http://"+a.HTTPAddr+"/v1/watch", nil)
+		req, _ := http.NewRequestWithContext(wctx, http.MethodGet, "http://"+a.HTTPAddr()+"/v1/watch", nil)
 		if lastID != "" {
 			req.Header.Set("Last-Event-ID", lastID)
 		}

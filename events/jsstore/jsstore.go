@@ -117,9 +117,33 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", cfg.Stream, err)
 	}
-	st := &Store{js: js, cfg: cfg, stream: stream, ackPrefix: []byte(`{"stream":"` + cfg.Stream + `","seq":`)}
-	st.foreign.report = cfg.OnForeign
-	return st, nil
+	return on(js, cfg, stream), nil
+}
+
+// on is the store of cfg on stream.
+func on(js jetstream.JetStream, cfg Config, stream jetstream.Stream) *Store {
+	s := &Store{js: js, cfg: cfg, stream: stream, ackPrefix: []byte(`{"stream":"` + cfg.Stream + `","seq":`)}
+	s.foreign.report = cfg.OnForeign
+	return s
+}
+
+// Bind returns a store on the existing stream named stream (default
+// TORPOR_EVENTS) as its owner set it up. New would update the stream to its
+// Config (its duplicate window, say); a tool beside the service, which reads
+// the log or imports into it, must change nothing. The positions bucket gets
+// the stream's replicas.
+func Bind(ctx context.Context, js jetstream.JetStream, stream string) (*Store, error) {
+	cfg := Config{Stream: stream}.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("event store config: %w", err)
+	}
+	s, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", cfg.Stream, err)
+	}
+	info := s.CachedInfo().Config
+	cfg.Replicas, cfg.Storage, cfg.DuplicateWindow = info.Replicas, info.Storage, info.Duplicates
+	return on(js, cfg, s), nil
 }
 
 // Stream is the stream that holds the log.

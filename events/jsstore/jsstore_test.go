@@ -89,6 +89,47 @@ func TestNewSetsUpTheStream(t *testing.T) {
 	newStore(t, srv)
 }
 
+// TestBindChangesNothing: Bind works on the stream as it is (its duplicate
+// window stays what its owner set, where New would reset it), appends and
+// reads like the owner's store, and refuses a stream that does not exist.
+func TestBindChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.Start(t)
+	if _, err := jsstore.Bind(ctx, srv.JS, ""); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Errorf("bind before the stream exists: %v, want stream not found", err)
+	}
+	owner, err := jsstore.New(ctx, srv.JS, jsstore.Config{DuplicateWindow: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := jsstore.Bind(ctx, srv.JS, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := owner.Stream().Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.Config.Duplicates; got != 30*time.Second {
+		t.Errorf("duplicate window after Bind: %s, want the owner's 30s", got)
+	}
+	env := envelope(t, "sbx1", 1)
+	if _, err := s.Append(ctx, env.SandboxID, 0, env); err != nil {
+		t.Fatalf("append through the bound store: %v", err)
+	}
+	got, err := owner.Load(ctx, env.SandboxID, 0)
+	if err != nil || len(got) != 1 || got[0].ID != env.ID {
+		t.Errorf("the owner loads %v (%v), want the bound store's append", got, err)
+	}
+	last, err := s.LastSeq(ctx)
+	if err != nil || last != got[0].Seq {
+		t.Errorf("bound last seq %d (%v), want %d", last, err, got[0].Seq)
+	}
+	if _, err := s.Position(ctx, "bound"); err != nil {
+		t.Errorf("position on the bound store: %v", err)
+	}
+}
+
 func TestAtomicBatchIsContiguous(t *testing.T) {
 	srv := natstest.Start(t)
 	s := newStore(t, srv)

@@ -5,11 +5,12 @@ package natstest
 
 import (
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/torpor/torpor/internal/embedded"
 )
 
 // Server is a running in-process server and one client connection to it.
@@ -22,8 +23,10 @@ type Server struct {
 
 // Options tune Start.
 type Options struct {
-	// Dir is the JetStream store directory; empty means a new t.TempDir().
-	// Passing the Dir of a stopped server restarts on its data.
+	// Dir is the data directory, laid out as torpor serve's --data (the
+	// store under Dir/jetstream); empty means a new t.TempDir(). Passing
+	// the Dir of a stopped server, or of a stopped service, restarts on
+	// its data.
 	Dir string
 	// Listen makes the server accept TCP clients on a random loopback port
 	// (for tests of code that dials a URL).
@@ -40,24 +43,13 @@ func StartWith(t testing.TB, opts Options) *Server {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	o := &server.Options{
-		ServerName: "torpor-test",
-		JetStream:  true,
-		StoreDir:   dir,
-		NoLog:      true,
-		NoSigs:     true,
-		DontListen: !opts.Listen,
-		Host:       "127.0.0.1",
-		Port:       -1,
+	cfg := embedded.Config{Data: dir, Name: "torpor-test"}
+	if opts.Listen {
+		cfg.Listen = "127.0.0.1:0"
 	}
-	s, err := server.NewServer(o)
+	s, err := embedded.Start(cfg)
 	if err != nil {
-		t.Fatalf("nats-server: %v", err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		t.Fatal("nats-server not ready in 10s")
+		t.Fatal(err)
 	}
 	nc, err := nats.Connect("", nats.InProcessServer(s))
 	if err != nil {

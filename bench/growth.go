@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -15,13 +15,39 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/jsstore"
+	"github.com/torpor/torpor/internal/embedded"
 	"github.com/torpor/torpor/projections/kvview"
+	"github.com/torpor/torpor/sagas"
 	"github.com/torpor/torpor/services/gateway"
 )
+
+// GrowthRow is command latency at one fleet size and history length.
+type GrowthRow struct {
+	Sandboxes        int     `json:"sandboxes"`
+	EventsPerSandbox int     `json:"events_per_sandbox"`
+	LogEvents        int     `json:"log_events"`
+	FirstTouch       Latency `json:"first_touch_ms"`
+	Steady           Latency `json:"steady_ms"`
+}
+
+// Growth is how the service fares as the fleet and its histories grow.
+type Growth struct {
+	Rows                []GrowthRow `json:"rows"`
+	CatchUpEPS          float64     `json:"catch_up_eps"`
+	HeapPerSandboxBytes float64     `json:"heap_per_sandbox_bytes"`
+	RecoverySeconds     float64     `json:"recovery_seconds"`
+	RecoverySandboxes   int         `json:"recovery_sandboxes"`
+}
+
+// Replay is the whole log read raw, next to a rebuild of the KV view from it.
+type Replay struct {
+	Events            int     `json:"events"`
+	RawOrderedReadEPS float64 `json:"raw_ordered_read_eps"`
+	KVRebuildEPS      float64 `json:"kv_rebuild_eps"`
+}
 
 // history returns a settled lifecycle of about n events for sandbox id, each
 // stamped with the phase the table gives: created, attached, then suspend and
@@ -63,7 +89,7 @@ func history(id string, n int, now time.Time) ([]events.Envelope, error) {
 // straight to the log (async, a bounded window), then saves the sagas'
 // position past them: the histories are complete, nothing is left for a
 // saga to drive. It returns the ids and the events written.
-func populate(ctx context.Context, nc *nats.Conn, n, perSandbox int) ([]string, int, error) {
+func populate(ctx context.Context, nc *nats.Conn, store *jsstore.Store, n, perSandbox int) ([]string, int, error) {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
 		return nil, 0, err
@@ -95,21 +121,17 @@ func populate(ctx context.Context, nc *nats.Conn, n, perSandbox int) ([]string, 
 	if err := asyncComplete(ctx, js, 2*time.Minute); err != nil {
 		return nil, 0, fmt.Errorf("populate: %w", err)
 	}
-	return ids, written, settleSagas(ctx, js)
+	return ids, written, settleSagas(ctx, store)
 }
 
 // settleSagas saves the saga runner's position after the last event: a
 // settled history has nothing left to drive.
-func settleSagas(ctx context.Context, js jetstream.JetStream) error {
-	store, err := jsstore.New(ctx, js, jsstore.Config{})
-	if err != nil {
-		return err
-	}
+func settleSagas(ctx context.Context, store *jsstore.Store) error {
 	last, err := store.LastSeq(ctx)
 	if err != nil {
 		return err
 	}
-	pos, err := store.Position(ctx, sagasPosition("local"))
+	pos, err := store.Position(ctx, sagas.PositionKey("local"))
 	if err != nil {
 		return err
 	}
@@ -120,12 +142,12 @@ func settleSagas(ctx context.Context, js jetstream.JetStream) error {
 }
 
 // caughtUp waits until the service is ready and its view has no lag.
-func caughtUp(ctx context.Context, a *app) error {
+func caughtUp(ctx context.Context, svc Service) error {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {
-		if a.Ready(ctx) == nil {
-			if lag, err := a.proj.Lag(ctx); err == nil && lag == 0 {
+		if svc.Ready(ctx) == nil {
+			if lag, err := svc.ViewLag(ctx); err == nil && lag == 0 {
 				return nil
 			}
 		}
@@ -150,7 +172,7 @@ func heap() uint64 {
 // id finds a cold cache and loads its history, and is reported as first
 // touch. Then, with every id warm, each goes through two more suspend →
 // resume cycles: the steady latency, not disturbed by other ids' cold loads.
-func sampleLatency(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, c int) (first, steady latencyResult, err error) {
+func sampleLatency(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, c int) (first, steady Latency, err error) {
 	cycle := [][2]string{{"suspend", string(events.PhaseSuspended)}, {"resume", string(events.PhaseReady)}}
 	cold, _, err := timeSteps(ctx, cmd, vw, ids, c, cycle)
 	if err != nil {
@@ -164,13 +186,13 @@ func sampleLatency(ctx context.Context, cmd commander, vw *viewWaiter, ids []str
 	if err != nil {
 		return first, steady, err
 	}
-	first = latencyResult{Samples: len(cold[0])}
+	first = Latency{Samples: len(cold[0])}
 	first.P50, first.P90, first.P99, first.Max = percentiles(cold[0])
 	var all []time.Duration
 	for _, ds := range warm {
 		all = append(all, ds...)
 	}
-	steady = latencyResult{Samples: len(all), AchievedPerS: float64(len(all)) / el}
+	steady = Latency{Samples: len(all), AchievedPerS: float64(len(all)) / el}
 	steady.P50, steady.P90, steady.P99, steady.Max = percentiles(all)
 	return first, steady, nil
 }
@@ -214,19 +236,22 @@ func timeSteps(ctx context.Context, cmd commander, vw *viewWaiter, ids []string,
 	return lats, time.Since(start).Seconds(), ferr
 }
 
-// runGrowth grows a log (fsync interval) through cfg.sizes sandboxes of
-// shortHistory events, adding longSample sandboxes of longHistory events at
+// RunGrowth grows a log (fsync interval) through cfg.Sizes sandboxes of
+// ShortHistory events, adding LongSample sandboxes of LongHistory events at
 // the largest size; at each size it restarts the service, waits for the view
 // to catch up, and measures command latency on a sample. Then it measures the
 // restart to ready at the largest size, the heap per sandbox, and the replay.
-func runGrowth(ctx context.Context, cfg benchConfig, log io.Writer) (*growthResult, *replayResult, error) {
+func RunGrowth(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*Growth, *Replay, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	cfg = cfg.withDefaults()
 	dir, err := os.MkdirTemp("", "torpor-bench-growth-")
 	if err != nil {
 		return nil, nil, err
 	}
 	defer os.RemoveAll(dir)
-	scfg := benchServeConfig(dir, "interval")
-	g := &growthResult{}
+	g := &Growth{}
 	var (
 		total     int
 		logEvents int
@@ -234,40 +259,40 @@ func runGrowth(ctx context.Context, cfg benchConfig, log io.Writer) (*growthResu
 		catchEv   int
 		catchSecs float64
 	)
-	for i, size := range cfg.sizes {
-		last := i == len(cfg.sizes)-1
+	for i, size := range cfg.Sizes {
+		last := i == len(cfg.Sizes)-1
 		nLong := 0
 		if last {
-			nLong = cfg.longSample // the long histories join at the largest size
+			nLong = cfg.LongSample // the long histories join at the largest size
 		}
-		short, long, written, err := grow(ctx, scfg, size-total, cfg.shortHistory, nLong, cfg.longHistory)
+		short, long, written, err := grow(ctx, dir, size-total, cfg.ShortHistory, nLong, cfg.LongHistory)
 		if err != nil {
 			return nil, nil, err
 		}
 		total, logEvents = size, logEvents+written
-		fmt.Fprintf(log, "bench: growth: %d sandboxes, %d events in the log\n", total, logEvents)
+		fmt.Fprintf(progress, "bench: growth: %d sandboxes, %d events in the log\n", total, logEvents)
 
 		t0 := time.Now()
-		a, err := start(ctx, scfg, zerolog.Nop())
+		svc, err := start(ctx, dir, "interval")
 		if err != nil {
 			return nil, nil, err
 		}
-		err = caughtUp(ctx, a)
+		err = caughtUp(ctx, svc)
 		catchEv, catchSecs = catchEv+written, catchSecs+time.Since(t0).Seconds()
 		if err != nil {
-			_ = a.Stop()
+			_ = svc.Stop()
 			return nil, nil, err
 		}
-		rows, err := measureGrowth(ctx, cfg, a, short[:min(cfg.sample, len(short))], long, total, logEvents)
+		rows, err := measureGrowth(ctx, cfg, svc, short[:min(cfg.Sample, len(short))], long, total, logEvents)
 		if err == nil && i == 0 {
 			heapSmall = heap()
 		}
 		if err == nil && last {
-			if heapLarge := heap(); heapLarge > heapSmall && size > cfg.sizes[0] {
-				g.HeapPerSandboxBytes = float64(heapLarge-heapSmall) / float64(size-cfg.sizes[0])
+			if heapLarge := heap(); heapLarge > heapSmall && size > cfg.Sizes[0] {
+				g.HeapPerSandboxBytes = float64(heapLarge-heapSmall) / float64(size-cfg.Sizes[0])
 			}
 		}
-		_ = a.Stop()
+		_ = svc.Stop()
 		if err != nil {
 			return nil, nil, err
 		}
@@ -277,44 +302,48 @@ func runGrowth(ctx context.Context, cfg benchConfig, log io.Writer) (*growthResu
 
 	// Restart to ready with everything in the log.
 	t0 := time.Now()
-	a, err := start(ctx, scfg, zerolog.Nop())
+	svc, err := start(ctx, dir, "interval")
 	if err != nil {
 		return nil, nil, err
 	}
-	defer func() { _ = a.Stop() }()
-	if err := readyWait(ctx, a); err != nil {
+	defer func() { _ = svc.Stop() }()
+	if err := readyWait(ctx, svc); err != nil {
 		return nil, nil, err
 	}
 	g.RecoverySeconds, g.RecoverySandboxes = time.Since(t0).Seconds(), total
-	r, err := benchReplay(ctx, a, logEvents)
+	r, err := measureReplay(ctx, svc, logEvents)
 	return g, r, err
 }
 
 // grow appends n sandboxes of short events and nLong of long events to the
-// log under scfg.Data, with the service stopped.
-func grow(ctx context.Context, scfg serveConfig, n, short, nLong, long int) ([]string, []string, int, error) {
-	ns, err := embedded(scfg)
+// log in the data directory dir, with the service stopped.
+func grow(ctx context.Context, dir string, n, short, nLong, long int) ([]string, []string, int, error) {
+	ns, err := embedded.Start(embedded.Config{Data: dir, Name: "torpor-bench-import"})
 	if err != nil {
 		return nil, nil, 0, err
 	}
 	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	nc, err := nats.Connect(ns.ClientURL())
+	nc, err := nats.Connect("", nats.InProcessServer(ns))
 	if err != nil {
 		return nil, nil, 0, err
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	if _, err := jsstore.New(ctx, js, jsstore.Config{}); err != nil {
+	// New, not Bind: before the first size the log does not exist yet. Its
+	// config is jsstore's default, the one the bench's service runs with
+	// (and sets again when it starts).
+	store, err := jsstore.New(ctx, js, jsstore.Config{})
+	if err != nil {
 		return nil, nil, 0, err
 	}
-	ids, written, err := populate(ctx, nc, n, short)
+	ids, written, err := populate(ctx, nc, store, n, short)
 	if err != nil {
 		return nil, nil, 0, err
 	}
 	var longIDs []string
 	if nLong > 0 {
 		var w int
-		if longIDs, w, err = populate(ctx, nc, nLong, long); err != nil {
+		if longIDs, w, err = populate(ctx, nc, store, nLong, long); err != nil {
 			return nil, nil, 0, err
 		}
 		written += w
@@ -323,8 +352,8 @@ func grow(ctx context.Context, scfg serveConfig, n, short, nLong, long int) ([]s
 }
 
 // measureGrowth samples command latency on short (and long) sandboxes.
-func measureGrowth(ctx context.Context, cfg benchConfig, a *app, short, long []string, total, logEvents int) ([]growthRow, error) {
-	nc, err := nats.Connect(a.NATSURL)
+func measureGrowth(ctx context.Context, cfg Config, svc Service, short, long []string, total, logEvents int) ([]GrowthRow, error) {
+	nc, err := nats.Connect(svc.NATSURL())
 	if err != nil {
 		return nil, err
 	}
@@ -334,13 +363,13 @@ func measureGrowth(ctx context.Context, cfg benchConfig, a *app, short, long []s
 	if err != nil {
 		return nil, err
 	}
-	cmd := commanderFor(cfg.Transport, a, nc)
 	clients := min(8, cfg.Concurrency)
-	var rows []growthRow
+	cmd := commanderFor(cfg.Transport, svc, nc, clients)
+	var rows []GrowthRow
 	for _, set := range []struct {
 		ids []string
 		per int
-	}{{short, cfg.shortHistory}, {long, cfg.longHistory}} {
+	}{{short, cfg.ShortHistory}, {long, cfg.LongHistory}} {
 		if len(set.ids) == 0 {
 			continue
 		}
@@ -348,16 +377,16 @@ func measureGrowth(ctx context.Context, cfg benchConfig, a *app, short, long []s
 		if err != nil {
 			return nil, err
 		}
-		rows = append(rows, growthRow{Sandboxes: total, EventsPerSandbox: set.per, LogEvents: logEvents, FirstTouch: first, Steady: steady})
+		rows = append(rows, GrowthRow{Sandboxes: total, EventsPerSandbox: set.per, LogEvents: logEvents, FirstTouch: first, Steady: steady})
 	}
 	return rows, nil
 }
 
 // readyWait waits until the service answers ready.
-func readyWait(ctx context.Context, a *app) error {
+func readyWait(ctx context.Context, svc Service) error {
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
-	for a.Ready(ctx) != nil {
+	for svc.Ready(ctx) != nil {
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -367,19 +396,31 @@ func readyWait(ctx context.Context, a *app) error {
 	return nil
 }
 
-// benchReplay reads the whole log with an ordered consumer, then rebuilds
-// the KV view from it into a fresh bucket.
-func benchReplay(ctx context.Context, a *app, events int) (*replayResult, error) {
-	r := &replayResult{Events: events}
-	var err error
-	if r.RawOrderedReadEPS, err = orderedRead(ctx, a.js, "TORPOR_EVENTS"); err != nil {
+// measureReplay reads the whole log with an ordered consumer, then rebuilds
+// the KV view from it into a fresh bucket, on a connection of its own.
+func measureReplay(ctx context.Context, svc Service, events int) (*Replay, error) {
+	nc, err := nats.Connect(svc.NATSURL(), nats.SyncQueueLen(jsstore.SyncQueueLen))
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	store, err := jsstore.Bind(ctx, js, "")
+	if err != nil {
+		return nil, err
+	}
+	r := &Replay{Events: events}
+	if r.RawOrderedReadEPS, err = orderedRead(ctx, js, jsstore.DefaultStream); err != nil {
 		return nil, err
 	}
 	const bucket = "torpor_phases_rebuild"
-	_ = a.js.DeleteKeyValue(ctx, bucket)
-	defer func() { _ = a.js.DeleteKeyValue(context.WithoutCancel(ctx), bucket) }()
+	_ = js.DeleteKeyValue(ctx, bucket)
+	defer func() { _ = js.DeleteKeyValue(context.WithoutCancel(ctx), bucket) }()
 	t0 := time.Now()
-	st, err := kvview.Rebuild(ctx, a.js, a.store, kvview.Config{Bucket: bucket})
+	st, err := kvview.Rebuild(ctx, js, store, kvview.Config{Bucket: bucket})
 	if err != nil {
 		return nil, fmt.Errorf("rebuild: %w", err)
 	}

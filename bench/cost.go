@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"errors"
@@ -47,4 +47,27 @@ func (c cost) spent(c0 cost, transitions int, events uint64) (msPerTransition, c
 		msgsPerEvent = float64(c.in-c0.in+c.out-c0.out) / float64(events)
 	}
 	return msPerTransition, coresBusy, msgsPerEvent
+}
+
+// sectionCost is what a section of transitions cost: CPU ms per transition
+// and the share of the cores busy meanwhile.
+type sectionCost struct{ msPerTransition, coresBusy float64 }
+
+// costOf runs f, which returns how many transitions it made, and says what
+// it cost, read from ns and this process before and after.
+func costOf(ns *server.Server, f func() (int, error)) (sectionCost, error) {
+	c0, err := readCost(ns)
+	if err != nil {
+		return sectionCost{}, err
+	}
+	n, err := f()
+	if err != nil {
+		return sectionCost{}, err
+	}
+	c1, err := readCost(ns)
+	if err != nil {
+		return sectionCost{}, err
+	}
+	ms, busy, _ := c1.spent(c0, n, 0)
+	return sectionCost{msPerTransition: ms, coresBusy: busy}, nil
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -12,9 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// rawResult is the denominator: the bus itself, on the same server, in the
+// Raw is the denominator: the bus itself, on the same server, in the
 // same run.
-type rawResult struct {
+type Raw struct {
 	AppendCheckSyncEPS  float64 `json:"append_check_sync_eps"`
 	AppendCheckAsyncEPS float64 `json:"append_check_async_eps"`
 	OrderedReadEPS      float64 `json:"ordered_read_eps"`
@@ -26,9 +26,9 @@ type rawResult struct {
 	// AppendLatency is one append with the check at a time, at the offered
 	// rate of the pipeline's latency run: the tail every hop of the
 	// pipeline's path has on this machine.
-	AppendLatency *latencyResult `json:"append_latency_ms,omitempty"`
+	AppendLatency *Latency `json:"append_latency_ms,omitempty"`
 	// SQLUpsertEPS is the rows/s of batched upserts of phase-view rows, each
-	// transaction with its checkpoint (benchSQLUpsert), the denominator of a
+	// transaction with its checkpoint (measureSQLUpsert), the denominator of a
 	// SQL view's rebuild; absent without --database-url. It does not depend
 	// on the bus: every mode carries the same figure.
 	SQLUpsertEPS *float64 `json:"sql_upsert_eps,omitempty"`
@@ -43,12 +43,12 @@ const rawStream = "BENCH_RAW"
 // measures such a wait, it does not stop on it.
 const stallWait = 30 * time.Second
 
-// benchRaw measures appends with the expected-last-subject-sequence check
+// measureRaw measures appends with the expected-last-subject-sequence check
 // (one publisher waiting for each ack, and an async window of concurrency
 // publishes over as many subjects as the pipeline has sandboxes), an
 // ordered-consumer read of what was written, and KV puts.
-func benchRaw(ctx context.Context, nc *nats.Conn, subjects, concurrency int, d time.Duration) (rawResult, error) {
-	var r rawResult
+func measureRaw(ctx context.Context, nc *nats.Conn, subjects, concurrency int, d time.Duration) (Raw, error) {
+	var r Raw
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(concurrency))
 	if err != nil {
 		return r, err
@@ -170,8 +170,8 @@ func orderedRead(ctx context.Context, js jetstream.JetStream, stream string) (fl
 // rawAppendLatency offers rate appends per second with the check for d, each
 // waiting for its ack, over subjects subjects, and measures each from send to
 // ack: the latency of one hop of the pipeline on this server.
-func rawAppendLatency(ctx context.Context, nc *nats.Conn, subjects int, rate float64, d time.Duration) (latencyResult, error) {
-	res := latencyResult{OfferedPerS: rate}
+func rawAppendLatency(ctx context.Context, nc *nats.Conn, subjects int, rate float64, d time.Duration) (Latency, error) {
+	res := Latency{OfferedPerS: rate}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return res, err
@@ -228,7 +228,7 @@ func rawAppendLatency(ctx context.Context, nc *nats.Conn, subjects int, rate flo
 	return res, ferr
 }
 
-// busFloor runs the async append of benchRaw with the bus work the pipeline
+// busFloor runs the async append of measureRaw with the bus work the pipeline
 // does per event on top: a KV put for every second event (the view writes
 // about that often), one ordered consumer reading every event (the reading
 // the sagas and the view share), and a KV watch on another connection (the

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -64,13 +64,13 @@ WHERE ` + sqlBenchView + `.last_seq < excluded.last_seq`
 const sqlCheckpoint = `INSERT INTO ` + sqlBenchCheckpoint + ` (name, position) VALUES ($1, $2)
 ON CONFLICT (name) DO UPDATE SET position = excluded.position`
 
-// benchSQLUpsert measures batched upserts of phase-view rows into the
+// measureSQLUpsert measures batched upserts of phase-view rows into the
 // database at url for d: one writer, each transaction upserting up to
 // rowsPerTx rows over a key space of keys sandboxes (so after the first pass
 // rows are updated, not inserted) and the checkpoint row, run through
 // crdbpgx.ExecuteTx as the SQL view will. It creates its tables first and
 // drops them at the end, also on failure.
-func benchSQLUpsert(ctx context.Context, url string, keys, rowsPerTx int, d time.Duration) (sqlUpsertResult, error) {
+func measureSQLUpsert(ctx context.Context, url string, keys, rowsPerTx int, d time.Duration) (sqlUpsertResult, error) {
 	r := sqlUpsertResult{RowsPerTx: min(rowsPerTx, keys)}
 	if r.RowsPerTx < 1 {
 		return r, errors.New("sql upsert: want at least one key and one row per transaction")

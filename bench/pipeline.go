@@ -1,12 +1,10 @@
-package main
+package bench
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,6 +71,7 @@ type viewWaiter struct {
 	mu    sync.Mutex
 	waits map[string]*phaseWait
 	kv    jetstream.KeyValue
+	w     jetstream.KeyWatcher
 }
 
 type phaseWait struct {
@@ -89,7 +88,7 @@ func newViewWaiter(ctx context.Context, js jetstream.JetStream) (*viewWaiter, er
 	if err != nil {
 		return nil, err
 	}
-	vw := &viewWaiter{waits: map[string]*phaseWait{}, kv: kv}
+	vw := &viewWaiter{waits: map[string]*phaseWait{}, kv: kv, w: w}
 	go func() {
 		defer func() { _ = w.Stop() }()
 		for e := range w.Updates() {
@@ -112,6 +111,10 @@ func newViewWaiter(ctx context.Context, js jetstream.JetStream) (*viewWaiter, er
 	}()
 	return vw, nil
 }
+
+// stop ends the watch: a section that does not wait on the view this way
+// should not pay for its deliveries.
+func (vw *viewWaiter) stop() { _ = vw.w.Stop() }
 
 // expect registers interest in id reaching phase; call it before the command.
 // One wait per sandbox: a second would take the first one's wake-up, so it is
@@ -216,8 +219,8 @@ func createOne(ctx context.Context, cmd commander, vw *viewWaiter, ids []string,
 	return vw.wait(wctx, v.ID, events.PhaseReady, ch)
 }
 
-// pipelineResult is the full command path under load.
-type pipelineResult struct {
+// Pipeline is the full command path under load.
+type Pipeline struct {
 	Transport   string  `json:"transport"`
 	Sandboxes   int     `json:"sandboxes"`
 	Concurrency int     `json:"concurrency"`
@@ -230,6 +233,11 @@ type pipelineResult struct {
 	TransitionsPerS   float64 `json:"transitions_per_s"`
 	EventsPerS        float64 `json:"events_per_s"`
 	CreateToReadyPerS float64 `json:"create_to_ready_per_s"`
+	// P50, P90 and P99 time the closed loop's transitions, from sending
+	// the command to the view showing its outcome, in milliseconds.
+	P50 float64 `json:"p50_ms"`
+	P90 float64 `json:"p90_ms"`
+	P99 float64 `json:"p99_ms"`
 	// CPUMsPerTransition is this process's CPU time (service, embedded
 	// server and the bench's clients) per transition, and CoresBusy the
 	// share of the cores it kept busy.
@@ -239,18 +247,37 @@ type pipelineResult struct {
 	// out per event appended; a raw append is two, the publish and its ack.
 	ServerMsgsPerEvent float64 `json:"server_msgs_per_event"`
 	// Host is what the host probe saw meanwhile (nil where it cannot run).
-	Host *hostResult `json:"host,omitempty"`
+	Host *Host `json:"host,omitempty"`
+}
+
+// stepFunc sends verb to sandbox id and returns once its outcome, the
+// phase target, is visible to the client.
+type stepFunc func(ctx context.Context, verb, id string, target events.Phase) error
+
+// viewStep is step through cmd and the bench's own watch of the view.
+func viewStep(cmd commander, vw *viewWaiter) stepFunc {
+	return func(ctx context.Context, verb, id string, target events.Phase) error {
+		return step(ctx, cmd, vw, verb, id, target)
+	}
+}
+
+// closed is what a closed loop measured: the transitions made, the seconds
+// it ran, and the latency of each transition.
+type closed struct {
+	transitions int64
+	secs        float64
+	lats        []time.Duration
 }
 
 // cycle runs c clients, each cycling its share of ids through suspend →
-// suspended → resume → ready, for d; a transition counts once the view shows
-// it.
-func cycle(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, c int, d time.Duration) (int64, float64, error) {
+// suspended → resume → ready with step, for d; a transition counts, and is
+// timed, once step returns.
+func cycle(ctx context.Context, step stepFunc, ids []string, c int, d time.Duration) (closed, error) {
 	var (
-		transitions atomic.Int64
-		wg          sync.WaitGroup
-		mu          sync.Mutex
-		ferr        error
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		ferr error
+		res  closed
 	)
 	until := time.Now().Add(d)
 	start := time.Now()
@@ -262,25 +289,36 @@ func cycle(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, c i
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// Each client keeps its own latencies: a lock per transition
+			// would be load the service does not have.
+			var lats []time.Duration
+			defer func() {
+				mu.Lock()
+				res.lats = append(res.lats, lats...)
+				mu.Unlock()
+			}()
 			for k := 0; time.Now().Before(until); k++ {
 				id := mine[k%len(mine)]
 				for _, s := range []struct {
 					verb   string
 					target events.Phase
 				}{{"suspend", events.PhaseSuspended}, {"resume", events.PhaseReady}} {
-					if err := step(ctx, cmd, vw, s.verb, id, s.target); err != nil {
+					t0 := time.Now()
+					if err := step(ctx, s.verb, id, s.target); err != nil {
 						mu.Lock()
 						ferr = errors.Join(ferr, err)
 						mu.Unlock()
 						return
 					}
-					transitions.Add(1)
+					lats = append(lats, time.Since(t0))
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	return transitions.Load(), time.Since(start).Seconds(), ferr
+	res.secs = time.Since(start).Seconds()
+	res.transitions = int64(len(res.lats))
+	return res, ferr
 }
 
 // share is client w's part of ids when c clients split them: the ids at w,
@@ -293,182 +331,3 @@ func share(ids []string, w, c int) []string {
 	}
 	return mine
 }
-
-// latencyResult is command-to-visible latency at a fixed offered rate.
-type latencyResult struct {
-	OfferedPerS float64 `json:"offered_per_s"`
-	// Offered counts the commands that came due; each was sent or, when
-	// no sandbox was idle, Skipped.
-	Offered      int     `json:"offered,omitempty"`
-	AchievedPerS float64 `json:"achieved_per_s"`
-	Samples      int     `json:"samples"`
-	Skipped      int     `json:"skipped"`
-	P50          float64 `json:"p50"`
-	P90          float64 `json:"p90"`
-	P99          float64 `json:"p99"`
-	Max          float64 `json:"max"`
-	// CPUMsPerTransition and CoresBusy: as in pipelineResult, at this
-	// offered rate.
-	CPUMsPerTransition float64 `json:"cpu_ms_per_transition,omitempty"`
-	CoresBusy          float64 `json:"cores_busy,omitempty"`
-	// Host is what the host probe saw meanwhile (nil where it cannot run).
-	Host *hostResult `json:"host,omitempty"`
-	// ByVerb splits the samples by command: a suspend's path to its outcome
-	// is about eight hops, a resume's has three appends and the
-	// supervisor's report more.
-	ByVerb map[string]*latencyResult `json:"by_verb,omitempty"`
-}
-
-// openLoop offers rate commands per second for d, each on an idle sandbox,
-// and measures from sending the command to the view showing its outcome.
-// Suspends and resumes alternate, as they do in the closed loop (see mix). A
-// command that comes due when no sandbox is idle is skipped and counted.
-func openLoop(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, rate float64, d time.Duration) (latencyResult, error) {
-	res := latencyResult{OfferedPerS: rate}
-	if rate <= 0 {
-		return res, errors.New("latency: no rate to offer")
-	}
-	m := newMix(ids)
-	var (
-		mu     sync.Mutex
-		lats   []time.Duration
-		byVerb = map[string][]time.Duration{}
-		ferr   error
-		wg     sync.WaitGroup
-	)
-	start := time.Now()
-	offered, skipped, oerr := offer(ctx, rate, d, func(k int) bool {
-		id, suspended, ok := m.take(k)
-		if !ok {
-			return false
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			verb, target := "suspend", events.PhaseSuspended
-			if suspended {
-				verb, target = "resume", events.PhaseReady
-			}
-			t0 := time.Now()
-			err := step(ctx, cmd, vw, verb, id, target)
-			lat := time.Since(t0)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				ferr = errors.Join(ferr, err)
-				return
-			}
-			lats = append(lats, lat)
-			byVerb[verb] = append(byVerb[verb], lat)
-			m.done(id, !suspended)
-		}()
-		return true
-	})
-	wg.Wait()
-	elapsed := time.Since(start).Seconds()
-	res.Offered, res.Skipped = offered, skipped
-	if oerr != nil {
-		return res, oerr
-	}
-	res.Samples = len(lats)
-	res.AchievedPerS = float64(len(lats)) / elapsed
-	res.P50, res.P90, res.P99, res.Max = percentiles(lats)
-	res.ByVerb = map[string]*latencyResult{}
-	for verb, ls := range byVerb {
-		v := &latencyResult{Samples: len(ls)}
-		v.P50, v.P90, v.P99, v.Max = percentiles(ls)
-		res.ByVerb[verb] = v
-	}
-	return res, ferr
-}
-
-// mix hands the open loop its idle sandboxes so that suspends and resumes
-// alternate: command k asks for a ready sandbox to suspend when k is even and a
-// suspended one to resume when k is odd, and takes the other kind when none
-// of the wanted kind is idle. The closed loop runs the two commands half and
-// half at every moment; taking the sandboxes in the order they went idle
-// instead would, from all ready, run waves of a thousand suspends and then a
-// thousand resumes, and a resume costs about twice a suspend, so the load
-// would swing around its mean and the tail would measure the swings.
-type mix struct {
-	ready, suspended chan string
-}
-
-func newMix(ids []string) *mix {
-	m := &mix{ready: make(chan string, len(ids)), suspended: make(chan string, len(ids))}
-	for _, id := range ids {
-		m.ready <- id
-	}
-	return m
-}
-
-// take returns an idle sandbox for command k and whether it is suspended; ok is
-// false when none is idle.
-func (m *mix) take(k int) (id string, suspended, ok bool) {
-	want, other := m.ready, m.suspended
-	if k%2 == 1 {
-		want, other = other, want
-	}
-	select {
-	case id = <-want:
-	default:
-		select {
-		case id = <-other:
-		default:
-			return "", false, false
-		}
-		want = other
-	}
-	return id, want == m.suspended, true
-}
-
-// done puts id back among the idle, suspended or ready as its command left
-// it.
-func (m *mix) done(id string, suspended bool) {
-	if suspended {
-		m.suspended <- id
-		return
-	}
-	m.ready <- id
-}
-
-// offer calls send for the k-th of rate × d commands at k/rate after the
-// start. Commands that came due while it was late go at once: a ticker
-// would drop them, and the load would fall below the offer just when the
-// service is busiest. send reports false when it had nothing to send on;
-// offer returns how many came due and how many of those send skipped.
-func offer(ctx context.Context, rate float64, d time.Duration, send func(k int) bool) (offered, skipped int, err error) {
-	n := int(math.Ceil(d.Seconds() * rate))
-	start := time.Now()
-	for k := range n {
-		if wait := time.Until(start.Add(time.Duration(float64(k) / rate * float64(time.Second)))); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return offered, skipped, ctx.Err()
-			}
-		}
-		offered++
-		if !send(k) {
-			skipped++
-		}
-	}
-	return offered, skipped, nil
-}
-
-// percentiles returns p50, p90, p99 and max in milliseconds.
-func percentiles(ds []time.Duration) (p50, p90, p99, mx float64) {
-	if len(ds) == 0 {
-		return
-	}
-	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	at := func(q float64) float64 {
-		i := int(math.Ceil(q*float64(len(ds)))) - 1
-		return ms(ds[max(0, min(i, len(ds)-1))])
-	}
-	return at(0.50), at(0.90), at(0.99), ms(ds[len(ds)-1])
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -20,13 +20,13 @@ const (
 // sink keeps the probe's arithmetic from being optimized away.
 var sink atomic.Uint64
 
-// hostResult says whether the machine under the bench, not the bench, was
+// Host says whether the machine under the bench, not the bench, was
 // slow during a section. On a virtual machine the host can run a guest's
 // processors several times slower for tens of milliseconds (another
 // tenant, the host backing the guest's memory), and every latency in that
 // window grows with it; the tail of a latency run is only about the
 // service when SlowMS is near zero.
-type hostResult struct {
+type Host struct {
 	// Chunks is how many chunks the probe timed; ChunkUS the usual CPU
 	// time of one, in microseconds, measured before the section.
 	Chunks  int     `json:"chunks"`
@@ -50,26 +50,26 @@ var calibration struct {
 
 // probeHost starts the host probe; the function it returns stops it and
 // says what it saw, or nil where it cannot run.
-func probeHost() func() *hostResult {
+func probeHost() func() *Host {
 	calibration.once.Do(func() {
 		calibration.iters, calibration.usual, calibration.ok = calibrate()
 	})
 	if !calibration.ok || calibration.usual <= 0 {
-		return func() *hostResult { return nil }
+		return func() *Host { return nil }
 	}
 	stop := make(chan struct{})
 	done := make(chan []time.Duration)
 	go func() { done <- probeLoop(stop, calibration.iters) }()
-	return func() *hostResult {
+	return func() *Host {
 		close(stop)
 		return judge(<-done, calibration.usual)
 	}
 }
 
-// judge turns the chunks' CPU times into a hostResult against the usual
+// judge turns the chunks' CPU times into a Host against the usual
 // time of a chunk.
-func judge(ds []time.Duration, usual time.Duration) *hostResult {
-	r := &hostResult{Chunks: len(ds), ChunkUS: float64(usual.Microseconds())}
+func judge(ds []time.Duration, usual time.Duration) *Host {
+	r := &Host{Chunks: len(ds), ChunkUS: float64(usual.Microseconds())}
 	prevSlow := false
 	for _, d := range ds {
 		x := float64(d) / float64(usual)
@@ -88,7 +88,7 @@ func judge(ds []time.Duration, usual time.Duration) *hostResult {
 }
 
 // brief is r in a few words for the table's notes.
-func (r *hostResult) brief() string {
+func (r *Host) brief() string {
 	if r == nil {
 		return "not probed"
 	}

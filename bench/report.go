@@ -1,0 +1,272 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Mode is one durability mode's run.
+type Mode struct {
+	Fsync    string   `json:"fsync"`
+	Raw      Raw      `json:"raw"`
+	Pipeline Pipeline `json:"pipeline"`
+	Latency  Latency  `json:"latency_ms"`
+	// Busy is the latency at the rate that keeps the cores half busy,
+	// which the p99 target is judged on; nil where no CPU time is read.
+	Busy   *Busy              `json:"latency_at_50pct_busy_ms,omitempty"`
+	HTTP   HTTPLoop           `json:"http_closed_loop"`
+	Ratios map[string]float64 `json:"ratios"`
+}
+
+type Target struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	Cmp   string  `json:"cmp"`
+	Want  float64 `json:"want"`
+	Met   bool    `json:"met"`
+}
+
+// Report is the JSON document of `torpor bench -o json`. The top-level
+// raw, pipeline, latency_ms, http_closed_loop and ratios are the primary
+// mode's (interval when it ran).
+type Report struct {
+	Machine  map[string]any     `json:"machine"`
+	Config   map[string]any     `json:"config"`
+	Modes    []Mode             `json:"modes"`
+	Raw      Raw                `json:"raw"`
+	Pipeline Pipeline           `json:"pipeline"`
+	Latency  Latency            `json:"latency_ms"`
+	Busy     *Busy              `json:"latency_at_50pct_busy_ms,omitempty"`
+	HTTP     HTTPLoop           `json:"http_closed_loop"`
+	Growth   *Growth            `json:"growth,omitempty"`
+	Replay   *Replay            `json:"replay,omitempty"`
+	Ratios   map[string]float64 `json:"ratios"`
+	Targets  []Target           `json:"targets"`
+	Notes    []string           `json:"notes"`
+	Seconds  float64            `json:"seconds"`
+}
+
+// targets checks the targets against what this run measured: the
+// pipeline against the bus floor with fsync interval and against the raw
+// async append with fsync always, and the p99 at half the cores busy.
+func (r *Report) targets() {
+	add := func(name string, v float64, cmp string, want float64, ok bool) {
+		if !ok {
+			return
+		}
+		met := v >= want
+		if cmp == "<=" {
+			met = v <= want
+		}
+		r.Targets = append(r.Targets, Target{Name: name, Value: v, Cmp: cmp, Want: want, Met: met})
+	}
+	for _, m := range r.Modes {
+		switch m.Fsync {
+		case "interval":
+			v, ok := m.Ratios["pipeline_vs_bus_floor"]
+			add("pipeline events/s ÷ bus floor (interval)", v, ">=", 0.5, ok)
+			if b := m.Busy; b != nil {
+				add("p99 ms at 50% of the cores busy (interval)", b.P99, "<=", 10, b.Samples > 0)
+			}
+		case "always":
+			v, ok := m.Ratios["pipeline_vs_raw_append"]
+			add("pipeline events/s ÷ raw async append (always)", v, ">=", 0.5, ok)
+		}
+	}
+	if g := r.Growth; g != nil {
+		v, ok := r.Ratios["growth_latency_p50"]
+		add("command latency, largest fleet & longest history ÷ smallest (p50)", v, "<=", 1.25, ok)
+		add("heap bytes per idle sandbox", g.HeapPerSandboxBytes, "<=", 2048, g.HeapPerSandboxBytes > 0)
+		add(fmt.Sprintf("restart to ready with %d sandboxes (s)", g.RecoverySandboxes), g.RecoverySeconds, "<=", 3, g.RecoverySeconds > 0)
+	}
+	v, ok := r.Ratios["kv_rebuild_vs_raw_read"]
+	add("KV rebuild ÷ raw ordered read", v, ">=", 0.5, ok)
+}
+
+// print writes the report as tables, with the gap of every target missed.
+func (r *Report) Print(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "torpor bench — %v CPUs, %s, %s; transport %s, %d sandboxes, %d clients\n\n", r.Machine["cpus"], r.Machine["go"], r.Machine["os"], r.Pipeline.Transport, r.Pipeline.Sandboxes, r.Pipeline.Concurrency)
+	fmt.Fprintln(tw, "fsync\traw sync append/s\traw async append/s\traw ordered read/s\traw KV put/s\tpipeline events/s\ttransitions/s\tratio\tp50 ms\tp90 ms\tp99 ms\tmax ms\traw append p50 ms\traw append p99 ms\t")
+	for _, m := range r.Modes {
+		var rl Latency
+		if m.Raw.AppendLatency != nil {
+			rl = *m.Raw.AppendLatency
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", m.Fsync, m.Raw.AppendCheckSyncEPS, m.Raw.AppendCheckAsyncEPS,
+			m.Raw.OrderedReadEPS, m.Raw.KVPutEPS, m.Pipeline.EventsPerS, m.Pipeline.TransitionsPerS, m.Ratios["pipeline_vs_raw_append"],
+			m.Latency.P50, m.Latency.P90, m.Latency.P99, m.Latency.Max, rl.P50, rl.P99)
+	}
+	tw.Flush()
+	for _, m := range r.Modes {
+		if m.Raw.BusFloorEPS > 0 {
+			fmt.Fprintf(w, "bus floor (%s): %.0f events/s = %.2f of raw async; the pipeline runs at %.2f of it\n", m.Fsync, m.Raw.BusFloorEPS,
+				m.Ratios["bus_floor_vs_raw_append"], m.Ratios["pipeline_vs_bus_floor"])
+		}
+	}
+	for _, m := range r.Modes {
+		p, h := m.Pipeline, m.HTTP
+		fmt.Fprintf(w, "closed loop (%s): over %s %.0f transitions/s, p50 %.2f p99 %.2f ms; over HTTP with the SDK's wait %.0f transitions/s, p50 %.2f p99 %.2f ms: %.2f of the transitions/s, %.2f× the p50\n",
+			m.Fsync, p.Transport, p.TransitionsPerS, p.P50, p.P99, h.TransitionsPerS, h.P50, h.P99,
+			m.Ratios["http_vs_closed_loop_transitions"], m.Ratios["http_vs_closed_loop_p50"])
+	}
+	for _, m := range r.Modes {
+		fmt.Fprintf(w, "cost (%s): closed loop %.2f ms CPU per transition, %.0f%% of the cores busy, %.1f server messages per event (a raw append: 2); open loop at %.0f/s %.2f ms per transition, %.0f%% busy\n",
+			m.Fsync, m.Pipeline.CPUMsPerTransition, 100*m.Pipeline.CoresBusy, m.Pipeline.ServerMsgsPerEvent, m.Latency.OfferedPerS, m.Latency.CPUMsPerTransition, 100*m.Latency.CoresBusy)
+	}
+	for _, m := range r.Modes {
+		if h := m.Latency.Host; h != nil {
+			fmt.Fprintf(w, "host (%s): during the latency figure run the machine ran slow (a %.0fµs chunk of arithmetic taking %d× its CPU time or more) for about %.0f ms in %d episodes, at worst %.0f× (closed loop: %s)\n",
+				m.Fsync, h.ChunkUS, probeSlow, h.SlowMS, h.Episodes, h.WorstX, m.Pipeline.Host.brief())
+		}
+	}
+	for _, m := range r.Modes {
+		b := m.Busy
+		if b == nil {
+			continue
+		}
+		var steps []string
+		for _, c := range b.Calibration {
+			steps = append(steps, fmt.Sprintf("%.0f/s %.0f%%", c.OfferedPerS, 100*c.CoresBusy))
+		}
+		worst := ""
+		if b.Host != nil {
+			worst = fmt.Sprintf(", at worst %.0f×", b.Host.WorstX)
+		}
+		skipped := ""
+		if b.Skipped > 0 {
+			skipped = fmt.Sprintf(", %d of %d skipped (no sandbox idle)", b.Skipped, b.Offered)
+		}
+		fmt.Fprintf(w, "latency at 50%% busy (%s): %.0f transitions/s offered (calibration runs: %s busy), p50 %.2f p90 %.2f p99 %.2f max %.2f ms%s; %.0f%% of the cores busy, %.2f ms CPU per transition; host: %s%s\n",
+			m.Fsync, b.OfferedPerS, strings.Join(steps, ", "), b.P50, b.P90, b.P99, b.Max, skipped, 100*b.CoresBusy, b.CPUMsPerTransition, b.Host.brief(), worst)
+	}
+	for _, m := range r.Modes {
+		var parts []string
+		for _, verb := range []string{"suspend", "resume"} {
+			if l := m.Latency.ByVerb[verb]; l != nil {
+				parts = append(parts, fmt.Sprintf("%s p50 %.2f p90 %.2f p99 %.2f ms", verb, l.P50, l.P90, l.P99))
+			}
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(w, "latency by command (%s): %s\n", m.Fsync, strings.Join(parts, "; "))
+		}
+	}
+	if v := r.Raw.SQLUpsertEPS; v != nil {
+		fmt.Fprintf(w, "raw batched SQL upsert (%v rows/tx + checkpoint): %.0f rows/s\n", r.Config["sql_rows_per_tx"], *v)
+	}
+	if g := r.Growth; g != nil {
+		fmt.Fprintln(w)
+		fmt.Fprintln(tw, "sandboxes\tevents/sandbox\tlog events\tfirst touch p50 ms\tsteady p50 ms\tsteady p99 ms\t")
+		for _, row := range g.Rows {
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t\n", row.Sandboxes, row.EventsPerSandbox, row.LogEvents, row.FirstTouch.P50, row.Steady.P50, row.Steady.P99)
+		}
+		tw.Flush()
+		fmt.Fprintf(w, "live view catch-up %.0f events/s; heap %.0f B per idle sandbox; restart to ready with %d sandboxes %.2fs\n", g.CatchUpEPS, g.HeapPerSandboxBytes, g.RecoverySandboxes, g.RecoverySeconds)
+	}
+	if rp := r.Replay; rp != nil {
+		fmt.Fprintf(w, "replay of %d events: raw ordered read %.0f/s, KV rebuild %.0f/s\n", rp.Events, rp.RawOrderedReadEPS, rp.KVRebuildEPS)
+	}
+	fmt.Fprintln(w)
+	for _, t := range r.Targets {
+		mark := "met"
+		if !t.Met {
+			gap := t.Value / t.Want
+			if t.Cmp == "<=" {
+				gap = t.Want / t.Value
+			}
+			mark = fmt.Sprintf("MISSED (at %.0f%% of the target)", 100*gap)
+		}
+		fmt.Fprintf(w, "target %-66s %10.3f %s %-8g %s\n", t.Name, t.Value, t.Cmp, t.Want, mark)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintln(w, "note:", strings.TrimSpace(n))
+	}
+	fmt.Fprintf(w, "\nran %.0fs\n", r.Seconds)
+}
+
+// markdown writes BENCHMARKS.md: the machine, the exact command, the tables.
+func (r *Report) Markdown(w io.Writer, command string) {
+	cpu := "unknown CPU"
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				cpu = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	fmt.Fprintf(w, "# torpor benchmarks\n\nGenerated by `task benchmarks` (`%s`) on %s.\n\n", command, time.Now().UTC().Format("2006-01-02"))
+	fmt.Fprintf(w, "Machine: %v CPUs (%s), %s, %s. Every figure below was measured in this one run; the\n", r.Machine["cpus"], cpu, r.Machine["go"], r.Machine["os"])
+	fmt.Fprintf(w, "ratios compare the pipeline with the raw bus measured on the same embedded server in the same run.\n\n")
+	fmt.Fprintln(w, "```")
+	r.Print(w)
+	fmt.Fprintln(w, "```")
+	fmt.Fprint(w, benchmarksNotes)
+}
+
+// benchmarksNotes explains the figures in BENCHMARKS.md.
+const benchmarksNotes = `
+## Reading the figures
+
+- **raw**: JetStream appends with the expected-last-subject-sequence check (one publisher
+  waiting for each ack; an async window of --concurrency publishes over --sandboxes
+  subjects), an ordered-consumer read of what was written, KV puts from --concurrency writers.
+- **raw batched SQL upsert** (with --database-url): one writer upserting phase-view rows
+  over --sandboxes keys, up to 500 rows a transaction with a checkpoint row, through
+  cockroach-go's retry helper; the denominator of the SQL view's rebuild, which is not built yet.
+- **bus floor**: the raw async append again, with the bus work the pipeline does per event
+  on top and none of its logic: a KV put for every second event (the view's writes), a
+  delivery to one ordered consumer (the reading the sagas and the view share), a KV watch
+  on another connection (the clients). No commands, supervisor reports, JSON or state machine: the most the substrate
+  allows the pipeline on this machine.
+- **pipeline**: --sandboxes sim sandboxes, --concurrency clients on the bus, each cycling its
+  share through suspend → suspended → resume → ready; a transition counts, and is timed
+  (the closed loop's p50 and p99), once the KV phase view shows it; events/s counts
+  everything appended to TORPOR_EVENTS meanwhile (requests, outcomes, supervisor attaches).
+- **closed loop over HTTP**: the same clients and sandboxes cycling the same way over the
+  HTTP API, as users drive it: the command, then GET /v1/sandboxes/{id}/wait?phase=…&after=SEQ
+  with the sequence the command answered, through the Go SDK (one keep-alive connection per
+  client), where the pipeline's clients watch the KV view themselves. Printed next to the
+  closed loop with their ratios: of transitions/s, and of p50 (above 1: slower). No target yet.
+- **latency**: an open loop offering half the measured transitions/s (or --rate), suspends
+  and resumes in turn as in the closed loop, each command on an idle sandbox, sent when it
+  comes due (a late loop catches up rather than offering less), timed from sending the
+  command to the view showing its outcome: a figure, not a target. **raw append p50/p99** is one append with the check at a time,
+  offered at the same rate on the same server right after: the latency of a single hop. A suspend's path from command to view
+  is about eight such hops (request, append, reply, saga delivery, outcome append,
+  projection delivery, KV put, watch delivery); a resume's adds the consumption, the
+  supervisor's report and its append. **latency by command** splits the same samples
+  into suspends and resumes.
+- **latency at 50% busy**: the same open loop at the rate that keeps the cores half busy,
+  which the p99 target is judged on. A transition costs more CPU the fewer are in flight, so
+  the rate is found by measuring: from the latency run's cost, short calibration runs (a
+  third of --duration, at most 2 s) each correct the rate by their share of busy cores,
+  aiming at 47.5%, at most three, until one lands at 45–50% busy; the rate never exceeds
+  the closed loop's. The judged run follows at that rate for --duration, with its own cost and the host
+  probe's slow episodes of that run beside its p99.
+- **cost**: this process's CPU time per transition (service, embedded server and the bench's
+  clients together) and the share of the cores it kept busy, in the closed loop and in the
+  open loop; and the messages the server took in and sent out per event appended, where a
+  raw append is two (the publish and its ack). Fewer commands in flight batch less, so a
+  transition costs more CPU in the open loop than in the closed one.
+- **host**: a probe thread times a small chunk of arithmetic every 5 ms in its own CPU
+  time, which the guest's scheduler cannot inflate; a chunk that takes five times its usual
+  time means the machine under this one ran it slower (on a virtual machine: the host gave
+  the processors to someone else, or was busy backing the guest's memory). Every latency
+  in such a window stretches with it, so a latency run with slow episodes says as much
+  about the host as about the service.
+- **growth** (fsync interval): settled histories imported straight into the log, then the
+  service restarted at each size; latency is sampled on 200 sandboxes (and 100 with the long
+  history), the first command on each (cold cache: history loaded) apart from the rest.
+  Heap per idle sandbox is the live heap difference between the largest and smallest size,
+  embedded NATS server included.
+- **replay**: the whole log read with an ordered consumer (no decoding), next to a rebuild of
+  the KV view into a fresh bucket.
+- **targets**: pipeline events/s at least half the bus floor with fsync interval, and at least
+  half the raw async append with fsync always; p99 at most 10 ms at 50% of the cores busy
+  (fsync interval); the growth, heap, restart and rebuild targets below the tables.
+`

@@ -1,0 +1,103 @@
+// Package embedded starts a nats-server with JetStream inside this process,
+// its store on disk under <data>/jetstream. It is the one place that sets
+// the server's options, so that `torpor serve`, the bench and the tests'
+// servers lay out and open a data directory the same way.
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Config says where the server keeps its data and whom it serves.
+type Config struct {
+	// Data is the data directory; the JetStream store is Data/jetstream.
+	Data string
+	// Listen is the host:port TCP clients reach the server on, port 0 for a
+	// random one; empty listens nowhere (in-process connections only).
+	Listen string
+	// SyncAlways fsyncs every write; otherwise the server syncs
+	// periodically, faster, and may lose the last writes on a crash.
+	SyncAlways bool
+	// Name is the server's name; default "torpor".
+	Name string
+}
+
+// readyIn bounds the wait for a started server to take connections.
+const readyIn = 30 * time.Second
+
+// Validate reports the first field of c the server cannot start with.
+func (c Config) Validate() error {
+	_, _, err := c.hostPort()
+	return err
+}
+
+// hostPort is where c listens, with port 0 made server.RANDOM_PORT.
+func (c Config) hostPort() (string, int, error) {
+	if c.Data == "" {
+		return "", 0, errors.New("no data directory")
+	}
+	if c.Listen == "" {
+		return "", 0, nil
+	}
+	host, portStr, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return "", 0, fmt.Errorf("listen %q: %w", c.Listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("listen %q: bad port", c.Listen)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	return host, port, nil
+}
+
+// Start starts the server of cfg and waits until it takes connections.
+// The caller shuts it down (Shutdown, then WaitForShutdown).
+func Start(cfg Config) (*server.Server, error) {
+	host, port, err := cfg.hostPort()
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats-server: %w", err)
+	}
+	opts := &server.Options{
+		ServerName: cfg.Name,
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		SyncAlways: cfg.SyncAlways,
+		NoSigs:     true,
+		NoLog:      true,
+		DontListen: cfg.Listen == "",
+	}
+	if opts.ServerName == "" {
+		opts.ServerName = "torpor"
+	}
+	dir, err := filepath.Abs(filepath.Join(cfg.Data, "jetstream"))
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	opts.StoreDir = dir
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("nats-server: %w", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(readyIn) {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		return nil, fmt.Errorf("nats-server not ready in %s", readyIn)
+	}
+	return ns, nil
+}

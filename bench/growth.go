@@ -21,6 +21,7 @@ import (
 	"github.com/torpor/torpor/internal/embedded"
 	"github.com/torpor/torpor/projections/kvview"
 	"github.com/torpor/torpor/sagas"
+	"github.com/torpor/torpor/services/compute/sim"
 	"github.com/torpor/torpor/services/gateway"
 )
 
@@ -88,13 +89,16 @@ func history(id string, n int, now time.Time) ([]events.Envelope, error) {
 // populate appends n settled sandboxes of about perSandbox events each
 // straight to the log (async, a bounded window), then saves the sagas'
 // position past them: the histories are complete, nothing is left for a
-// saga to drive. It returns the ids and the events written.
-func populate(ctx context.Context, nc *nats.Conn, store *jsstore.Store, n, perSandbox int) ([]string, int, error) {
+// saga to drive. It tells the sim driver under dir that each runs at the
+// generation its history ends with, as the service's own sim would know. It
+// returns the ids and the events written.
+func populate(ctx context.Context, dir string, nc *nats.Conn, store *jsstore.Store, n, perSandbox int) ([]string, int, error) {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
 		return nil, 0, err
 	}
 	ids := make([]string, n)
+	running := make(map[string]int64, n)
 	written := 0
 	now := time.Now()
 	for i := range ids {
@@ -103,6 +107,8 @@ func populate(ctx context.Context, nc *nats.Conn, store *jsstore.Store, n, perSa
 		if err != nil {
 			return nil, 0, err
 		}
+		last, _ := envs[len(envs)-1].Decode()
+		running[ids[i]] = last.(*events.SupervisorAttached).Generation
 		for _, env := range envs {
 			data, err := json.Marshal(env)
 			if err != nil {
@@ -119,6 +125,9 @@ func populate(ctx context.Context, nc *nats.Conn, store *jsstore.Store, n, perSa
 		}
 	}
 	if err := asyncComplete(ctx, js, 2*time.Minute); err != nil {
+		return nil, 0, fmt.Errorf("populate: %w", err)
+	}
+	if err := sim.Adopt(dir, running); err != nil {
 		return nil, 0, fmt.Errorf("populate: %w", err)
 	}
 	return ids, written, settleSagas(ctx, store)
@@ -336,14 +345,14 @@ func grow(ctx context.Context, dir string, n, short, nLong, long int) ([]string,
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	ids, written, err := populate(ctx, nc, store, n, short)
+	ids, written, err := populate(ctx, dir, nc, store, n, short)
 	if err != nil {
 		return nil, nil, 0, err
 	}
 	var longIDs []string
 	if nLong > 0 {
 		var w int
-		if longIDs, w, err = populate(ctx, nc, store, nLong, long); err != nil {
+		if longIDs, w, err = populate(ctx, dir, nc, store, nLong, long); err != nil {
 			return nil, nil, 0, err
 		}
 		written += w

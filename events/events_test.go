@@ -177,6 +177,47 @@ func TestFoldNeverGoesBack(t *testing.T) {
 	}
 }
 
+// TestFoldOutcomes: last_outcome and reason say how the last suspend or
+// resume ended (CONTRACT §6), whatever path it took.
+func TestFoldOutcomes(t *testing.T) {
+	cases := []struct {
+		name    string
+		steps   []Event
+		phases  []Phase
+		outcome string
+		reason  string
+	}{
+		{"strict restore failure after the consumption",
+			[]Event{&ResumeRequested{Generation: 2, RestoreRef: "r"}, &RetainedStateConsumed{Generation: 2, RestoreRef: "r"}, &Stopped{Generation: 2, Reason: ReasonRetainedStateLost}},
+			[]Phase{PhaseStarting, PhaseStarting, PhaseStopped}, OutcomeRestoreFailed, ReasonRetainedStateLost},
+		{"a restore after a strict failure and a cold start",
+			[]Event{&Stopped{Generation: 2, Reason: ReasonRetainedStateLost}, &StartRequested{Generation: 3}, &SupervisorAttached{Generation: 3}},
+			[]Phase{PhaseStopped, PhaseStarting, PhaseReady}, OutcomeRestoreFailed, ""},
+		{"a hung suspension cancelled at its deadline, the workload running",
+			[]Event{&SuspendRequested{Generation: 1}, &SuspendRejected{Generation: 1, Reason: ReasonDeadlineExceeded}, &DeadlinePassed{Phase: PhaseSuspending}},
+			[]Phase{PhaseSuspending, PhaseReady, PhaseReady}, OutcomeSuspendTimedOut, ReasonDeadlineExceeded},
+		{"a resume past its deadline before the consumption",
+			[]Event{&ResumeRequested{Generation: 2, RestoreRef: "r"}, &ResumeFailed{Generation: 2}, &DeadlinePassed{Phase: PhaseStarting}},
+			[]Phase{PhaseStarting, PhaseSuspended, PhaseSuspended}, OutcomeRestoreFailed, ReasonDeadlineExceeded},
+		{"a rejected suspension",
+			[]Event{&SuspendRequested{Generation: 1}, &SuspendRejected{Generation: 1}},
+			[]Phase{PhaseSuspending, PhaseReady}, OutcomeSuspendRejected, ReasonSuspendRejected},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var v View
+			for i, e := range c.steps {
+				en, _ := NewEnvelope("s1", e, Meta{}, time.Unix(int64(i), 0))
+				en.Seq, en.Phase = uint64(i+1), c.phases[i]
+				v.Fold(en)
+			}
+			if v.LastOutcome != c.outcome || v.Reason != c.reason {
+				t.Fatalf("last_outcome %q reason %q, want %q and %q", v.LastOutcome, v.Reason, c.outcome, c.reason)
+			}
+		})
+	}
+}
+
 func ExampleCodeOf() {
 	err := fmt.Errorf("suspend x: %w", Errorf(CodeUnimplemented, "driver sim cannot suspend"))
 	fmt.Println(CodeOf(err), CodeOf(err).HTTPStatus())

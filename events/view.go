@@ -84,6 +84,9 @@ func (v *View) Fold(env Envelope) bool {
 		v.Reason = ""
 	case *Stopped:
 		v.Reason = e.Reason
+		if e.Reason == ReasonRetainedStateLost {
+			v.LastOutcome = OutcomeRestoreFailed
+		}
 	case *Suspended:
 		v.Restore = Restore{Held: true}
 	case *SuspendRejected:

@@ -19,6 +19,12 @@ type Config struct {
 	// moves (default 1s); it also saves it when it stops. A crash re-reads
 	// at most this much of the log, skipping the intents already settled.
 	CheckpointEvery time.Duration
+	// Grace is how long after the Runner starts a sandbox whose deadline
+	// passed while the service was down, and whose workload the driver
+	// observes running, is given for its supervisor to attach (a supervisor
+	// retries its attach until a service answers). Default: the deadline,
+	// at most 10s.
+	Grace time.Duration
 }
 
 // Default values of Config.
@@ -40,6 +46,9 @@ func (c Config) withDefaults() Config {
 	if c.CheckpointEvery == 0 {
 		c.CheckpointEvery = DefaultCheckpointEvery
 	}
+	if c.Grace == 0 {
+		c.Grace = min(c.Deadline, 10*time.Second)
+	}
 	return c
 }
 
@@ -55,6 +64,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("sagas config: workers %d is negative", c.Workers)
 	case c.CheckpointEvery < 0:
 		return fmt.Errorf("sagas config: checkpoint interval %s is negative", c.CheckpointEvery)
+	case c.Grace < 0:
+		return fmt.Errorf("sagas config: grace %s is negative", c.Grace)
 	}
 	return nil
 }

@@ -14,7 +14,8 @@ import (
 //     ok, a retained state held → record sandbox.retained_state_invalidated{ref} + sandbox.deleted
 //     ok                        → record sandbox.deleted
 //     other error               → not recorded; the intent comes again
-//     deadline                  → record sandbox.deadline_passed{deleting}   | known gap: no driver-side compensation yet
+//     deadline                  → nothing here: the phase's deadline settles it (deadline.go: deleted if the driver holds
+//                                 nothing of it any more, else error)
 
 func (r *Runner) delete(ctx context.Context, s *step) error {
 	all, err := r.src.Load(ctx, s.spec.SandboxID, 0)
@@ -22,14 +23,14 @@ func (r *Runner) delete(ctx context.Context, s *step) error {
 		return fmt.Errorf("load %s: %w", s.spec.SandboxID, err)
 	}
 	held := heldRef(all)
-	err = r.within(ctx, s, func(ctx context.Context) error { return s.driver.Delete(ctx, s.spec) })
+	err = r.within(ctx, s, unanswered, func(ctx context.Context) error { return s.driver.Delete(ctx, s.spec) })
 	switch {
 	case err == nil, errors.Is(err, compute.ErrResourceMissing):
 	case errors.Is(err, errStopping):
 		return err
 	case errors.Is(err, errDeadline):
-		s.log.Warn().Err(err).Str("step", "delete").Msg("deadline passed")
-		return r.recordOrDrop(ctx, s, r.deadlinePassed(events.PhaseDeleting))
+		s.log.Warn().Err(err).Str("step", "delete").Msg("deadline passed; the phase's deadline settles it")
+		return nil
 	default:
 		s.log.Warn().Err(err).Str("step", "delete").Msg("delete failed; the intent comes again")
 		return err

@@ -39,6 +39,13 @@
 //
 // Every driver call runs under the deadline of the transient phase the
 // intent opened: the intent's time plus Config.Deadline (a step re-driven
-// after a restart does not get a fresh deadline). When it passes, the step
-// records sandbox.deadline_passed and the saga's compensation.
+// after a restart does not get a fresh deadline). A call that gets no answer
+// (compute.ErrUnavailable; for suspend and stop, anything but the driver's
+// refusal) is made again after a backoff until then: only an answer is an
+// outcome. Every transient phase, whether a step is under way in it or the
+// sandbox waits for its supervisor, has the same deadline, counted from the
+// event that entered it; when it passes, the runner asks the driver what is
+// true and records the phase's outcome or its compensation (deadline.go
+// opens with the table). The deadline is durable: the saved position never
+// passes the start of a transient phase that has not ended.
 package sagas

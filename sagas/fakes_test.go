@@ -10,6 +10,7 @@ import (
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/memstore"
 	"github.com/torpor/torpor/services/compute"
+	"github.com/torpor/torpor/services/gateway"
 )
 
 // wait bounds every wait of these tests.
@@ -127,17 +128,32 @@ func (s *tracked) saved() uint64 {
 	return s.pos
 }
 
-// appendNext appends envs after the sandbox's last event.
-func (s *tracked) appendNext(ctx context.Context, id string, envs ...events.Envelope) ([]events.Envelope, error) {
+// appendNext appends envs after the sandbox's last event, each stamped with
+// the phase the lifecycle table gives it, as the gateway stamps them. An
+// event the table refuses there is refused as the gateway refuses it when
+// strict (what the recorder appends); a test's own log may hold it
+// (stamped with the phase it leaves as it is).
+func (s *tracked) appendNext(ctx context.Context, id string, strict bool, envs ...events.Envelope) ([]events.Envelope, error) {
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
-	old, err := s.Load(ctx, id, 0)
+	old, err := s.Store.Load(ctx, id, 0)
 	if err != nil {
 		return nil, err
 	}
 	var last uint64
+	phase := events.PhaseNone
 	if len(old) > 0 {
-		last = old[len(old)-1].Seq
+		last, phase = old[len(old)-1].Seq, old[len(old)-1].Phase
+	}
+	for i := range envs {
+		next, err := gateway.Next(phase, envs[i].Type)
+		switch {
+		case err != nil && strict:
+			return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: %v", id, err)
+		case err != nil:
+			next = phase
+		}
+		envs[i].Phase, phase = next, next
 	}
 	seq, err := s.Append(ctx, id, last, envs...)
 	if err != nil {
@@ -217,7 +233,7 @@ func (r *recorder) Record(ctx context.Context, cause events.Envelope, actor stri
 		}
 		envs[i] = env
 	}
-	_, err := r.store.appendNext(ctx, cause.SandboxID, envs...)
+	_, err := r.store.appendNext(ctx, cause.SandboxID, true, envs...)
 	return err
 }
 
@@ -243,6 +259,12 @@ type counting struct {
 	block   string
 	entered chan string
 	release chan struct{}
+	// observed, when set, is what Observe answers instead of the driver
+	// (an error: the driver cannot say).
+	observed func() (compute.Observation, error)
+	// unavailable is how many calls answer compute.ErrUnavailable before
+	// any reaches the driver.
+	unavailable int
 
 	mu    sync.Mutex
 	calls map[string]int
@@ -255,7 +277,14 @@ func newCounting(d compute.Driver, block string) *counting {
 func (c *counting) enter(ctx context.Context, op string) error {
 	c.mu.Lock()
 	c.calls[op]++
+	down := c.unavailable > 0
+	if down {
+		c.unavailable--
+	}
 	c.mu.Unlock()
+	if down {
+		return fmt.Errorf("%s: no answer: %w", op, compute.ErrUnavailable)
+	}
 	if op != c.block {
 		return nil
 	}
@@ -372,4 +401,17 @@ func (r *reports) list() []compute.Report {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]compute.Report(nil), r.all...)
+}
+
+// Observe forwards to the wrapped driver, which the sim is (a wrapper must
+// forward the optional interfaces it means to keep).
+func (c *counting) Observe(ctx context.Context, spec compute.Spec) (compute.Observation, error) {
+	c.mu.Lock()
+	c.calls["observe"]++
+	observed := c.observed
+	c.mu.Unlock()
+	if observed != nil {
+		return observed()
+	}
+	return c.Driver.(compute.Observer).Observe(ctx, spec)
 }

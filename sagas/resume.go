@@ -10,14 +10,16 @@ import (
 
 // Resume saga:
 //   sandbox.resume_requested{generation, restore_ref, restart_if_restore_fails}
-//     → driver.Resume(spec, generation, credential minted for it, ref)
+//     → driver.Resume(spec, generation, credential minted for it, ref), called again while it gets no answer
 //     ok                       → record sandbox.retained_state_consumed{generation, ref}, then sandbox.resumed{generation, restored}
-//     failed, not consumed     → record sandbox.resume_failed{generation}   (suspended again, retryable)
+//     failed, not consumed     → record sandbox.resume_failed{generation}   (suspended again, retryable; the gateway turns it
+//                                into the failure after the consumption when the log holds the consumption)
 //     failed after consuming   → record sandbox.retained_state_consumed + one of, in the same record:
 //                                  restart_if_restore_fails: sandbox.start_requested{generation+1, fallback} (the start saga cold-starts it)
 //                                  strict:                   sandbox.stopped{generation, RetainedStateLost}
 //     resource missing         → record sandbox.resource_lost{generation}
-//     deadline                 → record sandbox.deadline_passed{starting}   | known gap: whether the state was consumed is unknown
+//     deadline                 → nothing here: the phase's deadline settles it (deadline.go: suspended if the state was
+//                                not consumed, else error)
 
 func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested) error {
 	gen := in.Generation
@@ -29,7 +31,7 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 		RestoreRef: in.RestoreRef,
 	}
 	var res compute.ResumeResult
-	err := r.within(ctx, s, func(ctx context.Context) (err error) {
+	err := r.within(ctx, s, unanswered, func(ctx context.Context) (err error) {
 		res, err = s.driver.Resume(ctx, req)
 		return err
 	})
@@ -46,8 +48,8 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 	case errors.Is(err, errStopping):
 		return err
 	case errors.Is(err, errDeadline):
-		s.log.Warn().Err(err).Str("step", "resume").Msg("deadline passed")
-		return r.recordOrDrop(ctx, s, r.deadlinePassed(events.PhaseStarting))
+		s.log.Warn().Err(err).Str("step", "resume").Msg("deadline passed; the phase's deadline settles it")
+		return nil
 	case errors.Is(err, compute.ErrResourceMissing):
 		return r.recordOrDrop(ctx, s, &events.ResourceLost{Generation: gen, Message: err.Error()})
 	case !res.Consumed:

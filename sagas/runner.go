@@ -93,18 +93,24 @@ type Runner struct {
 	freed     chan struct{}     // closed and replaced when a job finishes
 	processed uint64            // the last sequence handed to dispatch
 	caughtUp  uint64            // the last sequence of the newest batch that reached the head of the log
+	open      map[string]*open  // per sandbox, the transient phase it is in and its deadline
+	stopping  bool              // Run is ending: no deadline starts a job
+	began     time.Time         // when Run started (the attach grace after a restart)
 }
 
 // warmKeep is how long a worker's goroutine waits for the next sandbox
 // before it ends.
 const warmKeep = time.Second
 
-// job is one intent on its way through a step.
+// job is one intent on its way through a step, or a passed deadline on its
+// way to being settled.
 type job struct {
 	env events.Envelope
 	// later holds the sandbox's events that came after the intent while the
 	// job waited in its queue.
 	later []events.Envelope
+	// deadline, when set, makes this the job of that passed deadline.
+	deadline *open
 }
 
 // New returns a Runner over the log src, keeping its place in pos, that
@@ -131,6 +137,7 @@ func New(src Source, pos Position, rec Recorder, drv Drivers, creds *compute.Cre
 		specs:  newSpecCache(specCacheSize),
 		jobs:   map[uint64]*job{},
 		queues: map[string][]*job{},
+		open:   map[string]*open{},
 		freed:  make(chan struct{}),
 	}, nil
 }
@@ -149,7 +156,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("sagas: position: %w", err)
 	}
-	r.processed = from
+	r.mu.Lock()
+	r.processed, r.began = from, time.Now()
+	r.mu.Unlock()
 	r.log.Info().Str("node", r.cfg.Node).Int("workers", r.cfg.Workers).Dur("deadline", r.cfg.Deadline).
 		Uint64("seq", from).Msg("sagas running")
 
@@ -180,7 +189,14 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		wait = min(2*wait, retryMax)
 	}
-	// Jobs are started only by dispatch, which has returned.
+	// Jobs are started by dispatch, which has returned, and by deadlines,
+	// which start none from now on.
+	r.mu.Lock()
+	r.stopping = true
+	for _, o := range r.open {
+		o.timer.Stop()
+	}
+	r.mu.Unlock()
 	r.workers.Wait()
 	r.warm.Close() // no goroutine of the pool outlives Run
 	saver.Wait()
@@ -221,13 +237,18 @@ func (r *Runner) saveEvery(ctx context.Context, saved uint64) uint64 {
 }
 
 // floor is the highest sequence at or below which every intent has
-// finished.
+// finished and every transient phase entered has ended: a runner that
+// starts from it reads again each intent left unfinished and each phase
+// whose deadline is still to come.
 func (r *Runner) floor() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	f := r.processed
 	for seq := range r.jobs {
 		f = min(f, seq-1)
+	}
+	for _, o := range r.open {
+		f = min(f, o.env.Seq-1)
 	}
 	return f
 }
@@ -260,6 +281,8 @@ func (r *Runner) dispatch(ctx context.Context, envs []events.Envelope, pending u
 				start = append(start, env.SandboxID)
 			}
 		}
+		// After the intent's job: a deadline already passed queues behind it.
+		r.track(ctx, env)
 		r.processed = env.Seq
 	}
 	if pending == 0 && len(envs) > 0 {
@@ -315,7 +338,11 @@ func (r *Runner) work(ctx context.Context, id string) {
 			var err error
 			select {
 			case r.sem <- struct{}{}:
-				err = r.step(ctx, j.env, later, seen)
+				if j.deadline != nil {
+					err = r.settle(ctx, j.deadline)
+				} else {
+					err = r.step(ctx, j.env, later, seen)
+				}
 				<-r.sem
 			case <-ctx.Done():
 				return
@@ -331,6 +358,9 @@ func (r *Runner) work(ctx context.Context, id string) {
 				return
 			}
 			seen, later = false, nil // the log moved meanwhile: load it again
+		}
+		if j.deadline != nil {
+			continue // a deadline holds the floor through its open phase, not as a job
 		}
 		r.mu.Lock()
 		delete(r.jobs, j.env.Seq)

@@ -44,7 +44,10 @@ func newHarness(t *testing.T, cfg sagas.Config) *harness {
 	}
 	store := newTracked()
 	rep := &reports{}
-	d := sim.New(rep)
+	d, err := sim.New(rep, sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(d.Close)
 	return &harness{t: t, store: store, rec: &recorder{store: store}, sim: d, reports: rep, creds: creds, cfg: cfg}
 }
@@ -132,7 +135,7 @@ func (sb *sandbox) append(evs ...events.Event) []events.Envelope {
 		}
 		envs[i] = env
 	}
-	envs, err := sb.h.store.appendNext(context.Background(), sb.id, envs...)
+	envs, err := sb.h.store.appendNext(context.Background(), sb.id, false, envs...)
 	if err != nil {
 		sb.h.t.Fatal(err)
 	}
@@ -224,6 +227,17 @@ func normalise(t *testing.T, id string, e events.Event) events.Event {
 		c := *e
 		c.Message = ""
 		return &c
+	case *events.ResourceLost:
+		c := *e
+		c.Message = ""
+		return &c
+	case *events.StopRejected:
+		if e.Message == "" {
+			t.Errorf("%s without a message", e.Type())
+		}
+		c := *e
+		c.Message = ""
+		return &c
 	case *events.Suspended:
 		if !strings.HasPrefix(e.RestoreRef, "sim:"+id+":") {
 			t.Errorf("restore ref %q, want sim:%s:…", e.RestoreRef, id)
@@ -243,19 +257,28 @@ func describe(evs []events.Event) string {
 	return "[" + strings.Join(s, " ") + "]"
 }
 
-// ready is the log of a created and started sandbox of generation 1.
+// ready is the log of a created and started sandbox of generation 1, with
+// the sim running it as the create saga would have had it.
 func (h *harness) ready(opts map[string]string) *sandbox {
 	h.t.Helper()
 	sb, _ := h.create(node, opts)
+	spec := compute.Spec{SandboxID: sb.id, Node: node, Options: opts}
+	if err := h.sim.Start(context.Background(), compute.Start{Spec: spec, Generation: 1, Credential: h.creds.Mint(sb.id, 1)}); err != nil {
+		h.t.Fatalf("sim start: %v", err)
+	}
 	sb.given(&events.Started{Generation: 1}, &events.SupervisorAttached{Generation: 1})
 	return sb
 }
 
-// suspended is the log of a sandbox suspended at generation 1 behind ref.
+// suspended is the log of a sandbox suspended at generation 1 behind ref,
+// the sim holding its retained state.
 func (h *harness) suspended(opts map[string]string) (*sandbox, string) {
 	h.t.Helper()
 	sb := h.ready(opts)
-	ref := "sim:" + sb.id + ":1:given"
+	ref, err := h.sim.Suspend(context.Background(), compute.Target{Spec: compute.Spec{SandboxID: sb.id, Node: node, Options: opts}, Generation: 1})
+	if err != nil {
+		h.t.Fatalf("sim suspend: %v", err)
+	}
 	sb.given(&events.SuspendRequested{Generation: 1}, &events.Suspended{Generation: 1, RestoreRef: ref})
 	return sb, ref
 }
@@ -341,9 +364,9 @@ func TestSuspend(t *testing.T) {
 		{"unimplemented", map[string]string{"suspend": "unimplemented"}, 0, []events.Event{
 			&events.SuspendRejected{Generation: 1, Reason: events.ReasonSuspendRejected},
 		}},
-		{"hang passes the deadline", map[string]string{"suspend": "hang"}, 50 * time.Millisecond, []events.Event{
-			&events.DeadlinePassed{Phase: events.PhaseSuspending, Deadline: "50ms"},
+		{"hang passes the deadline, the workload running", map[string]string{"suspend": "hang"}, 50 * time.Millisecond, []events.Event{
 			&events.SuspendRejected{Generation: 1, Reason: events.ReasonDeadlineExceeded},
+			&events.DeadlinePassed{Phase: events.PhaseSuspending, Deadline: "50ms"},
 		}},
 		{"exit during suspend still answers a reference", map[string]string{"exit_during_suspend": "9"}, 0, []events.Event{
 			&events.Suspended{Generation: 1},
@@ -363,19 +386,33 @@ func TestSuspend(t *testing.T) {
 	}
 }
 
+// TestSuspendRefusedDiscardsTheReference: an exit of the workload lands
+// while the suspend is under way; the saga's record of the suspension is
+// refused (the sandbox is in error, its exit code kept) and the reference
+// the driver returned late is released.
 func TestSuspendRefusedDiscardsTheReference(t *testing.T) {
 	h := newHarness(t, sagas.Config{})
-	h.rec.refuse = func(e events.Event) bool { _, ok := e.(*events.Suspended); return ok }
 	sb := h.ready(nil)
-	drv := newCounting(h.sim, "")
+	drv := newCounting(h.sim, "suspend")
 	h.run(drv)
-	in := sb.when(&events.SuspendRequested{Generation: 1})
-	h.store.waitPast(t, in.Seq)
-	if got := drv.count("discard"); got != 1 {
-		t.Fatalf("discard calls = %d, want 1", got)
+	sb.when(&events.SuspendRequested{Generation: 1})
+	select {
+	case <-drv.entered:
+	case <-time.After(wait):
+		t.Fatal("the suspend never reached the driver")
 	}
-	if got := sb.causedBy(in); len(got) != 0 {
-		t.Fatalf("recorded %d events, want none", len(got))
+	exited := sb.when(&events.Exited{Generation: 1, Code: 137})
+	close(drv.release)
+	h.store.waitPast(t, exited.Seq)
+	h.store.waitUntil(t, "the discard", func() bool { return drv.count("discard") == 1 })
+	all, _ := h.store.Load(context.Background(), sb.id, 0)
+	for _, e := range all {
+		if e.Type == events.TypeSuspended {
+			t.Fatalf("sandbox.suspended recorded after the exit: %+v", e)
+		}
+	}
+	if got := h.rec.callsOf(events.TypeSuspended); got != 1 {
+		t.Fatalf("suspended offered %d times, want once (refused, then released)", got)
 	}
 }
 
@@ -504,14 +541,16 @@ func TestQueuedIntentsLearnFromTheLog(t *testing.T) {
 	// The runner reads both while the suspend is still under way.
 	h.store.waitUntil(t, "the runner to read the delete", func() bool { return h.store.followed() >= del.Seq })
 	close(drv.release)
-	out := sb.outcome(del, 2) // the sandbox is suspended by then: its reference goes too
-	if out[len(out)-1].Type() != "sandbox.deleted" {
-		t.Fatalf("delete outcome %s, want it to end in sandbox.deleted", describe(out))
-	}
+	sb.then(sb.outcome(del, 1), &events.Deleted{})
 	h.store.waitPast(t, del.Seq)
 
-	if got := sb.causedBy(suspend); len(got) != 1 || got[0].Type != "sandbox.suspended" {
-		t.Errorf("suspend outcome %v, want sandbox.suspended", got)
+	// The suspension the driver made came too late: the sandbox is deleting,
+	// the record is refused, and the reference is released.
+	if got := sb.causedBy(suspend); len(got) != 0 {
+		t.Errorf("suspend outcome %v, want none (refused in deleting)", got)
+	}
+	if got := drv.count("discard"); got != 1 {
+		t.Errorf("discard calls %d, want 1: the late reference released", got)
 	}
 	if got := sb.causedBy(stop); len(got) != 0 {
 		t.Errorf("superseded stop recorded %d events", len(got))

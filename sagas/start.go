@@ -11,27 +11,26 @@ import (
 // Create and start sagas:
 //   sandbox.created{generation} or sandbox.start_requested{generation}
 //     → driver.Discard(ref) for each retained_state_discarded appended with the intent (explicit start of a suspended sandbox)
-//     → driver.Start(spec, generation, credential minted for it)
+//     → driver.Start(spec, generation, credential minted for it), called again while it gets no answer
 //     ok       → record sandbox.started{generation}            | the sandbox is ready when its supervisor attaches
 //     error    → record sandbox.start_failed{generation, message}
-//     deadline → record sandbox.deadline_passed{provisioning|starting}   | known gap: no driver-side compensation yet
+//     deadline → nothing here: the phase's deadline settles it (deadline.go: error, the driver told to stop it)
 
-// start cold-starts generation gen; p is the transient phase the intent
-// opened (provisioning for a create, starting for a start).
-func (r *Runner) start(ctx context.Context, s *step, gen int64, p events.Phase) error {
+// start cold-starts generation gen.
+func (r *Runner) start(ctx context.Context, s *step, gen int64) error {
 	s.log = s.log.With().Int64("generation", gen).Logger()
 	if s.drvErr != nil {
 		return r.recordOrDrop(ctx, s, &events.StartFailed{Generation: gen, Message: s.drvErr.Error()})
 	}
 	for _, ref := range discardedWith(s.later) {
-		err := r.within(ctx, s, func(ctx context.Context) error { return s.driver.Discard(ctx, s.spec, ref) })
+		err := r.within(ctx, s, unanswered, func(ctx context.Context) error { return s.driver.Discard(ctx, s.spec, ref) })
 		if err != nil && !errors.Is(err, errDeadline) {
 			s.log.Warn().Err(err).Str("step", "discard").Msg("discard retained state")
 			return err
 		}
 	}
 	req := compute.Start{Spec: s.spec, Generation: gen, Credential: r.creds.Mint(s.spec.SandboxID, gen)}
-	err := r.within(ctx, s, func(ctx context.Context) error { return s.driver.Start(ctx, req) })
+	err := r.within(ctx, s, unanswered, func(ctx context.Context) error { return s.driver.Start(ctx, req) })
 	switch {
 	case err == nil:
 		// The hash stays empty: supervisors are verified by HMAC.
@@ -39,8 +38,8 @@ func (r *Runner) start(ctx context.Context, s *step, gen int64, p events.Phase) 
 	case errors.Is(err, errStopping):
 		return err
 	case errors.Is(err, errDeadline):
-		s.log.Warn().Err(err).Str("step", "start").Msg("deadline passed")
-		return r.recordOrDrop(ctx, s, r.deadlinePassed(p))
+		s.log.Warn().Err(err).Str("step", "start").Msg("deadline passed; the phase's deadline settles it")
+		return nil
 	}
 	s.log.Warn().Err(err).Str("step", "start").Msg("start failed")
 	return r.recordOrDrop(ctx, s, &events.StartFailed{Generation: gen, Message: err.Error()})

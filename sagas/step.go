@@ -27,7 +27,8 @@ var (
 	// errRefused: the Recorder refused the outcome (FAILED_PRECONDITION): the
 	// sandbox moved on, the step compensates and is dropped.
 	errRefused = errors.New("outcome refused")
-	// errDeadline: the phase's deadline ended the driver call.
+	// errDeadline: the phase's deadline ended the driver call; the phase's
+	// deadline settles it (deadline.go).
 	errDeadline = errors.New("deadline passed")
 	// errStopping: the runner is stopping; the step is left to be re-driven.
 	errStopping = errors.New("runner stopping")
@@ -126,9 +127,9 @@ func (r *Runner) step(ctx context.Context, env events.Envelope, later []events.E
 	}
 	switch e := intent.(type) {
 	case *events.Created:
-		return r.start(ctx, s, e.Generation, events.PhaseProvisioning)
+		return r.start(ctx, s, e.Generation)
 	case *events.StartRequested:
-		return r.start(ctx, s, e.Generation, events.PhaseStarting)
+		return r.start(ctx, s, e.Generation)
 	case *events.StopRequested:
 		return r.stop(ctx, s, e)
 	case *events.SuspendRequested:
@@ -165,26 +166,56 @@ var progress = map[string]bool{
 	events.TypeRetainedStateConsumed: true,
 }
 
-// within runs call under the phase deadline of s's intent. It returns an
-// error wrapping errDeadline when that deadline ended the call, one wrapping
-// errStopping when ctx ended, else call's error.
-func (r *Runner) within(ctx context.Context, s *step, call func(context.Context) error) error {
+// within runs call under the phase deadline of s's intent (the intent's
+// time plus Config.Deadline: a step re-driven after a restart does not get
+// a fresh one). A call that fails without an answer (retry says so of its
+// error: the driver unreachable, say) is made again, after a backoff, until
+// the deadline: only an answer is an outcome. within returns an error
+// wrapping errDeadline when the deadline ended the call, one wrapping
+// errStopping when ctx ended, else call's last error. A step whose call
+// ended at the deadline records nothing: the runner's deadline of the phase
+// (deadline.go) asks the driver what is true and settles it.
+func (r *Runner) within(ctx context.Context, s *step, retry func(error) bool, call func(context.Context) error) error {
 	at := s.intent.Time
 	if at.IsZero() {
 		at = time.Now()
 	}
 	dctx, cancel := context.WithDeadline(ctx, at.Add(r.cfg.Deadline))
 	defer cancel()
-	err := call(dctx)
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil:
-		return fmt.Errorf("%w: %w", errStopping, ctx.Err())
-	case errors.Is(dctx.Err(), context.DeadlineExceeded):
-		return fmt.Errorf("%w after %s: %w", errDeadline, r.cfg.Deadline, err)
+	wait := backoffMin
+	for {
+		err := call(dctx)
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return fmt.Errorf("%w: %w", errStopping, ctx.Err())
+		case dctx.Err() != nil:
+			return fmt.Errorf("%w after %s: %w", errDeadline, r.cfg.Deadline, err)
+		case !retry(err):
+			return err
+		}
+		s.log.Warn().Err(err).Dur("backoff", wait).Msg("driver call without an answer; calling again")
+		if !sleep(dctx, wait) {
+			if ctx.Err() != nil {
+				return fmt.Errorf("%w: %w", errStopping, ctx.Err())
+			}
+			return fmt.Errorf("%w after %s: %w", errDeadline, r.cfg.Deadline, err)
+		}
+		wait = min(2*wait, backoffMax)
 	}
-	return err
+}
+
+// unanswered says whether err is a driver call that got no answer: only
+// those are called again.
+func unanswered(err error) bool { return errors.Is(err, compute.ErrUnavailable) }
+
+// unrefused says whether err is anything but the driver's refusal of the
+// call (or its word that the sandbox is gone): a suspend or stop that failed
+// for any other reason is called again, and never taken for a rejection.
+func unrefused(err error) bool {
+	return !errors.Is(err, compute.ErrRejected) && !errors.Is(err, compute.ErrUnimplemented) &&
+		!errors.Is(err, compute.ErrResourceMissing)
 }
 
 // record appends evs as the outcome of s's intent, retrying with backoff what
@@ -237,11 +268,6 @@ func (r *Runner) compensate(ctx context.Context, s *step, name string, undo func
 	}
 	s.log.Info().Str("step", name).Msg("compensated")
 	return nil
-}
-
-// deadlinePassed is the event a passed phase deadline records.
-func (r *Runner) deadlinePassed(p events.Phase) *events.DeadlinePassed {
-	return &events.DeadlinePassed{Phase: p, Deadline: r.cfg.Deadline.String()}
 }
 
 // created returns the sandbox.created event of env's sandbox (from the intent

@@ -9,19 +9,18 @@ import (
 )
 
 // Suspend saga:
-//   sandbox.suspend_requested{generation} → driver.Suspend(generation)
-//     ok               → record sandbox.suspended{restore_ref}   | compensation: driver.Discard(ref) if the record is refused (a racing exit won)
+//   sandbox.suspend_requested{generation} → driver.Suspend(generation), called again until the driver answers
+//     ok               → record sandbox.suspended{restore_ref}   | compensation: driver.Discard(ref) if the record is refused (a racing exit won, or the deadline settled it)
 //     rejected         → record sandbox.suspend_rejected{SuspendRejected}
 //     unimplemented    → record sandbox.suspend_rejected{SuspendRejected}   (should not happen: the gateway refuses first)
 //     resource missing → record sandbox.resource_lost{generation}
-//     deadline         → record sandbox.deadline_passed{suspending} + sandbox.suspend_rejected{DeadlineExceeded}
-//                        | known gap: the workload is not confirmed running first (CONTRACT §1 wants error if it is not)
+//     deadline         → nothing here: the phase's deadline settles it (deadline.go: ready if the workload runs, else error)
 
 func (r *Runner) suspend(ctx context.Context, s *step, in *events.SuspendRequested) error {
 	s.log = s.log.With().Int64("generation", in.Generation).Logger()
 	t := compute.Target{Spec: s.spec, Generation: in.Generation}
 	var ref string
-	err := r.within(ctx, s, func(ctx context.Context) (err error) {
+	err := r.within(ctx, s, unrefused, func(ctx context.Context) (err error) {
 		ref, err = s.driver.Suspend(ctx, t)
 		return err
 	})
@@ -36,10 +35,8 @@ func (r *Runner) suspend(ctx context.Context, s *step, in *events.SuspendRequest
 	case errors.Is(err, errStopping):
 		return err
 	case errors.Is(err, errDeadline):
-		s.log.Warn().Err(err).Str("step", "suspend").Msg("deadline passed")
-		return r.recordOrDrop(ctx, s,
-			r.deadlinePassed(events.PhaseSuspending),
-			&events.SuspendRejected{Generation: in.Generation, Reason: events.ReasonDeadlineExceeded, Message: err.Error()})
+		s.log.Warn().Err(err).Str("step", "suspend").Msg("deadline passed; the phase's deadline settles it")
+		return nil
 	case errors.Is(err, compute.ErrResourceMissing):
 		return r.recordOrDrop(ctx, s, &events.ResourceLost{Generation: in.Generation, Message: err.Error()})
 	}

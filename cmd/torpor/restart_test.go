@@ -35,6 +35,11 @@ func watchLog(t *testing.T, nc *nats.Conn) *eventWaiter {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The server has the subscription once it answered a flush: no event
+	// appended after watchLog returns is missed.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return w
 }

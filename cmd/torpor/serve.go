@@ -141,7 +141,9 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	store, err := jsstore.New(ctx, js, jsstore.Config{DuplicateWindow: cfg.DuplicateWindow})
+	store, err := jsstore.New(ctx, js, jsstore.Config{DuplicateWindow: cfg.DuplicateWindow, OnForeign: func(f jsstore.Foreign) {
+		log.Warn().Err(f.Err).Str("subject", f.Subject).Uint64("seq", f.Seq).Msg("skipped a message that is not a torpor event")
+	}})
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +159,9 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, err
 	}
-	a.driver = sim.New(busReporter(a.nc))
+	if a.driver, err = sim.New(busReporter(a.nc), sim.Config{Data: cfg.Data}); err != nil {
+		return nil, err
+	}
 	drivers := compute.Registry{"sim": a.driver}
 	svc, err := gateway.NewService(store, names, drivers, creds, gateway.Config{Node: cfg.Node}, log.With().Str("part", "gateway").Logger())
 	if err != nil {

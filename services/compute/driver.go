@@ -15,6 +15,11 @@ var (
 	ErrResourceMissing = errors.New("compute resource missing")
 	// ErrUnknownRef: the restore reference is not (or no longer) valid.
 	ErrUnknownRef = errors.New("unknown restore reference")
+	// ErrUnavailable: the driver could not be reached or did not answer;
+	// nothing is known of the call's effect and it may be repeated. The
+	// sagas retry such a call until the phase's deadline: only an answer
+	// (a rejection, a failure) is an outcome.
+	ErrUnavailable = errors.New("driver unavailable")
 )
 
 // Capabilities are what a driver can do for a sandbox with given options.
@@ -80,4 +85,43 @@ type Driver interface {
 	Discard(ctx context.Context, spec Spec, ref string) error
 	// Delete releases every resource of the sandbox, retained states included.
 	Delete(ctx context.Context, spec Spec) error
+}
+
+// State is what a driver observes of a sandbox's workload.
+type State string
+
+// The states Observe reports.
+const (
+	// StateRunning: the workload of Observation.Generation runs.
+	StateRunning State = "running"
+	// StateFrozen: the workload is suspended, its state retained behind
+	// Observation.RestoreRef.
+	StateFrozen State = "frozen"
+	// StateStopped: no workload runs; the sandbox's storage is kept.
+	StateStopped State = "stopped"
+	// StateExited: the main process of Observation.Generation ended on its
+	// own with Observation.ExitCode.
+	StateExited State = "exited"
+	// StateGone: the driver holds nothing of the sandbox.
+	StateGone State = "gone"
+)
+
+// Observation is what is true of a sandbox on its node now.
+type Observation struct {
+	State      State  `json:"state"`
+	Generation int64  `json:"generation,omitempty"`
+	ExitCode   int    `json:"exit_code,omitempty"`
+	RestoreRef string `json:"restore_ref,omitempty"`
+	// How says how the state is kept, where the driver has a choice (the
+	// process driver's freezer, say).
+	How string `json:"how,omitempty"`
+}
+
+// Observer is a driver that can say what is true of a sandbox now. The
+// sagas ask before they compensate a passed deadline, so that an effect that
+// succeeded while nobody listened is recorded as the success it was. A
+// driver without it is taken to know nothing: a passed deadline then ends in
+// the phase's failure.
+type Observer interface {
+	Observe(ctx context.Context, spec Spec) (Observation, error)
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/services/compute"
@@ -32,6 +33,11 @@ type Sandbox struct {
 	// Attached is the generation whose supervisor's attach is recorded and
 	// not ended since (by a detach, an exit or a stop); 0 for none.
 	Attached int64
+	// Fallback is the resume's restart_if_restore_fails, while Resuming.
+	Fallback bool
+	// Entered is when the sandbox entered its phase (the time of the event
+	// that moved it there), what a passed deadline is measured from.
+	Entered  time.Time
 	Commands []string
 	View     events.View
 }
@@ -62,6 +68,9 @@ func (s *Sandbox) apply(env events.Envelope) error {
 	if s.ID == "" {
 		s.ID = env.SandboxID
 	}
+	if to != s.Phase {
+		s.Entered = env.Time
+	}
 	s.Phase = to
 	if env.Seq != 0 {
 		s.Seq = env.Seq
@@ -76,7 +85,7 @@ func (s *Sandbox) apply(env events.Envelope) error {
 	case *events.Suspended:
 		s.RestoreRef = e.RestoreRef
 	case *events.ResumeRequested:
-		s.Generation, s.Resuming, s.Exited = e.Generation, true, false
+		s.Generation, s.Resuming, s.Exited, s.Fallback = e.Generation, true, false, e.RestartIfRestoreFails
 	case *events.ResumeFailed:
 		s.Resuming = false
 	case *events.RetainedStateConsumed, *events.RetainedStateDiscarded, *events.RetainedStateInvalidated:
@@ -142,7 +151,7 @@ func decide(s *Sandbox, c Command, caps compute.Capabilities) ([]events.Event, e
 	if _, known := commandRules[c.Verb]; !known {
 		return nil, events.Errorf(events.CodeInvalidArgument, "unknown command %q", c.Verb)
 	}
-	row, ok := Lookup(s.Phase, c.Verb, Facts{AfterResume: s.Resuming, CanSuspend: caps.Suspend})
+	row, ok := Lookup(s.Phase, c.Verb, Facts{AfterResume: s.Resuming, CanSuspend: caps.Suspend, Holds: s.RestoreRef != ""})
 	if !ok {
 		return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s is %s; %s needs %s", s.ID, s.Phase, c.Verb, joinPhases(needs[c.Verb]))
 	}
@@ -155,6 +164,8 @@ func decide(s *Sandbox, c Command, caps compute.Capabilities) ([]events.Event, e
 		return nil, events.Errorf(events.CodeAlreadyExists, "sandbox %s already exists", s.ID)
 	case Missing:
 		return nil, events.Errorf(events.CodeNotFound, "sandbox %s not found", c.ID)
+	case Lost:
+		return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s is %s but holds no retained state; start it cold", s.ID, s.Phase)
 	}
 	evs := make([]events.Event, len(row.Events))
 	for i, typ := range row.Events {
@@ -228,30 +239,86 @@ func fence(s *Sandbox, e events.Event) error {
 	return nil
 }
 
-// reported decides what a report (a saga's outcome, a supervisor's report)
-// appends: every event must speak for the current generation (fence), and a
-// fact the log already holds is left out: a consumption the attach of a
-// resumed generation recorded before the saga did (see consumedByAttach), an
-// attach repeated by a supervisor attached already. Whether what is left may
-// be appended in the sandbox's phase is the table's to say, when it is applied.
-func reported(s *Sandbox, evs []events.Event) ([]events.Event, error) {
+// reported decides what a report (a saga's outcome, a supervisor's report,
+// a passed deadline's compensation) appends, every event judged against the
+// state before the report:
+//   - every event must speak for the current generation (fence);
+//   - a fact the log already holds is left out: a consumption the attach of a
+//     resumed generation recorded before the saga did (see consumedByAttach),
+//     an attach repeated by a supervisor attached already;
+//   - a restore failure "before the consumption" when the consumption is
+//     recorded is a lie the log disproves (a driver that forgot, say): it
+//     becomes the failure after the consumption, a cold start when the
+//     resume allows the fallback, else stopped with RetainedStateLost, so a
+//     consumed reference is never suspended on again (CONTRACT invariant 1);
+//   - an exit, or the resource lost, while a retained state is held
+//     invalidates it in the same append (the workload it retains is dead);
+//   - a passed deadline must be of the phase the sandbox is in, and that
+//     phase must have lasted the deadline at now: a deadline of an earlier
+//     stay in the phase is refused.
+//
+// Whether what is left may be appended in the sandbox's phase is the table's
+// to say, when it is applied.
+func reported(s *Sandbox, evs []events.Event, now time.Time) ([]events.Event, error) {
 	if !s.Exists() {
 		return nil, events.Errorf(events.CodeNotFound, "sandbox %s not found", s.ID)
 	}
-	out := make([]events.Event, 0, len(evs))
+	out := make([]events.Event, 0, len(evs)+1)
 	for _, e := range evs {
 		if err := fence(s, e); err != nil {
 			return nil, err
 		}
-		if c, ok := e.(*events.RetainedStateConsumed); ok && s.RestoreRef != c.RestoreRef {
-			continue // recorded already, or never held
-		}
-		if a, ok := e.(*events.SupervisorAttached); ok && s.Attached == a.Generation {
-			continue // a repeated attach of the supervisor attached already
+		switch e := e.(type) {
+		case *events.RetainedStateConsumed:
+			if s.RestoreRef != e.RestoreRef {
+				continue // recorded already, or never held
+			}
+		case *events.SupervisorAttached:
+			if s.Attached == e.Generation {
+				continue // a repeated attach of the supervisor attached already
+			}
+		case *events.ResumeFailed:
+			if s.Resuming && s.RestoreRef == "" {
+				out = append(out, afterConsumption(s))
+				continue
+			}
+		case *events.Exited, *events.ResourceLost:
+			if s.RestoreRef != "" {
+				out = append(out, e, &events.RetainedStateInvalidated{RestoreRef: s.RestoreRef})
+				continue
+			}
+		case *events.DeadlinePassed:
+			if err := passed(s, e, now); err != nil {
+				return nil, err
+			}
 		}
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// afterConsumption is the outcome of a restore that failed after its
+// retained state was consumed (CONTRACT §1): a cold start of the next
+// generation when the resume allows it, else stopped, the state lost.
+func afterConsumption(s *Sandbox) events.Event {
+	if s.Fallback {
+		return &events.StartRequested{Generation: s.Generation + 1, Fallback: true}
+	}
+	return &events.Stopped{Generation: s.Generation, Reason: events.ReasonRetainedStateLost}
+}
+
+// passed refuses a passed deadline that is not due: of another phase than
+// the sandbox's, or before the phase has lasted the deadline it names.
+func passed(s *Sandbox, e *events.DeadlinePassed, now time.Time) error {
+	d, err := time.ParseDuration(e.Deadline)
+	if err != nil {
+		return events.Errorf(events.CodeInvalidArgument, "sandbox %s: deadline %q: %v", s.ID, e.Deadline, err)
+	}
+	if e.Phase != s.Phase || now.Sub(s.Entered) < d {
+		return events.Errorf(events.CodeFailedPrecondition, "sandbox %s: the %s deadline of %s is not due: it is %s since %s",
+			s.ID, e.Phase, d, s.Phase, s.Entered.Format(time.RFC3339Nano))
+	}
+	return nil
 }
 
 // consumedByAttach is what the attach of generation gen records before the

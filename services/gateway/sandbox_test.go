@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -200,11 +201,11 @@ func TestReportedAttachBeforeOutcome(t *testing.T) {
 	if got := consumedByAttach(sb, 2); got != nil {
 		t.Fatalf("a repeated attach records %#v", got)
 	}
-	got, err := reported(sb, []events.Event{&events.RetainedStateConsumed{Generation: 2, RestoreRef: "ref-1"}})
+	got, err := reported(sb, []events.Event{&events.RetainedStateConsumed{Generation: 2, RestoreRef: "ref-1"}}, time.Now())
 	if err != nil || len(got) != 0 {
 		t.Fatalf("the saga's late consumption: %#v, %v; want nothing (held already)", got, err)
 	}
-	got, err = reported(sb, []events.Event{&events.Resumed{Generation: 2, Outcome: events.OutcomeRestored}})
+	got, err = reported(sb, []events.Event{&events.Resumed{Generation: 2, Outcome: events.OutcomeRestored}}, time.Now())
 	if err != nil || len(got) != 1 {
 		t.Fatalf("the saga's late outcome: %#v, %v", got, err)
 	}
@@ -236,10 +237,82 @@ func TestRepeatedAttachIsHeld(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := reported(given(t, c.given...), []events.Event{&events.SupervisorAttached{Generation: c.attach}})
+			got, err := reported(given(t, c.given...), []events.Event{&events.SupervisorAttached{Generation: c.attach}}, time.Now())
 			if err != nil || len(got) != c.want {
 				t.Fatalf("reported attach of %d: %#v, %v; want %d events", c.attach, got, err, c.want)
 			}
 		})
+	}
+}
+
+// TestReportedTellsTheTruth: what a report appends, given the log: a
+// failure the log disproves becomes the truth, an exit or a lost resource
+// takes the retained state with it, a deadline that is not due is refused.
+func TestReportedTellsTheTruth(t *testing.T) {
+	consumed := append(resuming[:6:6], &events.RetainedStateConsumed{Generation: 2, RestoreRef: "ref-1"})
+	fallback := append(suspended[:5:5], &events.ResumeRequested{Generation: 2, RestoreRef: "ref-1", RestartIfRestoreFails: true},
+		&events.RetainedStateConsumed{Generation: 2, RestoreRef: "ref-1"})
+	entered := time.Unix(int64(len(suspending)-1), 0) // given() stamps event i at second i
+	cases := []struct {
+		name  string
+		given []events.Event
+		when  []events.Event
+		now   time.Time
+		then  []events.Event
+		code  events.Code
+	}{
+		{name: "a restore failure before the consumption", given: resuming, when: []events.Event{&events.ResumeFailed{Generation: 2}},
+			then: []events.Event{&events.ResumeFailed{Generation: 2}}},
+		{name: "a failure 'before the consumption' once it is recorded, strict", given: consumed, when: []events.Event{&events.ResumeFailed{Generation: 2}},
+			then: []events.Event{&events.Stopped{Generation: 2, Reason: events.ReasonRetainedStateLost}}},
+		{name: "the same with the fallback", given: fallback, when: []events.Event{&events.ResumeFailed{Generation: 2}},
+			then: []events.Event{&events.StartRequested{Generation: 3, Fallback: true}}},
+		{name: "an exit while suspended", given: suspended, when: []events.Event{&events.Exited{Generation: 1, Code: 137}},
+			then: []events.Event{&events.Exited{Generation: 1, Code: 137}, &events.RetainedStateInvalidated{RestoreRef: "ref-1"}}},
+		{name: "the resource lost while suspended", given: suspended, when: []events.Event{&events.ResourceLost{Generation: 1}},
+			then: []events.Event{&events.ResourceLost{Generation: 1}, &events.RetainedStateInvalidated{RestoreRef: "ref-1"}}},
+		{name: "an exit while ready", given: ready, when: []events.Event{&events.Exited{Generation: 1, Code: 3}},
+			then: []events.Event{&events.Exited{Generation: 1, Code: 3}}},
+		{name: "a deadline that is due", given: suspending, now: entered.Add(time.Minute),
+			when: []events.Event{&events.SuspendRejected{Generation: 1, Reason: events.ReasonDeadlineExceeded}, &events.DeadlinePassed{Phase: events.PhaseSuspending, Deadline: "1m0s"}},
+			then: []events.Event{&events.SuspendRejected{Generation: 1, Reason: events.ReasonDeadlineExceeded}, &events.DeadlinePassed{Phase: events.PhaseSuspending, Deadline: "1m0s"}}},
+		{name: "a deadline that is not due yet", given: suspending, now: entered.Add(59 * time.Second),
+			when: []events.Event{&events.DeadlinePassed{Phase: events.PhaseSuspending, Deadline: "1m0s"}}, code: events.CodeFailedPrecondition},
+		{name: "a deadline of another phase", given: ready, now: entered.Add(time.Hour),
+			when: []events.Event{&events.DeadlinePassed{Phase: events.PhaseSuspending, Deadline: "1m0s"}}, code: events.CodeFailedPrecondition},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sb := given(t, c.given...)
+			got, err := reported(sb, c.when, c.now)
+			if code := events.CodeOf(err); code != c.code {
+				t.Fatalf("error %v (code %q), want code %q", err, code, c.code)
+			}
+			if !reflect.DeepEqual(got, c.then) && (len(got) != 0 || len(c.then) != 0) {
+				t.Fatalf("appends %#v, want %#v", got, c.then)
+			}
+			phase := sb.Phase
+			for _, e := range got {
+				next, err := Next(phase, e.Type())
+				if err != nil {
+					t.Fatalf("reported %s that the table refuses: %v", e.Type(), err)
+				}
+				phase = next
+			}
+		})
+	}
+}
+
+// TestResumeNeedsTheRetainedState: a log in which the consumption was
+// followed by a restore failure (what builds before the guard wrote) is
+// suspended without a retained state: a resume of it is refused.
+func TestResumeNeedsTheRetainedState(t *testing.T) {
+	sb := given(t, append(resuming[:6:6], &events.RetainedStateConsumed{Generation: 2, RestoreRef: "ref-1"}, &events.ResumeFailed{Generation: 2})...)
+	if sb.Phase != events.PhaseSuspended || sb.RestoreRef != "" {
+		t.Fatalf("given %s holding %q", sb.Phase, sb.RestoreRef)
+	}
+	_, err := decide(sb, Command{Verb: VerbResume, ID: sid}, canSuspend)
+	if events.CodeOf(err) != events.CodeFailedPrecondition || !strings.Contains(err.Error(), "no retained state") {
+		t.Fatalf("resume: %v; want FAILED_PRECONDITION saying no retained state is held", err)
 	}
 }

@@ -315,7 +315,7 @@ func (s *Service) Record(ctx context.Context, cause events.Envelope, actor strin
 		dedup = "r:" + cause.ID
 	}
 	sb, err := s.append(ctx, cause.SandboxID, false, cause.Caused(actor), dedup, func(sb *Sandbox) ([]events.Event, error) {
-		return reported(sb, evs)
+		return reported(sb, evs, s.now())
 	})
 	if err == nil && sb.Gone() {
 		if err := s.names.Release(ctx, sb.Spec.Name, sb.ID); err != nil {
@@ -338,7 +338,7 @@ func (s *Service) RecordFunc(ctx context.Context, id, actor string, f func(*Sand
 		if err != nil || len(evs) == 0 {
 			return nil, err
 		}
-		return reported(sb, evs)
+		return reported(sb, evs, s.now())
 	})
 	return err
 }

@@ -33,7 +33,10 @@ type Transition struct {
 
 // Table is the whole lifecycle of CONTRACT §1 by event, a row per line. An
 // event that keeps the phase (From == To) is allowed there and records a
-// fact. A pair that is not in the table is refused.
+// fact. A pair that is not in the table is refused. A passed deadline moves
+// a transient phase to error; a gentler compensation (back to ready, or to
+// suspended) is appended before it in the same append, and the deadline is
+// then a fact of the phase it settled in.
 var Table = []Transition{
 	{phNone, events.TypeCreated, phProvisioning},
 	{phProvisioning, events.TypeStarted, phProvisioning},
@@ -48,6 +51,7 @@ var Table = []Transition{
 	{phReady, events.TypeSuspendRequested, phSuspending},
 	{phReady, events.TypeResumed, phReady},
 	{phReady, events.TypeExited, phError},
+	{phReady, events.TypeDeadlinePassed, phReady},
 	{phReady, events.TypeDeleteRequested, phDeleting},
 	{phStopping, events.TypeStopped, phStopped},
 	{phStopping, events.TypeStopRejected, phReady},
@@ -75,16 +79,19 @@ var Table = []Transition{
 	{phSuspending, events.TypeSuspendRejected, phReady},
 	{phSuspending, events.TypeExited, phError},
 	{phSuspending, events.TypeResourceLost, phError},
-	{phSuspending, events.TypeDeadlinePassed, phSuspending},
+	{phSuspending, events.TypeDeadlinePassed, phError},
 	{phSuspending, events.TypeResumed, phSuspending},
 	{phSuspending, events.TypeDeleteRequested, phDeleting},
 	{phSuspended, events.TypeResumeRequested, phStarting},
 	{phSuspended, events.TypeStartRequested, phStarting},
+	{phSuspended, events.TypeExited, phError},
 	{phSuspended, events.TypeResourceLost, phError},
+	{phSuspended, events.TypeDeadlinePassed, phSuspended},
 	{phSuspended, events.TypeDeleteRequested, phDeleting},
 	{phDeleting, events.TypeRetainedStateInvalidated, phDeleting},
 	{phDeleting, events.TypeDeleted, phDeleted},
 	{phDeleting, events.TypeDeadlinePassed, phError},
+	{phError, events.TypeRetainedStateInvalidated, phError},
 	{phError, events.TypeDeleteRequested, phDeleting},
 }
 
@@ -102,6 +109,9 @@ const (
 	Exists
 	// Missing: a command on a sandbox that does not exist.
 	Missing
+	// Lost: a resume of a suspended sandbox that holds no retained state
+	// (a log written before the consumption was guarded): FAILED_PRECONDITION.
+	Lost
 )
 
 // Guard is the one fact besides the phase a command row may need.
@@ -115,6 +125,8 @@ const (
 	AfterResume
 	// CannotSuspend holds when the sandbox's driver cannot suspend it.
 	CannotSuspend
+	// Holds holds while a retained state is held (a restore reference).
+	Holds
 )
 
 // anyVerb in a command row matches every verb.
@@ -152,7 +164,8 @@ var Commands = []Rule{
 	{phSuspended, VerbSuspend, Always, Done, nil},
 	{anyPhase, VerbSuspend, CannotSuspend, Unimplemented, nil},
 	{phReady, VerbSuspend, Always, Emit, []string{events.TypeSuspendRequested}},
-	{phSuspended, VerbResume, Always, Emit, []string{events.TypeResumeRequested}},
+	{phSuspended, VerbResume, Holds, Emit, []string{events.TypeResumeRequested}},
+	{phSuspended, VerbResume, Always, Lost, nil},
 	{phStarting, VerbResume, AfterResume, Done, nil},
 	{phReady, VerbResume, AfterResume, Done, nil},
 	{phDeleting, VerbDelete, Always, Done, nil},
@@ -226,6 +239,7 @@ func Next(from events.Phase, on string) (events.Phase, error) {
 type Facts struct {
 	AfterResume bool
 	CanSuspend  bool
+	Holds       bool
 }
 
 func (f Facts) hold(g Guard) bool {
@@ -234,6 +248,8 @@ func (f Facts) hold(g Guard) bool {
 		return f.AfterResume
 	case CannotSuspend:
 		return !f.CanSuspend
+	case Holds:
+		return f.Holds
 	}
 	return true
 }

@@ -36,9 +36,11 @@ var contractEvents = []struct {
 	{"ready", "sandbox.suspend_requested", "suspending"},
 	{"suspending", "sandbox.suspended", "suspended"},
 	{"suspending", "sandbox.suspend_rejected", "ready"},
-	// suspending — deadline: the passed deadline is recorded, its compensation
-	// (suspend_rejected{DeadlineExceeded}) follows in the same append
-	{"suspending", "sandbox.deadline_passed", "suspending"},
+	// suspending — deadline: the suspension is cancelled: ready
+	// (DeadlineExceeded) if the workload is confirmed running (the rejection
+	// first, the passed deadline a fact of ready), else error
+	{"suspending", "sandbox.deadline_passed", "error"},
+	{"ready", "sandbox.deadline_passed", "ready"},
 	// suspended — resume → starting (resume); explicit start → starting (cold),
 	// the retained state discarded in the same append
 	{"suspended", "sandbox.resume_requested", "starting"},
@@ -50,6 +52,9 @@ var contractEvents = []struct {
 	{"starting", "sandbox.retained_state_consumed", "starting"},
 	{"starting", "sandbox.resumed", "starting"},
 	{"starting", "sandbox.resume_failed", "suspended"},
+	// starting (resume) — deadline before the consumption: suspended
+	// (retryable, DeadlineExceeded): the failure first, the deadline a fact
+	{"suspended", "sandbox.deadline_passed", "suspended"},
 	{"starting", "sandbox.start_requested", "starting"},
 	{"starting", "sandbox.stopped", "stopped"},
 	// the resumed generation's attach may come before the saga's record of the
@@ -71,6 +76,10 @@ var contractEvents = []struct {
 	{"suspending", "sandbox.exited", "error"},
 	// stopping — the workload's exit on the way to stopped is a fact
 	{"stopping", "sandbox.exited", "stopping"},
+	// suspended — the retained workload of the current generation dies: error,
+	// the retained state invalidated in the same append
+	{"suspended", "sandbox.exited", "error"},
+	{"error", "sandbox.retained_state_invalidated", "error"},
 	// provisioning, starting — deadline with no supervisor attached → error;
 	// every transient phase has a deadline (invariant 5): stopping and
 	// deleting end in error too
@@ -160,6 +169,7 @@ var contractCommands = []struct {
 	verb        string
 	afterResume tri
 	canSuspend  tri
+	holds       tri
 	emit        []string
 	code        events.Code
 }{
@@ -205,7 +215,9 @@ var contractCommands = []struct {
 	{phase: "error", verb: "suspend", canSuspend: no, code: events.CodeUnimplemented},
 	// suspended — resume → starting (resume); resume on ready after a resume
 	// is done (and on starting while it runs)
-	{phase: "suspended", verb: "resume", emit: []string{"sandbox.resume_requested"}},
+	{phase: "suspended", verb: "resume", holds: yes, emit: []string{"sandbox.resume_requested"}},
+	// a consumed reference is never resumed (invariant 1)
+	{phase: "suspended", verb: "resume", holds: no, code: events.CodeFailedPrecondition},
 	{phase: "ready", verb: "resume", afterResume: yes},
 	{phase: "starting", verb: "resume", afterResume: yes},
 	// any but deleted — delete → deleting; deleting and deleted are done
@@ -228,42 +240,50 @@ func TestCommandsWalkEveryPair(t *testing.T) {
 	phases := append([]events.Phase{events.PhaseNone}, events.Phases...)
 	for _, phase := range phases {
 		for _, verb := range Verbs {
-			for _, afterResume := range []bool{false, true} {
-				for _, canSuspend := range []bool{false, true} {
-					var matched []int
-					for i, w := range contractCommands {
-						if w.phase == phase && w.verb == verb && w.afterResume.matches(afterResume) && w.canSuspend.matches(canSuspend) {
-							matched = append(matched, i)
-						}
+			for _, f := range allFacts() {
+				var matched []int
+				for i, w := range contractCommands {
+					if w.phase == phase && w.verb == verb && w.afterResume.matches(f.afterResume) &&
+						w.canSuspend.matches(f.canSuspend) && w.holds.matches(f.holds) {
+						matched = append(matched, i)
 					}
-					if len(matched) > 1 {
-						t.Fatalf("contractCommands rows %v all match (%q, %s)", matched, phase, verb)
-					}
-					var wantEmit []string
-					wantCode := events.CodeFailedPrecondition
-					if len(matched) == 1 {
-						wantEmit, wantCode = contractCommands[matched[0]].emit, contractCommands[matched[0]].code
-					}
-					s := &Sandbox{ID: sid, Phase: phase, Generation: 4, RestoreRef: "ref-4", Resuming: afterResume}
-					evs, err := decide(s, Command{Verb: verb, ID: sid}, compute.Capabilities{Suspend: canSuspend})
-					var got []string
-					for _, e := range evs {
-						got = append(got, e.Type())
-					}
-					what := strings.Join([]string{string(phase), verb}, " ")
-					if afterResume {
-						what += " (after a resume)"
-					}
-					if canSuspend {
-						what += " (driver can suspend)"
-					}
-					if code := events.CodeOf(err); code != wantCode || !slices.Equal(got, wantEmit) {
-						t.Errorf("%s: events %v, code %q (%v); the contract says events %v, code %q", what, got, code, err, wantEmit, wantCode)
-					}
+				}
+				if len(matched) > 1 {
+					t.Fatalf("contractCommands rows %v all match (%q, %s)", matched, phase, verb)
+				}
+				var wantEmit []string
+				wantCode := events.CodeFailedPrecondition
+				if len(matched) == 1 {
+					wantEmit, wantCode = contractCommands[matched[0]].emit, contractCommands[matched[0]].code
+				}
+				s := &Sandbox{ID: sid, Phase: phase, Generation: 4, Resuming: f.afterResume}
+				if f.holds {
+					s.RestoreRef = "ref-4"
+				}
+				evs, err := decide(s, Command{Verb: verb, ID: sid}, compute.Capabilities{Suspend: f.canSuspend})
+				var got []string
+				for _, e := range evs {
+					got = append(got, e.Type())
+				}
+				if code := events.CodeOf(err); code != wantCode || !slices.Equal(got, wantEmit) {
+					t.Errorf("%s %s %+v: events %v, code %q (%v); the contract says events %v, code %q",
+						phase, verb, f, got, code, err, wantEmit, wantCode)
 				}
 			}
 		}
 	}
+}
+
+// facts are the facts besides the phase a command row may need.
+type facts struct{ afterResume, canSuspend, holds bool }
+
+// allFacts is every combination of them.
+func allFacts() []facts {
+	var out []facts
+	for i := 0; i < 8; i++ {
+		out = append(out, facts{afterResume: i&1 != 0, canSuspend: i&2 != 0, holds: i&4 != 0})
+	}
+	return out
 }
 
 // TestCommandEventsFollowTheTable: what every emitting row appends is a path

@@ -19,6 +19,12 @@ const (
 	OptExitDuringSuspend = "exit_during_suspend"
 	OptExitAfter         = "exit_after"
 	OptExitCode          = "exit_code"
+	OptAnswerDelay       = "answer_delay"
+	OptAttach            = "attach"
+
+	// AttachNever is the attach option's value for a supervisor that never
+	// attaches.
+	AttachNever = "never"
 
 	SuspendOK            = "ok"
 	SuspendReject        = "reject"
@@ -34,7 +40,7 @@ const (
 var (
 	suspendModes = []string{SuspendOK, SuspendReject, SuspendHang, SuspendUnimplemented}
 	resumeModes  = []string{ResumeOK, ResumeFail, ResumeFailOnce, ResumeFailAfterConsume}
-	knownKeys    = []string{OptExitAfter, OptExitCode, OptExitDuringSuspend, OptLatency, OptResume, OptSuspend}
+	knownKeys    = []string{OptAnswerDelay, OptAttach, OptExitAfter, OptExitCode, OptExitDuringSuspend, OptLatency, OptResume, OptSuspend}
 )
 
 // options are the parsed driver_options of one sandbox.
@@ -48,6 +54,12 @@ type options struct {
 	// exitAfter > 0 makes the workload exit this long after it attached.
 	exitAfter time.Duration
 	exitCode  int
+	// answerDelay is how long a call answers after its effect is done.
+	answerDelay time.Duration
+	// attach is how long after its workload starts (or is restored) a
+	// generation's supervisor attaches; attachNever: it never does.
+	attach      time.Duration
+	attachNever bool
 }
 
 // ValidateOptions reports the first problem of opts as a sim sandbox's
@@ -83,6 +95,14 @@ func parse(opts map[string]string) (options, error) {
 			o.exitAfter, err = duration(v)
 		case OptExitCode:
 			o.exitCode, err = exitCode(v)
+		case OptAnswerDelay:
+			o.answerDelay, err = duration(v)
+		case OptAttach:
+			if v == AttachNever {
+				o.attachNever = true
+			} else {
+				o.attach, err = duration(v)
+			}
 		default:
 			err = fmt.Errorf("unknown option (known: %s)", strings.Join(knownKeys, ", "))
 		}

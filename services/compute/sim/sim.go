@@ -2,22 +2,28 @@
 // available, with no real workload, its behaviour set per sandbox by the
 // create request's driver_options. It exists for demos, tests and benchmarks,
 // so every path of the lifecycle (rejections, hangs, failed restores, racing
-// exits) can be produced on demand.
+// exits, supervisors that never attach) can be produced on demand.
 //
-// The driver keeps its state in memory, per sandbox, behind one mutex. Its
-// effects are idempotent per (sandbox, generation, operation). Supervisor
-// reports (attached, exited) go out through the Reporter from goroutines the
-// driver owns, one per sandbox with reports pending, in the order they were
-// produced for that sandbox: a driver call never waits for the bus, a
-// generation's exit never overtakes its attach, and one sandbox's slow report
-// never holds up another's. Close stops them and every timer.
+// The driver keeps its state in memory, per sandbox, behind one mutex. With
+// Config.Data it also writes every change to a journal there before it
+// answers, and reads the journal back when it starts: a simulated workload
+// outlives the service as a real one would, so a service killed and started
+// again finds its sandboxes running, frozen or consumed as they were (a
+// re-driven saga gets the answer the first call got, and a reference
+// consumed before the kill is never restored again). The journal's effect
+// records (start, stop, suspend, resume, discard, delete) are what Effects
+// counts: each effect happens once per (sandbox, generation, operation),
+// however often a call is repeated.
 //
-// Restore references look like "sim:<sandbox>:<generation>:<random>". Because
-// the service may restart while the sim's memory is lost, a reference the
-// driver never saw but which has the "sim:" prefix and names the sandbox is
-// treated as restorable: within one process the sim keeps a retained state
-// until it is consumed, discarded or its sandbox deleted, and it remembers
-// those so they are never restored again.
+// Supervisor reports (attached, exited) go out through the Reporter from
+// goroutines the driver owns, one per sandbox with reports pending, in the
+// order they were produced for that sandbox: a driver call never waits for
+// the bus, a generation's exit never overtakes its attach, and one sandbox's
+// slow report never holds up another's. A workload that runs but whose attach
+// was not taken yet when the driver starts is attached again (a supervisor
+// retrying across a restart of the service). Close stops them and every timer.
+//
+// Restore references look like "sim:<sandbox>:<generation>:<random>".
 package sim
 
 import (
@@ -27,17 +33,26 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/torpor/torpor/services/compute"
 )
 
-var _ compute.Driver = (*Driver)(nil)
+var (
+	_ compute.Driver   = (*Driver)(nil)
+	_ compute.Observer = (*Driver)(nil)
+)
 
 // ErrClosed: the driver was closed.
 var ErrClosed = errors.New("sim driver closed")
+
+// Config says where the sim keeps what it knows.
+type Config struct {
+	// Data is the service's data directory: the journal lives in
+	// <Data>/sim. Empty keeps everything in memory (lost with the process).
+	Data string
+}
 
 // Driver is the sim driver. The zero value is not usable; call New.
 type Driver struct {
@@ -46,27 +61,28 @@ type Driver struct {
 	cancel context.CancelFunc // ends it
 	quit   chan struct{}      // closed by Close
 	once   sync.Once
-	wg     sync.WaitGroup // report senders and armed exit timers
+	wg     sync.WaitGroup // report senders and armed timers
 
 	mu     sync.Mutex
 	closed bool
+	jrn    *journal // nil in memory
 	// queues holds each sandbox's reports not yet sent; a sandbox has a
 	// sender goroutine exactly while it has an entry.
 	queues map[string][]pending
 	boxes  map[string]*box
-	// dead holds references that were consumed elsewhere, discarded or
-	// invalidated by a delete, so that the lenient rule for unknown
-	// references never revives them.
-	dead map[string]bool
 	// calls counts the calls per operation (Calls).
 	calls map[string]int
 }
 
-// box is what the sim knows of one sandbox.
+// box is what the sim knows of one sandbox: what the journal's records
+// folded into, plus the timers of this process.
 type box struct {
-	gen     int64  // newest generation started or resumed
-	running bool   // the workload of gen runs
-	cred    string // credential of gen
+	gen      int64  // newest generation started or resumed
+	running  bool   // the workload of gen runs
+	cred     string // credential of gen
+	attached bool   // the attach of gen was taken
+	exited   *int   // the exit code of gen, once it exited on its own
+	opts     map[string]string
 	// suspends maps a suspended generation to the reference it produced.
 	suspends map[int64]string
 	// retained maps live references to the generation they retain.
@@ -75,13 +91,12 @@ type box struct {
 	consumed map[string]consumption
 	// attempts counts resume attempts per reference (fail_once).
 	attempts map[string]int
-	// exitGen is the generation whose exit_after timer is armed or fired.
-	exitGen   int64
-	exitTimer *time.Timer
-	// exitAfter and exitCode come from the options of the newest Start or
-	// Resume (reports do not carry options).
-	exitAfter time.Duration
-	exitCode  int
+
+	// exitGen is the generation whose exit_after timer is armed or fired;
+	// attachTimer delays an attach (the attach option).
+	exitGen     int64
+	exitTimer   *time.Timer
+	attachTimer *time.Timer
 }
 
 type consumption struct {
@@ -95,24 +110,42 @@ type pending struct {
 	done chan error
 }
 
-// New returns a sim driver that sends supervisor reports through r.
-func New(r compute.Reporter) *Driver {
+// New returns a sim driver that sends supervisor reports through r, with
+// the state its journal in cfg.Dir holds, if any.
+func New(r compute.Reporter, cfg Config) (*Driver, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Driver{
+	d := &Driver{
 		rep:    r,
 		ctx:    ctx,
 		cancel: cancel,
 		quit:   make(chan struct{}),
 		queues: map[string][]pending{},
 		boxes:  map[string]*box{},
-		dead:   map[string]bool{},
 		calls:  map[string]int{},
 	}
+	if cfg.Data != "" {
+		jrn, recs, err := openJournal(cfg.Data)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		for _, rec := range recs {
+			d.applyLocked(rec)
+		}
+		d.jrn = jrn
+		d.mu.Lock()
+		for id, b := range d.boxes {
+			if b.running && !b.attached {
+				d.attachLocked(id, b) // its supervisor attaches again
+			}
+		}
+		d.mu.Unlock()
+	}
+	return d, nil
 }
 
 // Calls returns how many times each operation (start, stop, suspend,
-// resume, discard, delete) was called, failed calls included: what tests
-// and the bench check a re-driven saga against.
+// resume, discard, delete, observe) was called, failed calls included.
 func (d *Driver) Calls() map[string]int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -134,6 +167,12 @@ func (d *Driver) Close() {
 		d.cancel()
 	})
 	d.wg.Wait()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.jrn != nil {
+		_ = d.jrn.close()
+		d.jrn = nil
+	}
 }
 
 // Capabilities reports Suspend unless the options say suspend=unimplemented
@@ -146,10 +185,10 @@ func (d *Driver) Capabilities(opts map[string]string) compute.Capabilities {
 	return compute.Capabilities{Suspend: o.suspend != SuspendUnimplemented}
 }
 
-// Start marks generation req.Generation running and queues its supervisor's
-// attach report. A repeated Start of the same generation queues the attach
-// again and has no other effect; a Start of a generation older than the
-// newest one seen does nothing.
+// Start runs generation req.Generation and queues its supervisor's attach
+// report (after the attach option's delay). A repeated Start of the same
+// generation queues the attach again and has no other effect; a Start of a
+// generation older than the newest one seen does nothing.
 func (d *Driver) Start(ctx context.Context, req compute.Start) error {
 	id := req.Spec.SandboxID
 	o, err := d.begin(ctx, "start", req.Spec)
@@ -157,40 +196,49 @@ func (d *Driver) Start(ctx context.Context, req compute.Start) error {
 		return fmt.Errorf("start %s generation %d: %w", id, req.Generation, err)
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.closed {
+		d.mu.Unlock()
 		return fmt.Errorf("start %s: %w", id, ErrClosed)
 	}
-	b := d.boxLocked(id)
-	if req.Generation < b.gen {
-		return nil
+	b := d.boxes[id]
+	switch {
+	case b != nil && req.Generation < b.gen:
+	case b != nil && req.Generation == b.gen:
+		if b.running {
+			d.attachLocked(id, b) // the supervisor answers the repeat
+		}
+	default:
+		if err := d.commitLocked(record{Sandbox: id, Gen: req.Generation, Op: opStart, Cred: req.Credential, Opts: req.Spec.Options}); err != nil {
+			d.mu.Unlock()
+			return fmt.Errorf("start %s generation %d: %w", id, req.Generation, err)
+		}
+		d.attachLocked(id, d.boxes[id])
 	}
-	if req.Generation > b.gen {
-		d.disarmLocked(b)
-	}
-	b.gen, b.running, b.cred = req.Generation, true, req.Credential
-	b.exitAfter, b.exitCode = o.exitAfter, o.exitCode
-	d.enqueueLocked(pending{r: compute.Report{SandboxID: id, Generation: req.Generation, Credential: req.Credential, Kind: compute.ReportAttached}})
-	return nil
+	d.mu.Unlock()
+	return d.answer(ctx, o)
 }
 
-// Stop marks the generation not running. It is idempotent, and a Stop of
-// another generation than the running one changes nothing.
+// Stop ends the generation's workload. It is idempotent, and a Stop of
+// another generation than the newest changes nothing.
 func (d *Driver) Stop(ctx context.Context, t compute.Target) error {
 	id := t.Spec.SandboxID
-	if _, err := d.begin(ctx, "stop", t.Spec); err != nil {
+	o, err := d.begin(ctx, "stop", t.Spec)
+	if err != nil {
 		return fmt.Errorf("stop %s generation %d: %w", id, t.Generation, err)
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.closed {
+		d.mu.Unlock()
 		return fmt.Errorf("stop %s: %w", id, ErrClosed)
 	}
-	if b := d.boxes[id]; b != nil && b.gen == t.Generation {
-		b.running = false
-		d.disarmLocked(b)
+	if b := d.boxes[id]; b != nil && b.gen == t.Generation && b.running {
+		if err := d.commitLocked(record{Sandbox: id, Gen: t.Generation, Op: opStop}); err != nil {
+			d.mu.Unlock()
+			return fmt.Errorf("stop %s generation %d: %w", id, t.Generation, err)
+		}
 	}
-	return nil
+	d.mu.Unlock()
+	return d.answer(ctx, o)
 }
 
 // Suspend answers as the suspend option says. On success the generation
@@ -223,39 +271,40 @@ func (d *Driver) Suspend(ctx context.Context, t compute.Target) (string, error) 
 		d.mu.Unlock()
 		return "", fmt.Errorf("suspend %s: %w", id, ErrClosed)
 	}
-	b := d.boxLocked(id)
-	if ref, ok := b.suspends[gen]; ok {
-		d.mu.Unlock()
-		return ref, nil
+	b := d.boxes[id]
+	if b != nil {
+		if ref, ok := b.suspends[gen]; ok {
+			d.mu.Unlock()
+			return ref, d.answer(ctx, o)
+		}
 	}
-	known := b.gen != 0
-	if known && (gen != b.gen || !b.running) {
+	if b == nil || gen != b.gen || !b.running {
 		d.mu.Unlock()
 		return "", fmt.Errorf("suspend %s generation %d: %w: the workload of that generation is not running", id, gen, compute.ErrRejected)
 	}
-	if !known {
-		// The sim forgot this sandbox (the service restarted): it assumes the
-		// asked generation runs.
-		b.gen, b.running = gen, true
+	ref := fmt.Sprintf("sim:%s:%d:%s", id, gen, token())
+	if err := d.commitLocked(record{Sandbox: id, Gen: gen, Op: opSuspend, Ref: ref}); err != nil {
+		d.mu.Unlock()
+		return "", fmt.Errorf("suspend %s generation %d: %w", id, gen, err)
 	}
 	var exited chan error
 	if o.exitDuringSuspend != nil {
+		// The workload exits while the suspension is in flight: its report
+		// is out before the answer.
+		code := *o.exitDuringSuspend
+		if err := d.commitLocked(record{Sandbox: id, Gen: gen, Op: opExited, Code: &code}); err != nil {
+			d.mu.Unlock()
+			return "", fmt.Errorf("suspend %s generation %d: %w", id, gen, err)
+		}
 		exited = make(chan error, 1)
 		d.enqueueLocked(pending{
-			r:    compute.Report{SandboxID: id, Generation: gen, Credential: b.cred, Kind: compute.ReportExited, ExitCode: *o.exitDuringSuspend},
+			r:    compute.Report{SandboxID: id, Generation: gen, Credential: b.cred, Kind: compute.ReportExited, ExitCode: code},
 			done: exited,
 		})
 	}
-	ref := fmt.Sprintf("sim:%s:%d:%s", id, gen, token())
-	b.suspends[gen] = ref
-	b.retained[ref] = gen
-	b.running = false
-	d.disarmLocked(b)
 	d.mu.Unlock()
 
 	if exited != nil {
-		// The workload exits while the suspension is in flight: its report
-		// is out before the answer.
 		select {
 		case <-exited:
 		case <-ctx.Done():
@@ -264,7 +313,7 @@ func (d *Driver) Suspend(ctx context.Context, t compute.Target) (string, error) 
 			return "", fmt.Errorf("suspend %s: %w", id, ErrClosed)
 		}
 	}
-	return ref, nil
+	return ref, d.answer(ctx, o)
 }
 
 // Resume restores the retained state behind req.RestoreRef under
@@ -272,19 +321,29 @@ func (d *Driver) Suspend(ctx context.Context, t compute.Target) (string, error) 
 // report of that generation. A repeated Resume of the same (generation,
 // reference) answers as the first one did.
 func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.ResumeResult, error) {
-	id, gen, ref := req.Spec.SandboxID, req.Generation, req.RestoreRef
+	id, gen := req.Spec.SandboxID, req.Generation
 	o, err := d.begin(ctx, "resume", req.Spec)
 	if err != nil {
 		return compute.ResumeResult{}, fmt.Errorf("resume %s generation %d: %w", id, gen, err)
 	}
+	res, err := d.resume(req, o)
+	if aerr := d.answer(ctx, o); err == nil && aerr != nil {
+		return res, aerr
+	}
+	return res, err
+}
+
+func (d *Driver) resume(req compute.Resume, o options) (compute.ResumeResult, error) {
+	id, gen, ref := req.Spec.SandboxID, req.Generation, req.RestoreRef
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return compute.ResumeResult{}, fmt.Errorf("resume %s: %w", id, ErrClosed)
 	}
-	b := d.boxLocked(id)
-	attach := pending{r: compute.Report{SandboxID: id, Generation: gen, Credential: req.Credential, Kind: compute.ReportAttached}}
-
+	b := d.boxes[id]
+	if b == nil {
+		return compute.ResumeResult{}, fmt.Errorf("resume %s: %w: %q", id, compute.ErrUnknownRef, ref)
+	}
 	if c, ok := b.consumed[ref]; ok {
 		switch {
 		case c.gen != gen:
@@ -292,77 +351,98 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 		case c.failed:
 			return compute.ResumeResult{Consumed: true}, fmt.Errorf("resume %s generation %d: restore failed after consuming %s (resume=fail_after_consume)", id, gen, ref)
 		default:
-			d.enqueueLocked(attach)
+			if b.running && b.gen == gen {
+				d.attachLocked(id, b)
+			}
 			return compute.ResumeResult{Consumed: true}, nil
 		}
 	}
 	if _, ok := b.retained[ref]; !ok {
-		if d.dead[ref] || !strings.HasPrefix(ref, "sim:"+id+":") {
-			return compute.ResumeResult{}, fmt.Errorf("resume %s: %w: %q", id, compute.ErrUnknownRef, ref)
-		}
-		// A well-formed reference the sim forgot across a restart.
-		b.retained[ref] = 0
+		return compute.ResumeResult{}, fmt.Errorf("resume %s: %w: %q", id, compute.ErrUnknownRef, ref)
 	}
-
-	b.attempts[ref]++
+	if err := d.commitLocked(record{Sandbox: id, Gen: gen, Op: opAttempt, Ref: ref}); err != nil {
+		return compute.ResumeResult{}, fmt.Errorf("resume %s generation %d: %w", id, gen, err)
+	}
 	switch {
 	case o.resume == ResumeFail:
 		return compute.ResumeResult{}, fmt.Errorf("resume %s generation %d: restore failed, %s kept (resume=fail)", id, gen, ref)
 	case o.resume == ResumeFailOnce && b.attempts[ref] == 1:
 		return compute.ResumeResult{}, fmt.Errorf("resume %s generation %d: restore failed, %s kept (resume=fail_once)", id, gen, ref)
 	case o.resume == ResumeFailAfterConsume:
-		delete(b.retained, ref)
-		b.consumed[ref] = consumption{gen: gen, failed: true}
+		if err := d.commitLocked(record{Sandbox: id, Gen: gen, Op: opResume, Ref: ref, Failed: true}); err != nil {
+			return compute.ResumeResult{}, fmt.Errorf("resume %s generation %d: %w", id, gen, err)
+		}
 		return compute.ResumeResult{Consumed: true}, fmt.Errorf("resume %s generation %d: restore failed after consuming %s (resume=fail_after_consume)", id, gen, ref)
 	}
-	delete(b.retained, ref)
-	b.consumed[ref] = consumption{gen: gen}
-	if gen > b.gen {
-		d.disarmLocked(b)
+	if err := d.commitLocked(record{Sandbox: id, Gen: gen, Op: opResume, Ref: ref, Cred: req.Credential, Opts: req.Spec.Options}); err != nil {
+		return compute.ResumeResult{}, fmt.Errorf("resume %s generation %d: %w", id, gen, err)
 	}
-	b.gen, b.running, b.cred = gen, true, req.Credential
-	b.exitAfter, b.exitCode = o.exitAfter, o.exitCode
-	d.enqueueLocked(attach)
+	d.attachLocked(id, b)
 	return compute.ResumeResult{Consumed: true}, nil
 }
 
 // Discard forgets a retained state; it is idempotent.
 func (d *Driver) Discard(ctx context.Context, spec compute.Spec, ref string) error {
-	if _, err := d.begin(ctx, "discard", spec); err != nil {
+	o, err := d.begin(ctx, "discard", spec)
+	if err != nil {
 		return fmt.Errorf("discard %s: %w", spec.SandboxID, err)
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if b := d.boxes[spec.SandboxID]; b != nil {
-		delete(b.retained, ref)
+		if gen, held := b.retained[ref]; held {
+			if err := d.commitLocked(record{Sandbox: spec.SandboxID, Gen: gen, Op: opDiscard, Ref: ref}); err != nil {
+				d.mu.Unlock()
+				return fmt.Errorf("discard %s: %w", spec.SandboxID, err)
+			}
+		}
 	}
-	if _, consumed := d.consumedLocked(spec.SandboxID, ref); !consumed {
-		d.dead[ref] = true
-	}
-	return nil
+	d.mu.Unlock()
+	return d.answer(ctx, o)
 }
 
 // Delete forgets everything of the sandbox, its retained states included;
 // it is idempotent.
 func (d *Driver) Delete(ctx context.Context, spec compute.Spec) error {
-	if _, err := d.begin(ctx, "delete", spec); err != nil {
+	o, err := d.begin(ctx, "delete", spec)
+	if err != nil {
 		return fmt.Errorf("delete %s: %w", spec.SandboxID, err)
 	}
 	d.mu.Lock()
+	if b := d.boxes[spec.SandboxID]; b != nil {
+		if err := d.commitLocked(record{Sandbox: spec.SandboxID, Gen: b.gen, Op: opDelete}); err != nil {
+			d.mu.Unlock()
+			return fmt.Errorf("delete %s: %w", spec.SandboxID, err)
+		}
+	}
+	d.mu.Unlock()
+	return d.answer(ctx, o)
+}
+
+// Observe says what is true of the sandbox now: its newest generation
+// running, frozen behind a reference, stopped, exited with its code, or
+// nothing known (gone).
+func (d *Driver) Observe(ctx context.Context, spec compute.Spec) (compute.Observation, error) {
+	d.mu.Lock()
+	d.calls["observe"]++
 	defer d.mu.Unlock()
+	if d.closed {
+		return compute.Observation{}, fmt.Errorf("observe %s: %w", spec.SandboxID, ErrClosed)
+	}
 	b := d.boxes[spec.SandboxID]
-	if b == nil {
-		return nil
+	switch {
+	case b == nil:
+		return compute.Observation{State: compute.StateGone}, nil
+	case b.exited != nil:
+		return compute.Observation{State: compute.StateExited, Generation: b.gen, ExitCode: *b.exited}, nil
+	case b.running:
+		return compute.Observation{State: compute.StateRunning, Generation: b.gen}, nil
 	}
-	d.disarmLocked(b)
-	for ref := range b.retained {
-		d.dead[ref] = true
+	if ref, ok := b.suspends[b.gen]; ok {
+		if _, held := b.retained[ref]; held {
+			return compute.Observation{State: compute.StateFrozen, Generation: b.gen, RestoreRef: ref, How: "simulated"}, nil
+		}
 	}
-	for ref := range b.consumed {
-		d.dead[ref] = true
-	}
-	delete(d.boxes, spec.SandboxID)
-	return nil
+	return compute.Observation{State: compute.StateStopped, Generation: b.gen}, nil
 }
 
 // begin counts a call of op, parses the options and waits out the latency.
@@ -374,30 +454,56 @@ func (d *Driver) begin(ctx context.Context, op string, spec compute.Spec) (optio
 	if err != nil {
 		return options{}, err
 	}
-	if o.latency > 0 {
-		t := time.NewTimer(o.latency)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return options{}, ctx.Err()
-		case <-d.quit:
-			return options{}, ErrClosed
-		}
+	if err := d.wait(ctx, o.latency); err != nil {
+		return options{}, err
 	}
 	return o, ctx.Err()
 }
 
-func (d *Driver) consumedLocked(id, ref string) (consumption, bool) {
-	b := d.boxes[id]
-	if b == nil {
-		return consumption{}, false
-	}
-	c, ok := b.consumed[ref]
-	return c, ok
+// answer waits out the answer_delay of a call whose effect is done.
+func (d *Driver) answer(ctx context.Context, o options) error {
+	return d.wait(ctx, o.answerDelay)
 }
 
-func (d *Driver) boxLocked(id string) *box {
+func (d *Driver) wait(ctx context.Context, dur time.Duration) error {
+	if dur <= 0 {
+		return nil
+	}
+	t := time.NewTimer(dur)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-d.quit:
+		return ErrClosed
+	}
+}
+
+// commitLocked writes rec to the journal, if there is one, and folds it
+// into the sandbox's box; d.mu is held.
+func (d *Driver) commitLocked(rec record) error {
+	if d.jrn != nil {
+		if err := d.jrn.write(rec); err != nil {
+			return err
+		}
+	}
+	d.applyLocked(rec)
+	return nil
+}
+
+// applyLocked folds one record into the boxes: what the call that wrote it
+// did, and what replaying the journal does again.
+func (d *Driver) applyLocked(rec record) {
+	id := rec.Sandbox
+	if rec.Op == opDelete {
+		if b := d.boxes[id]; b != nil {
+			d.disarmLocked(b)
+		}
+		delete(d.boxes, id)
+		return
+	}
 	b := d.boxes[id]
 	if b == nil {
 		b = &box{
@@ -408,7 +514,64 @@ func (d *Driver) boxLocked(id string) *box {
 		}
 		d.boxes[id] = b
 	}
-	return b
+	switch rec.Op {
+	case opStart:
+		d.disarmLocked(b)
+		b.gen, b.running, b.cred, b.attached, b.exited, b.opts = rec.Gen, true, rec.Cred, false, nil, rec.Opts
+	case opStop:
+		b.running = false
+		d.disarmLocked(b)
+	case opSuspend:
+		b.suspends[rec.Gen] = rec.Ref
+		b.retained[rec.Ref] = rec.Gen
+		b.running = false
+		d.disarmLocked(b)
+	case opAttempt:
+		b.attempts[rec.Ref]++
+	case opResume:
+		delete(b.retained, rec.Ref)
+		b.consumed[rec.Ref] = consumption{gen: rec.Gen, failed: rec.Failed}
+		if !rec.Failed {
+			d.disarmLocked(b)
+			b.gen, b.running, b.cred, b.attached, b.exited, b.opts = rec.Gen, true, rec.Cred, false, nil, rec.Opts
+		}
+	case opDiscard:
+		delete(b.retained, rec.Ref)
+	case opAttached:
+		if b.gen == rec.Gen {
+			b.attached = true
+		}
+	case opExited:
+		if b.gen == rec.Gen {
+			b.running, b.exited = false, rec.Code
+		}
+	}
+}
+
+// attachLocked queues the attach of b's generation after the attach
+// option's delay (never: not at all); d.mu is held.
+func (d *Driver) attachLocked(id string, b *box) {
+	o, _ := parse(b.opts)
+	if o.attachNever || d.closed {
+		return
+	}
+	r := compute.Report{SandboxID: id, Generation: b.gen, Credential: b.cred, Kind: compute.ReportAttached}
+	if o.attach <= 0 {
+		d.enqueueLocked(pending{r: r})
+		return
+	}
+	if b.attachTimer != nil && b.attachTimer.Stop() {
+		d.wg.Done()
+	}
+	d.wg.Add(1)
+	b.attachTimer = time.AfterFunc(o.attach, func() {
+		defer d.wg.Done()
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if !d.closed && d.boxes[id] == b && b.gen == r.Generation && b.running {
+			d.enqueueLocked(pending{r: r})
+		}
+	})
 }
 
 func (d *Driver) enqueueLocked(p pending) {
@@ -422,8 +585,8 @@ func (d *Driver) enqueueLocked(p pending) {
 }
 
 // send delivers sandbox id's queued reports in order and ends when its queue
-// is empty. After an attach is delivered it arms the exit_after timer of that
-// generation, so the exit follows the attach.
+// is empty. Once an attach is taken it records that, and arms the exit_after
+// timer of that generation, so the exit follows the attach.
 func (d *Driver) send(id string) {
 	defer d.wg.Done()
 	for {
@@ -445,46 +608,64 @@ func (d *Driver) send(id string) {
 			p.done <- err
 		}
 		if err == nil && p.r.Kind == compute.ReportAttached {
-			d.arm(p.r.SandboxID, p.r.Generation)
+			d.attached(p.r.SandboxID, p.r.Generation)
 		}
 	}
 }
 
-// arm starts the exit_after timer of generation gen, once per generation,
-// if the sandbox asks for one and gen still runs.
-func (d *Driver) arm(id string, gen int64) {
+// attached records that generation gen's attach was taken and arms its
+// exit_after timer, once per generation, if the sandbox asks for one and
+// gen still runs.
+func (d *Driver) attached(id string, gen int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	b := d.boxes[id]
-	if d.closed || b == nil || b.gen != gen || !b.running || b.exitGen == gen {
+	if b == nil || b.gen != gen || !b.running {
 		return
 	}
-	if b.exitAfter <= 0 {
+	if !b.attached {
+		// Taken is taken, closing or not (Close closes the journal after
+		// the senders end). A journal that cannot be written only costs a
+		// repeated attach after a restart.
+		_ = d.commitLocked(record{Sandbox: id, Gen: gen, Op: opAttached})
+	}
+	if d.closed {
+		return
+	}
+	o, _ := parse(b.opts)
+	if o.exitAfter <= 0 || b.exitGen == gen {
 		return
 	}
 	b.exitGen = gen
-	after, code, cred := b.exitAfter, b.exitCode, b.cred
+	code, cred := o.exitCode, b.cred
 	d.wg.Add(1)
 	var t *time.Timer
-	t = time.AfterFunc(after, func() {
+	t = time.AfterFunc(o.exitAfter, func() {
 		defer d.wg.Done()
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		if d.closed || d.boxes[id] != b || b.exitTimer != t || b.gen != gen || !b.running {
 			return
 		}
-		b.running, b.exitTimer = false, nil
+		b.exitTimer = nil
+		if err := d.commitLocked(record{Sandbox: id, Gen: gen, Op: opExited, Code: &code}); err != nil {
+			return
+		}
 		d.enqueueLocked(pending{r: compute.Report{SandboxID: id, Generation: gen, Credential: cred, Kind: compute.ReportExited, ExitCode: code}})
 	})
 	b.exitTimer = t
 }
 
-// disarmLocked stops the exit timer of b, if one is armed and has not fired.
+// disarmLocked stops the timers of b that have not fired.
 func (d *Driver) disarmLocked(b *box) {
 	if b.exitTimer != nil && b.exitTimer.Stop() {
 		d.wg.Done()
 	}
 	b.exitTimer = nil
+	if b.attachTimer != nil && b.attachTimer.Stop() {
+		d.wg.Done()
+	}
+	b.attachTimer = nil
 }
 
 // token is a short random string that makes references unguessable.

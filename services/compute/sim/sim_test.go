@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -54,8 +56,17 @@ func (r *recorder) none(t *testing.T) {
 
 func newDriver(t *testing.T) (*sim.Driver, *recorder) {
 	t.Helper()
+	return newDriverIn(t, "")
+}
+
+// newDriverIn is a driver with its journal in dir ("" for none).
+func newDriverIn(t *testing.T, dir string) (*sim.Driver, *recorder) {
+	t.Helper()
 	rec := newRecorder()
-	d := sim.New(rec)
+	d, err := sim.New(rec, sim.Config{Data: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(d.Close)
 	return d, rec
 }
@@ -299,7 +310,7 @@ func TestResumeUnknownRefs(t *testing.T) {
 	}{
 		{"foreign prefix", "snap:sb1:1:x", false},
 		{"another sandbox", "sim:sb2:1:x", false},
-		{"forgotten across a restart", "sim:sb1:1:abc", true},
+		{"never produced", "sim:sb1:1:abc", false},
 	}
 	for _, c := range cases {
 		res, err := d.Resume(ctx(t), compute.Resume{Spec: s, Generation: 2, Credential: "c", RestoreRef: c.ref})
@@ -371,8 +382,13 @@ func TestExitAfter(t *testing.T) {
 	if got.ExitCode != 3 || got.Credential != "cred" {
 		t.Fatalf("exit = %+v", got)
 	}
-	// A repeated start of the exited generation re-sends the attach only.
-	startReady(t, d, rec, s, 1)
+	// A repeated start of the exited generation starts nothing and sends
+	// nothing: its workload has exited (reports are queued before a call
+	// answers).
+	if err := d.Start(ctx(t), compute.Start{Spec: s, Generation: 1, Credential: "cred"}); err != nil {
+		t.Fatal(err)
+	}
+	rec.none(t)
 	// The next generation exits again, with the default code when unset.
 	s2 := spec("sb2", map[string]string{"exit_after": "1ms"})
 	startReady(t, d, rec, s2, 5)
@@ -448,6 +464,9 @@ func TestValidateOptions(t *testing.T) {
 		{"bad exit code", map[string]string{"exit_code": "x"}, "not an integer"},
 		{"exit code out of range", map[string]string{"exit_during_suspend": "300"}, "outside 0..255"},
 		{"bad exit_after", map[string]string{"exit_after": "later"}, `"exit_after"`},
+		{"attach never and an answer delay", map[string]string{"attach": "never", "answer_delay": "5ms"}, ""},
+		{"bad attach", map[string]string{"attach": "soon"}, `"attach"`},
+		{"negative answer delay", map[string]string{"answer_delay": "-1ms"}, "negative"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -481,7 +500,10 @@ func TestBadOptionsFailCallsWithoutPanic(t *testing.T) {
 
 func TestCloseStopsTimersAndCalls(t *testing.T) {
 	rec := newRecorder()
-	d := sim.New(rec)
+	d, err := sim.New(rec, sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := spec("sb1", map[string]string{"exit_after": "1h"})
 	if err := d.Start(ctx(t), compute.Start{Spec: s, Generation: 1}); err != nil {
 		t.Fatal(err)
@@ -491,5 +513,231 @@ func TestCloseStopsTimersAndCalls(t *testing.T) {
 	d.Close()
 	if err := d.Start(ctx(t), compute.Start{Spec: s, Generation: 2}); !errors.Is(err, sim.ErrClosed) {
 		t.Fatalf("start after close = %v, want ErrClosed", err)
+	}
+}
+
+// TestJournalOutlivesTheProcess: with a directory, a sim started again finds
+// what the first one did: a running workload (its supervisor attaching
+// again if its attach was not taken), a frozen one behind its reference, a
+// consumed reference that is never restored again, fail_once's count.
+func TestJournalOutlivesTheProcess(t *testing.T) {
+	dir := t.TempDir()
+	d, rec := newDriverIn(t, dir)
+	run, frozen, once := spec("run", nil), spec("frozen", map[string]string{"resume": "fail_once"}), spec("used", nil)
+	startReady(t, d, rec, run, 1)
+	startReady(t, d, rec, frozen, 1)
+	startReady(t, d, rec, once, 1)
+	ref, err := d.Suspend(ctx(t), compute.Target{Spec: frozen, Generation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Resume(ctx(t), compute.Resume{Spec: frozen, Generation: 2, Credential: "c2", RestoreRef: ref}); err == nil {
+		t.Fatal("fail_once: the first restore succeeded")
+	}
+	used, err := d.Suspend(ctx(t), compute.Target{Spec: once, Generation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Resume(ctx(t), compute.Resume{Spec: once, Generation: 2, Credential: "c2", RestoreRef: used}); err != nil {
+		t.Fatal(err)
+	}
+	wantReport(t, rec.next(t), compute.ReportAttached, 2)
+	// A workload whose attach was never taken: the reporter refuses it.
+	late := spec("late", map[string]string{"attach": "1h"})
+	if err := d.Start(ctx(t), compute.Start{Spec: late, Generation: 1, Credential: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+
+	d2, rec2 := newDriverIn(t, dir)
+	for _, c := range []struct {
+		spec compute.Spec
+		want compute.Observation
+	}{
+		{run, compute.Observation{State: compute.StateRunning, Generation: 1}},
+		{frozen, compute.Observation{State: compute.StateFrozen, Generation: 1, RestoreRef: ref, How: "simulated"}},
+		{once, compute.Observation{State: compute.StateRunning, Generation: 2}},
+		{spec("never", nil), compute.Observation{State: compute.StateGone}},
+	} {
+		got, err := d2.Observe(ctx(t), c.spec)
+		if err != nil || got != c.want {
+			t.Errorf("observe %s after the restart: %+v, %v; want %+v", c.spec.SandboxID, got, err, c.want)
+		}
+	}
+	// fail_once already failed once: the retry restores.
+	if res, err := d2.Resume(ctx(t), compute.Resume{Spec: frozen, Generation: 2, Credential: "c2", RestoreRef: ref}); err != nil || !res.Consumed {
+		t.Fatalf("retried restore after the restart: %+v, %v", res, err)
+	}
+	// The consumed reference stays consumed: a repeat by its generation
+	// answers as before, another generation cannot have it.
+	if res, err := d2.Resume(ctx(t), compute.Resume{Spec: once, Generation: 2, Credential: "c2", RestoreRef: used}); err != nil || !res.Consumed {
+		t.Fatalf("repeated restore after the restart: %+v, %v", res, err)
+	}
+	if _, err := d2.Resume(ctx(t), compute.Resume{Spec: once, Generation: 3, RestoreRef: used}); !errors.Is(err, compute.ErrUnknownRef) {
+		t.Fatalf("another generation's restore of a consumed reference: %v, want unknown ref", err)
+	}
+	// The late workload's supervisor attaches again (it is still an hour
+	// away: it does not come now), the others were attached already.
+	got := map[string]int64{}
+	for i := 0; i < 2; i++ {
+		r := rec2.next(t)
+		got[r.SandboxID] = r.Generation
+	}
+	if want := map[string]int64{"frozen": 2, "used": 2}; !maps.Equal(got, want) {
+		t.Fatalf("attaches after the restart %v, want the two restores' %v", got, want)
+	}
+	rec2.none(t)
+}
+
+// TestEffectsHappenOnce: the journal records each effect once per
+// (sandbox, generation, operation), however often the call is repeated.
+func TestEffectsHappenOnce(t *testing.T) {
+	dir := t.TempDir()
+	d, rec := newDriverIn(t, dir)
+	s := spec("sb1", nil)
+	for i := 0; i < 2; i++ {
+		startReady(t, d, rec, s, 1)
+	}
+	var ref string
+	for i := 0; i < 2; i++ {
+		var err error
+		if ref, err = d.Suspend(ctx(t), compute.Target{Spec: s, Generation: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := d.Resume(ctx(t), compute.Resume{Spec: s, Generation: 2, Credential: "c", RestoreRef: ref}); err != nil {
+			t.Fatal(err)
+		}
+		rec.next(t)
+	}
+	for i := 0; i < 2; i++ {
+		if err := d.Stop(ctx(t), compute.Target{Spec: s, Generation: 2}); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Delete(ctx(t), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := sim.Effects(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[sim.Effect]int{
+		{Sandbox: "sb1", Generation: 1, Op: "start"}:   1,
+		{Sandbox: "sb1", Generation: 1, Op: "suspend"}: 1,
+		{Sandbox: "sb1", Generation: 2, Op: "resume"}:  1,
+		{Sandbox: "sb1", Generation: 2, Op: "stop"}:    1,
+		{Sandbox: "sb1", Generation: 2, Op: "delete"}:  1,
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("effects %v, want %v", got, want)
+	}
+}
+
+// TestTornJournalLine: a kill in the middle of a write leaves a last line
+// cut short; the next start drops it and writes on from a whole line.
+func TestTornJournalLine(t *testing.T) {
+	dir := t.TempDir()
+	d, rec := newDriverIn(t, dir)
+	startReady(t, d, rec, spec("sb1", nil), 1)
+	d.Close()
+	f, err := os.OpenFile(filepath.Join(dir, "sim", "journal"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(`{"sandbox":"sb2","gen":1,"op":"sta`); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	d2, rec2 := newDriverIn(t, dir)
+	startReady(t, d2, rec2, spec("sb3", nil), 1)
+	d2.Close()
+	got, err := sim.Effects(dir)
+	if err != nil {
+		t.Fatalf("effects after a torn line: %v", err)
+	}
+	if len(got) != 2 || got[sim.Effect{Sandbox: "sb1", Generation: 1, Op: "start"}] != 1 || got[sim.Effect{Sandbox: "sb3", Generation: 1, Op: "start"}] != 1 {
+		t.Fatalf("effects %v, want sb1's and sb3's starts", got)
+	}
+}
+
+// TestObserve: what Observe says after each operation.
+func TestObserve(t *testing.T) {
+	d, rec := newDriver(t)
+	s := spec("sb1", nil)
+	observe := func(want compute.Observation) {
+		t.Helper()
+		got, err := d.Observe(ctx(t), s)
+		if err != nil || got != want {
+			t.Fatalf("observe: %+v, %v; want %+v", got, err, want)
+		}
+	}
+	observe(compute.Observation{State: compute.StateGone})
+	startReady(t, d, rec, s, 1)
+	observe(compute.Observation{State: compute.StateRunning, Generation: 1})
+	ref, err := d.Suspend(ctx(t), compute.Target{Spec: s, Generation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	observe(compute.Observation{State: compute.StateFrozen, Generation: 1, RestoreRef: ref, How: "simulated"})
+	if err := d.Discard(ctx(t), s, ref); err != nil {
+		t.Fatal(err)
+	}
+	observe(compute.Observation{State: compute.StateStopped, Generation: 1})
+	startReady(t, d, rec, s, 2)
+	if err := d.Stop(ctx(t), compute.Target{Spec: s, Generation: 2}); err != nil {
+		t.Fatal(err)
+	}
+	observe(compute.Observation{State: compute.StateStopped, Generation: 2})
+	e := spec("sb2", map[string]string{"exit_after": "1ms", "exit_code": "4"})
+	startReady(t, d, rec, e, 1)
+	wantReport(t, rec.next(t), compute.ReportExited, 1)
+	if got, _ := d.Observe(ctx(t), e); got != (compute.Observation{State: compute.StateExited, Generation: 1, ExitCode: 4}) {
+		t.Fatalf("observe after the exit: %+v", got)
+	}
+	if err := d.Delete(ctx(t), s); err != nil {
+		t.Fatal(err)
+	}
+	observe(compute.Observation{State: compute.StateGone})
+}
+
+// TestAttachOption: attach=never runs the workload with no supervisor
+// attaching; a duration delays the attach.
+func TestAttachOption(t *testing.T) {
+	d, rec := newDriver(t)
+	never := spec("sb1", map[string]string{"attach": "never"})
+	if err := d.Start(ctx(t), compute.Start{Spec: never, Generation: 1, Credential: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	later := spec("sb2", map[string]string{"attach": "20ms"})
+	began := time.Now()
+	if err := d.Start(ctx(t), compute.Start{Spec: later, Generation: 1, Credential: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	got := rec.next(t)
+	if got.SandboxID != "sb2" || time.Since(began) < 20*time.Millisecond {
+		t.Fatalf("first report %+v after %v; want sb2's attach, 20ms on", got, time.Since(began))
+	}
+	if o, _ := d.Observe(ctx(t), never); o.State != compute.StateRunning {
+		t.Fatalf("attach=never: %+v, want running all the same", o)
+	}
+	rec.none(t)
+}
+
+// TestAnswerDelay: the effect is done when the call begins to wait; the
+// answer comes after the delay (or not at all, when the caller gives up).
+func TestAnswerDelay(t *testing.T) {
+	dir := t.TempDir()
+	d, rec := newDriverIn(t, dir)
+	s := spec("sb1", map[string]string{"answer_delay": "1h"})
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := d.Start(c, compute.Start{Spec: s, Generation: 1, Credential: "c"}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("start under answer_delay: %v, want the caller's deadline", err)
+	}
+	wantReport(t, rec.next(t), compute.ReportAttached, 1)
+	if got, _ := sim.Effects(dir); got[sim.Effect{Sandbox: "sb1", Generation: 1, Op: "start"}] != 1 {
+		t.Fatalf("effects %v: the start is done", got)
 	}
 }

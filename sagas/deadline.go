@@ -1,0 +1,293 @@
+package sagas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/services/compute"
+)
+
+// Deadlines (CONTRACT §1, invariant 5): every transient phase ends within
+// Config.Deadline of the event that entered it. When it has not, the runner
+// asks the driver what is true (compute.Observer; a driver without it knows
+// nothing) and records, in one append, what that makes of the phase:
+//
+//   provisioning, starting (cold, or a resume whose state was consumed): no supervisor attached
+//     observed running, and the deadline passed while the service was down → wait Config.Grace from the
+//                              runner's start for the supervisor's attach, retried across the restart, then as below
+//     otherwise              → deadline_passed (error, DeadlineExceeded); then driver.Stop cleans up
+//                              (after a consumption the driver proved by running: retained_state_consumed first)
+//   starting (a resume, the retained state held)
+//     observed gone          → resource_lost (error)
+//     observed running it    → as above: the restore ran, its attach is what is missing
+//     otherwise              → resume_failed + deadline_passed (suspended, retryable, DeadlineExceeded)
+//   suspending
+//     observed frozen        → suspended{the driver's reference}: the suspension succeeded after all
+//     observed running       → suspend_rejected{DeadlineExceeded} + deadline_passed (ready, forwards untouched)
+//     observed exited        → exited{code} (error, the exit code kept)
+//     observed gone          → resource_lost (error)
+//     otherwise              → deadline_passed (error); a reference the driver returns later is released
+//   stopping
+//     observed stopped, exited → stopped
+//     observed running       → stop_rejected + deadline_passed (ready, DeadlineExceeded)
+//     observed gone          → resource_lost (error)
+//     otherwise              → deadline_passed (error)
+//   deleting
+//     observed gone          → retained_state_invalidated (if one is held) + deleted
+//     otherwise              → deadline_passed (error)
+//
+// The deadline is durable: the runner's saved position never passes the
+// event that entered a transient phase it has not seen end, so a restarted
+// runner reads that event again and arms its deadline anew, already passed
+// if the service was down longer. The gateway refuses a deadline_passed of
+// another phase than the sandbox's, or one not due yet, so a deadline of an
+// earlier stay in a phase never settles a later one.
+
+// open is a transient phase a sandbox entered and has not left, as the
+// runner read the log.
+type open struct {
+	env    events.Envelope // the event that entered the phase
+	timer  *time.Timer
+	graced bool // the attach grace after a restart was given
+}
+
+// track follows env's sandbox in and out of transient phases, arming and
+// disarming its deadline; r.mu is held. Each intent enters its phase anew
+// (a fallback start after a failed restore gets a deadline of its own).
+func (r *Runner) track(ctx context.Context, env events.Envelope) {
+	id, p := env.SandboxID, env.Phase
+	if p == events.PhaseNone {
+		return // not stamped: no phase to track
+	}
+	cur := r.open[id]
+	if !p.Transient() {
+		if cur != nil {
+			cur.timer.Stop()
+			delete(r.open, id)
+		}
+		return
+	}
+	if cur != nil && cur.env.Phase == p && !intents[env.Type] {
+		return
+	}
+	if env.Type == events.TypeCreated {
+		if c, err := env.Decode(); err == nil {
+			c := c.(*events.Created)
+			r.specs.put(id, c)
+			if c.Node != r.cfg.Node {
+				return
+			}
+		}
+	}
+	if c := r.specs.get(id); c != nil && c.Node != r.cfg.Node {
+		return // another node's runner keeps its deadlines
+	}
+	if cur != nil {
+		cur.timer.Stop()
+	}
+	o := &open{env: env}
+	o.timer = time.AfterFunc(time.Until(env.Time.Add(r.cfg.Deadline)), func() { r.due(ctx, o) })
+	r.open[id] = o
+}
+
+// due queues the deadline of o on its sandbox's queue, behind any step
+// under way there, unless o was closed or replaced meanwhile.
+func (r *Runner) due(ctx context.Context, o *open) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id := o.env.SandboxID
+	if r.stopping || r.open[id] != o {
+		return
+	}
+	q, busy := r.queues[id]
+	r.queues[id] = append(q, &job{env: o.env, deadline: o})
+	if !busy {
+		r.workers.Add(1)
+		r.warm.Go(func() { r.work(ctx, id) })
+	}
+}
+
+// rearm runs o's deadline again after d, if it is still open.
+func (r *Runner) rearm(o *open, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.stopping && r.open[o.env.SandboxID] == o {
+		o.timer.Reset(d)
+	}
+}
+
+// closeOpen forgets o: its sandbox is not this runner's to settle.
+func (r *Runner) closeOpen(o *open) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.open[o.env.SandboxID] == o {
+		o.timer.Stop()
+		delete(r.open, o.env.SandboxID)
+	}
+}
+
+// settle is the job of a passed deadline: it checks the phase is still the
+// one o entered, observes the driver, and records what the table of this
+// file says. A nil error means it is done with (recorded, waiting again, or
+// not its to settle); an error brings it back after a backoff.
+func (r *Runner) settle(ctx context.Context, o *open) error {
+	id := o.env.SandboxID
+	r.mu.Lock()
+	current := r.open[id] == o
+	r.mu.Unlock()
+	if !current {
+		return nil
+	}
+	all, err := r.src.Load(ctx, id, 0)
+	if err != nil {
+		return fmt.Errorf("load %s: %w", id, err)
+	}
+	st := fold(all)
+	if st.entered != o.env.Seq {
+		return nil // the log moved on; the runner closes o when it reads that far
+	}
+	if st.created == nil || st.created.Node != r.cfg.Node {
+		r.closeOpen(o)
+		return nil
+	}
+	log := r.log.With().Str("sandbox_id", id).Str("saga", "deadline").Str("phase", string(st.view.Phase)).
+		Int64("generation", st.view.Generation).Uint64("seq", o.env.Seq).Logger()
+	s := &step{intent: o.env, created: st.created, spec: specOf(id, st.created), log: log}
+	s.driver, s.drvErr = r.drv.Driver(st.created.Driver)
+	obs := r.observe(ctx, s)
+	evs, stop, wait := r.compensation(o, st, obs)
+	if wait > 0 {
+		log.Info().Dur("grace", wait).Msg("deadline passed while the service was down; waiting for the supervisor")
+		o.graced = true
+		r.rearm(o, wait)
+		return nil
+	}
+	log.Warn().Str("observed", string(obs.State)).Str("outcome", evs[0].Type()).Msg("deadline passed")
+	err = r.record(ctx, s, evs...)
+	switch {
+	case errors.Is(err, errRefused):
+		// Not due yet on the gateway's clock, or the sandbox moved on: look
+		// again in a moment (a sandbox that moved on closes o first).
+		log.Info().Err(err).Msg("deadline outcome refused; looking again")
+		r.rearm(o, time.Second)
+		return nil
+	case err != nil:
+		return err
+	}
+	if stop && s.driver != nil {
+		t := compute.Target{Spec: s.spec, Generation: st.view.Generation}
+		_ = r.compensate(ctx, s, "clean up", func(ctx context.Context) error { return s.driver.Stop(ctx, t) })
+	}
+	return nil
+}
+
+// observe asks the driver what is true of s's sandbox; an unknown state
+// when it cannot say.
+func (r *Runner) observe(ctx context.Context, s *step) compute.Observation {
+	ob, ok := s.driver.(compute.Observer)
+	if s.drvErr != nil || !ok {
+		return compute.Observation{}
+	}
+	octx, cancel := context.WithTimeout(ctx, min(r.cfg.Deadline, 10*time.Second))
+	defer cancel()
+	o, err := ob.Observe(octx, s.spec)
+	if err != nil {
+		s.log.Warn().Err(err).Msg("observe")
+		return compute.Observation{}
+	}
+	return o
+}
+
+// compensation is what a passed deadline records (see the table at the top
+// of this file), whether the driver is then told to stop the workload, or
+// how long to wait before looking again.
+func (r *Runner) compensation(o *open, st state, obs compute.Observation) (evs []events.Event, stop bool, wait time.Duration) {
+	gen, v := st.view.Generation, st.view
+	passed := &events.DeadlinePassed{Phase: v.Phase, Deadline: r.cfg.Deadline.String()}
+	msg := fmt.Sprintf("no outcome within the %s deadline; observed %q", r.cfg.Deadline, obs.State)
+	is := func(s compute.State) bool { return obs.State == s && obs.Generation == gen }
+	switch v.Phase {
+	case events.PhaseStarting, events.PhaseProvisioning:
+		resuming := v.Phase == events.PhaseStarting && v.Restore.Held
+		switch {
+		case resuming && obs.State == compute.StateGone:
+			return []events.Event{&events.ResourceLost{Generation: gen, Message: msg}}, false, 0
+		case resuming && !is(compute.StateRunning):
+			return []events.Event{&events.ResumeFailed{Generation: gen, Message: msg}, passed}, false, 0
+		case is(compute.StateRunning) && !o.graced && time.Since(r.began) < r.cfg.Grace:
+			return nil, false, time.Until(r.began.Add(r.cfg.Grace))
+		}
+		evs = []events.Event{passed}
+		if resuming {
+			evs = []events.Event{&events.RetainedStateConsumed{Generation: gen, RestoreRef: st.held}, passed}
+		}
+		return evs, true, 0
+	case events.PhaseSuspending:
+		switch {
+		case is(compute.StateFrozen) && obs.RestoreRef != "":
+			return []events.Event{&events.Suspended{Generation: gen, RestoreRef: obs.RestoreRef}}, false, 0
+		case is(compute.StateRunning):
+			return []events.Event{&events.SuspendRejected{Generation: gen, Reason: events.ReasonDeadlineExceeded, Message: msg}, passed}, false, 0
+		case is(compute.StateExited):
+			return []events.Event{&events.Exited{Generation: gen, Code: obs.ExitCode}}, false, 0
+		case obs.State == compute.StateGone:
+			return []events.Event{&events.ResourceLost{Generation: gen, Message: msg}}, false, 0
+		}
+	case events.PhaseStopping:
+		switch {
+		case is(compute.StateStopped), is(compute.StateExited):
+			return []events.Event{&events.Stopped{Generation: gen}}, false, 0
+		case is(compute.StateRunning):
+			return []events.Event{&events.StopRejected{Generation: gen, Message: msg}, passed}, false, 0
+		case obs.State == compute.StateGone:
+			return []events.Event{&events.ResourceLost{Generation: gen, Message: msg}}, false, 0
+		}
+	case events.PhaseDeleting:
+		if obs.State == compute.StateGone {
+			if st.held != "" {
+				return []events.Event{&events.RetainedStateInvalidated{RestoreRef: st.held}, &events.Deleted{}}, false, 0
+			}
+			return []events.Event{&events.Deleted{}}, false, 0
+		}
+	}
+	return []events.Event{passed}, false, 0
+}
+
+// state is what a passed deadline needs to know of a sandbox, folded from
+// its whole log.
+type state struct {
+	view    events.View
+	created *events.Created
+	held    string // the restore reference held
+	entered uint64 // the sequence of the event that entered the phase
+}
+
+// fold reads a sandbox's log into a state. Entering is what track calls
+// entering: a change of phase, or an intent.
+func fold(log []events.Envelope) state {
+	var st state
+	for _, env := range log {
+		prev := st.view.Phase
+		if !st.view.Fold(env) {
+			continue
+		}
+		if st.view.Phase != prev || intents[env.Type] {
+			st.entered = env.Seq
+		}
+		if env.Type == events.TypeCreated {
+			if c, err := env.Decode(); err == nil {
+				st.created = c.(*events.Created)
+			}
+		}
+	}
+	st.held = heldRef(log)
+	return st
+}
+
+// specOf is what the driver is told of sandbox id.
+func specOf(id string, c *events.Created) compute.Spec {
+	return compute.Spec{SandboxID: id, Node: c.Node, Options: c.DriverOptions, Command: c.Command, Env: c.Env}
+}

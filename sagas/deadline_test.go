@@ -1,0 +1,192 @@
+package sagas_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/sagas"
+	"github.com/torpor/torpor/services/compute"
+)
+
+// short is the deadline of these tests.
+const short = 100 * time.Millisecond
+
+func passed(p events.Phase) *events.DeadlinePassed {
+	return &events.DeadlinePassed{Phase: p, Deadline: short.String()}
+}
+
+// TestSuspendDeadline: a suspension that outlives its deadline is settled by
+// what the driver observes then.
+func TestSuspendDeadline(t *testing.T) {
+	code := 9
+	cases := []struct {
+		name     string
+		observed func(ref string) (compute.Observation, error)
+		want     []events.Event
+	}{
+		{"the workload running: ready", nil, []events.Event{
+			&events.SuspendRejected{Generation: 1, Reason: events.ReasonDeadlineExceeded}, passed(events.PhaseSuspending)}},
+		{"nothing known: error", func(string) (compute.Observation, error) {
+			return compute.Observation{}, errors.New("no idea")
+		}, []events.Event{passed(events.PhaseSuspending)}},
+		{"frozen after all: suspended", func(string) (compute.Observation, error) {
+			return compute.Observation{State: compute.StateFrozen, Generation: 1, RestoreRef: "sim:late"}, nil
+		}, []events.Event{&events.Suspended{Generation: 1, RestoreRef: "sim:late"}}},
+		{"exited meanwhile: error, the code kept", func(string) (compute.Observation, error) {
+			return compute.Observation{State: compute.StateExited, Generation: 1, ExitCode: code}, nil
+		}, []events.Event{&events.Exited{Generation: 1, Code: code}}},
+		{"gone: error", func(string) (compute.Observation, error) {
+			return compute.Observation{State: compute.StateGone}, nil
+		}, []events.Event{&events.ResourceLost{Generation: 1}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, sagas.Config{Deadline: short})
+			sb := h.ready(nil)
+			drv := newCounting(h.sim, "suspend") // hangs until its deadline
+			if c.observed != nil {
+				drv.observed = func() (compute.Observation, error) { return c.observed("") }
+			}
+			h.run(drv)
+			in := sb.when(&events.SuspendRequested{Generation: 1})
+			got := sb.outcome(in, len(c.want))
+			if s, ok := got[0].(*events.Suspended); ok && s.RestoreRef == "sim:late" {
+				got[0] = &events.Suspended{Generation: 1, RestoreRef: "sim:" + sb.id + ":late"}
+				c.want[0] = &events.Suspended{Generation: 1}
+			}
+			sb.then(got, c.want...)
+			if n := drv.count("observe"); n != 1 {
+				t.Errorf("observe calls %d, want 1", n)
+			}
+		})
+	}
+}
+
+// TestAttachDeadline: a supervisor that never attaches ends its sandbox in
+// error at the deadline (provisioning after a create, starting after a
+// start), and the driver is told to stop the workload.
+func TestAttachDeadline(t *testing.T) {
+	h := newHarness(t, sagas.Config{Deadline: short})
+	drv := newCounting(h.sim, "")
+	h.run(drv)
+	sb, created := h.create(node, map[string]string{"attach": "never"})
+	sb.then(sb.outcome(created, 2), &events.Started{Generation: 1}, passed(events.PhaseProvisioning))
+	h.store.waitUntil(t, "the clean-up stop", func() bool { return drv.count("stop") == 1 })
+	if o, _ := h.sim.Observe(context.Background(), compute.Spec{SandboxID: sb.id}); o.State != compute.StateStopped {
+		t.Fatalf("after the clean-up the sim observes %+v, want stopped", o)
+	}
+	// The position moves past the settled phase.
+	h.store.waitPast(t, created.Seq)
+}
+
+// TestResumeDeadline: a resume that outlives its deadline before the
+// retained state was consumed goes back to suspended, retryable.
+func TestResumeDeadline(t *testing.T) {
+	h := newHarness(t, sagas.Config{Deadline: short})
+	sb, ref := h.suspended(nil)
+	drv := newCounting(h.sim, "resume") // hangs until its deadline
+	h.run(drv)
+	in := sb.when(&events.ResumeRequested{Generation: 2, RestoreRef: ref})
+	sb.then(sb.outcome(in, 2), &events.ResumeFailed{Generation: 2}, passed(events.PhaseStarting))
+	if o, _ := h.sim.Observe(context.Background(), compute.Spec{SandboxID: sb.id}); o.State != compute.StateFrozen || o.RestoreRef != ref {
+		t.Fatalf("the sim observes %+v, want the state still held behind %s", o, ref)
+	}
+}
+
+// TestStopDeadline: a stop with no answer by its deadline, the workload
+// observed running, goes back to ready; observed stopped, it is stopped.
+func TestStopDeadline(t *testing.T) {
+	t.Run("running", func(t *testing.T) {
+		h := newHarness(t, sagas.Config{Deadline: short})
+		sb := h.ready(nil)
+		drv := newCounting(h.sim, "stop")
+		h.run(drv)
+		in := sb.when(&events.StopRequested{Generation: 1})
+		sb.then(sb.outcome(in, 2), &events.StopRejected{Generation: 1}, passed(events.PhaseStopping))
+	})
+	t.Run("stopped after all", func(t *testing.T) {
+		h := newHarness(t, sagas.Config{Deadline: short})
+		sb := h.ready(nil)
+		drv := newCounting(h.sim, "stop")
+		drv.observed = func() (compute.Observation, error) {
+			return compute.Observation{State: compute.StateStopped, Generation: 1}, nil
+		}
+		h.run(drv)
+		in := sb.when(&events.StopRequested{Generation: 1})
+		sb.then(sb.outcome(in, 1), &events.Stopped{Generation: 1})
+	})
+}
+
+// TestDeleteDeadline: a delete whose driver never answers ends in error at
+// its deadline; one whose driver holds nothing any more is deleted.
+func TestDeleteDeadline(t *testing.T) {
+	t.Run("still there", func(t *testing.T) {
+		h := newHarness(t, sagas.Config{Deadline: short})
+		sb := h.ready(nil)
+		drv := newCounting(h.sim, "delete")
+		h.run(drv)
+		in := sb.when(&events.DeleteRequested{})
+		sb.then(sb.outcome(in, 1), passed(events.PhaseDeleting))
+	})
+	t.Run("gone", func(t *testing.T) {
+		h := newHarness(t, sagas.Config{Deadline: short})
+		sb, ref := h.suspended(nil)
+		drv := newCounting(h.sim, "delete")
+		drv.observed = func() (compute.Observation, error) { return compute.Observation{State: compute.StateGone}, nil }
+		h.run(drv)
+		in := sb.when(&events.DeleteRequested{})
+		sb.then(sb.outcome(in, 2), &events.RetainedStateInvalidated{RestoreRef: ref}, &events.Deleted{})
+	})
+}
+
+// TestUnansweredCallsAreRepeated: a driver call that gets no answer is no
+// rejection: it is made again until the driver answers.
+func TestUnansweredCallsAreRepeated(t *testing.T) {
+	for _, c := range []struct {
+		verb string
+		in   events.Event
+		want events.Event
+	}{
+		{"suspend", &events.SuspendRequested{Generation: 1}, &events.Suspended{Generation: 1}},
+		{"stop", &events.StopRequested{Generation: 1}, &events.Stopped{Generation: 1}},
+	} {
+		t.Run(c.verb, func(t *testing.T) {
+			h := newHarness(t, sagas.Config{})
+			sb := h.ready(nil)
+			drv := newCounting(h.sim, "")
+			drv.unavailable = 2
+			h.run(drv)
+			in := sb.when(c.in)
+			sb.then(sb.outcome(in, 1), c.want)
+			if n := drv.count(c.verb); n != 3 {
+				t.Fatalf("%s calls %d, want 3 (two unanswered, then the answer)", c.verb, n)
+			}
+		})
+	}
+}
+
+// TestDeadlineAcrossDowntime: the runner stops while a sandbox waits for
+// its supervisor; its position stays before the phase's start, so a runner
+// started later, its deadline passed meanwhile, reads it again and settles
+// it (after the grace an attach retried across the restart would get).
+func TestDeadlineAcrossDowntime(t *testing.T) {
+	h := newHarness(t, sagas.Config{Deadline: time.Hour})
+	drv := newCounting(h.sim, "")
+	stop := h.run(drv)
+	sb, created := h.create(node, map[string]string{"attach": "never"})
+	sb.then(sb.outcome(created, 1), &events.Started{Generation: 1})
+	stop()
+	if got := h.store.saved(); got >= created.Seq {
+		t.Fatalf("position saved at %d, past the open provisioning entered at %d", got, created.Seq)
+	}
+	// Started again with a deadline that has passed since the create.
+	h.cfg = sagas.Config{Node: node, Deadline: time.Millisecond, Grace: 20 * time.Millisecond, CheckpointEvery: time.Millisecond}
+	h.run(drv)
+	sb.then(sb.outcome(created, 2), &events.Started{Generation: 1}, &events.DeadlinePassed{Phase: events.PhaseProvisioning, Deadline: "1ms"})
+	if n := drv.count("start"); n != 1 {
+		t.Errorf("start calls %d, want 1: the settled create is not driven again", n)
+	}
+}

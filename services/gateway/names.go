@@ -44,22 +44,23 @@ func NewKVNames(ctx context.Context, js jetstream.JetStream, replicas int) (*KVN
 }
 
 // Reserve claims name for id.
-func (n *KVNames) Reserve(ctx context.Context, name, id string) (string, error) {
+func (n *KVNames) Reserve(ctx context.Context, name, id string) (Holder, error) {
 	_, err := n.names.Create(ctx, name, []byte(id))
 	if err == nil {
-		return id, nil
+		return Holder{ID: id}, nil
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) {
-		return "", fmt.Errorf("reserve %s: %w", name, err)
+		return Holder{}, fmt.Errorf("reserve %s: %w", name, err)
 	}
-	holder, gerr := n.Lookup(ctx, name)
+	e, gerr := n.names.Get(ctx, name)
 	if gerr != nil {
-		return "", fmt.Errorf("reserve %s: %w", name, gerr)
+		return Holder{}, fmt.Errorf("reserve %s: %w", name, gerr)
 	}
-	if holder == id {
-		return id, nil
+	h := Holder{ID: string(e.Value()), Since: e.Created()}
+	if h.ID == id {
+		return h, nil
 	}
-	return holder, fmt.Errorf("%w: %s held by %s", ErrNameTaken, name, holder)
+	return h, fmt.Errorf("%w: %s held by %s", ErrNameTaken, name, h.ID)
 }
 
 // Take moves name from holder to id, if holder still holds it.

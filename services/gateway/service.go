@@ -27,10 +27,11 @@ type Drivers interface {
 // Names reserves sandbox names, which must be unique among sandboxes that are
 // not deleted; no single subject can guard that.
 type Names interface {
-	// Reserve claims name for id; if another sandbox holds it, it returns that
-	// sandbox's id and an error wrapping ErrNameTaken.
-	Reserve(ctx context.Context, name, id string) (string, error)
-	// Take claims name for id from holder (a deleted sandbox).
+	// Reserve claims name for id; if another sandbox holds it, it returns
+	// that holder and an error wrapping ErrNameTaken.
+	Reserve(ctx context.Context, name, id string) (Holder, error)
+	// Take claims name for id from holder (a deleted sandbox, or one that
+	// was never created).
 	Take(ctx context.Context, name, holder, id string) error
 	// Release frees name if id holds it.
 	Release(ctx context.Context, name, id string) error
@@ -44,6 +45,12 @@ type Names interface {
 // ErrNameTaken: the name is held by another sandbox.
 var ErrNameTaken = errors.New("name in use")
 
+// Holder is who holds a name, and since when.
+type Holder struct {
+	ID    string
+	Since time.Time
+}
+
 // Config tunes the command service.
 type Config struct {
 	// Node is the node new sandboxes belong to.
@@ -56,6 +63,15 @@ type Config struct {
 	CacheSize int
 	// MaxBody bounds a command's body, in bytes.
 	MaxBody int64
+	// NameGrace is how long a name reserved for a sandbox that has no
+	// events stays reserved: a create reserves the name, then appends, and
+	// a crash (or the log unreachable) between the two would keep the name
+	// for ever. Past it, a create of the same name takes it over. It must
+	// outlast a create's append (CreateTimeout bounds that).
+	NameGrace time.Duration
+	// CreateTimeout bounds a create from its name's reservation to its
+	// append's answer.
+	CreateTimeout time.Duration
 }
 
 // Defaults fills zero fields.
@@ -75,6 +91,12 @@ func (c *Config) Defaults() {
 	if c.MaxBody == 0 {
 		c.MaxBody = 256 << 10
 	}
+	if c.CreateTimeout == 0 {
+		c.CreateTimeout = 10 * time.Second
+	}
+	if c.NameGrace == 0 {
+		c.NameGrace = 6 * c.CreateTimeout
+	}
 }
 
 // Validate reports a config that cannot work.
@@ -86,6 +108,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway: cache size %d, want 1 or more", c.CacheSize)
 	case c.MaxBody < 1024:
 		return fmt.Errorf("gateway: max body %d bytes, want 1024 or more", c.MaxBody)
+	case c.CreateTimeout <= 0:
+		return fmt.Errorf("gateway: create timeout %s, want a positive duration", c.CreateTimeout)
+	case c.NameGrace < 2*c.CreateTimeout:
+		return fmt.Errorf("gateway: name grace %s, want at least twice the create timeout %s", c.NameGrace, c.CreateTimeout)
 	case !validName.MatchString(c.Node):
 		return fmt.Errorf("gateway: node name %q: want lower-case letters, digits, '-', '_' or '.'", c.Node)
 	}
@@ -452,6 +478,10 @@ func (s *Service) create(ctx context.Context, c Command) (events.View, error) {
 		r.Name = "sbx-" + id[len(id)-12:]
 	}
 	defer s.lock(id)()
+	// From the reservation to the append's answer within CreateTimeout: a
+	// reservation older than NameGrace with no create behind it is free.
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.CreateTimeout)
+	defer cancel()
 	if err := s.reserve(ctx, r.Name, id); err != nil {
 		return events.View{}, err
 	}
@@ -475,28 +505,36 @@ func (s *Service) create(ctx context.Context, c Command) (events.View, error) {
 	}
 	if err != nil {
 		if !errors.Is(err, events.ErrUnavailable) {
-			_ = s.names.Release(ctx, r.Name, id)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = s.names.Release(rctx, r.Name, id)
+			cancel()
 		}
+		// An append that may have landed keeps its reservation; one that
+		// did not frees it after NameGrace.
 		return events.View{}, err
 	}
 	return sb.View, nil
 }
 
-// reserve claims name for id, taking it over from a deleted holder.
+// reserve claims name for id, taking it over from a holder that is deleted,
+// or that has no events past the name grace (its create never landed).
 func (s *Service) reserve(ctx context.Context, name, id string) error {
 	holder, err := s.names.Reserve(ctx, name, id)
-	if err == nil || holder == id {
+	if err == nil || holder.ID == id {
 		return nil
 	}
 	if !errors.Is(err, ErrNameTaken) {
 		return fmt.Errorf("reserve name %s: %w", name, err)
 	}
-	// Read the holder without its lock: deleted is terminal, so a stale read
-	// can only refuse, never take a live name.
-	if h, _, herr := s.load(ctx, holder); herr != nil || !h.Gone() {
-		return events.Errorf(events.CodeAlreadyExists, "name %q is in use by sandbox %s", name, holder)
+	// Read the holder without its lock: deleted is terminal, and a holder
+	// with no events past the grace has no create in flight (CreateTimeout
+	// ended it), so a stale read can only refuse, never take a live name.
+	h, _, herr := s.load(ctx, holder.ID)
+	free := herr == nil && (h.Gone() || (!h.Exists() && s.now().Sub(holder.Since) > s.cfg.NameGrace))
+	if !free {
+		return events.Errorf(events.CodeAlreadyExists, "name %q is in use by sandbox %s", name, holder.ID)
 	}
-	if err := s.names.Take(ctx, name, holder, id); err != nil {
+	if err := s.names.Take(ctx, name, holder.ID, id); err != nil {
 		return events.Errorf(events.CodeAborted, "name %q: %v; retry", name, err)
 	}
 	return nil

@@ -511,3 +511,40 @@ func TestForeignBytesOnTheSubject(t *testing.T) {
 		t.Fatalf("fresh instance: %+v, %v", sb, err)
 	}
 }
+
+// TestLostReservationIsReclaimed: a create reserves its name, then appends;
+// one that died between the two left a reservation whose sandbox has no
+// events. Within the name grace the name is still taken (that create may be
+// under way); past it a create of the name takes it over. A name whose
+// sandbox exists is never taken, however old.
+func TestLostReservationIsReclaimed(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	lost := "0193b0a4-0000-7000-8000-00000000dead"
+	if _, err := r.names.Reserve(ctx, "lost", lost); err != nil {
+		t.Fatal(err)
+	}
+	now := r.service(t)
+	if _, err := now.Handle(ctx, Command{Verb: VerbCreate, Create: events.CreateRequest{Name: "lost"}}); events.CodeOf(err) != events.CodeAlreadyExists {
+		t.Fatalf("create within the grace: %v, want ALREADY_EXISTS", err)
+	}
+	live, err := now.Handle(ctx, Command{Verb: VerbCreate, Create: events.CreateRequest{Name: "live"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := r.service(t)
+	later.now = func() time.Time { return time.Now().Add(2 * later.cfg.NameGrace) }
+	v, err := later.Handle(ctx, Command{Verb: VerbCreate, Create: events.CreateRequest{Name: "lost"}})
+	if err != nil {
+		t.Fatalf("create past the grace: %v", err)
+	}
+	if id, err := later.Resolve(ctx, "lost"); err != nil || id != v.ID {
+		t.Fatalf("the name resolves to %s, %v; want the new sandbox %s", id, err, v.ID)
+	}
+	if _, err := later.Handle(ctx, Command{Verb: VerbCreate, Create: events.CreateRequest{Name: "live"}}); events.CodeOf(err) != events.CodeAlreadyExists {
+		t.Fatalf("create of a live sandbox's name past the grace: %v, want ALREADY_EXISTS", err)
+	}
+	if id, _ := later.Resolve(ctx, "live"); id != live.ID {
+		t.Fatalf("the live name moved to %s", id)
+	}
+}

@@ -251,6 +251,8 @@ func fence(s *Sandbox, e events.Event) error {
 //     becomes the failure after the consumption, a cold start when the
 //     resume allows the fallback, else stopped with RetainedStateLost, so a
 //     consumed reference is never suspended on again (CONTRACT invariant 1);
+//     a restore failure, a fallback start or the state lost with no resume
+//     under way is refused;
 //   - an exit, or the resource lost, while a retained state is held
 //     invalidates it in the same append (the workload it retains is dead);
 //   - a passed deadline must be of the phase the sandbox is in, and that
@@ -270,7 +272,7 @@ func reported(s *Sandbox, evs []events.Event, now time.Time) ([]events.Event, er
 		}
 		switch e := e.(type) {
 		case *events.RetainedStateConsumed:
-			if s.RestoreRef != e.RestoreRef {
+			if s.RestoreRef == "" || s.RestoreRef != e.RestoreRef {
 				continue // recorded already, or never held
 			}
 		case *events.SupervisorAttached:
@@ -278,9 +280,21 @@ func reported(s *Sandbox, evs []events.Event, now time.Time) ([]events.Event, er
 				continue // a repeated attach of the supervisor attached already
 			}
 		case *events.ResumeFailed:
-			if s.Resuming && s.RestoreRef == "" {
+			if !s.Resuming {
+				return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: a restore failed but no resume is under way", s.ID)
+			}
+			if s.RestoreRef == "" {
 				out = append(out, afterConsumption(s))
 				continue
+			}
+		case *events.StartRequested, *events.Stopped:
+			// A report of a cold start (the fallback) or of the state lost
+			// comes of a resume only.
+			if sr, ok := e.(*events.StartRequested); ok && !s.Resuming {
+				return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: a fallback start (generation %d) but no resume is under way", s.ID, sr.Generation)
+			}
+			if st, ok := e.(*events.Stopped); ok && st.Reason == events.ReasonRetainedStateLost && !s.Resuming {
+				return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: the retained state lost but no resume is under way", s.ID)
 			}
 		case *events.Exited, *events.ResourceLost:
 			if s.RestoreRef != "" {

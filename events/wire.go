@@ -32,6 +32,19 @@ type HistoryEntry struct {
 	CommandID string          `json:"command_id"`
 	Phase     Phase           `json:"phase,omitempty"`
 	Data      json.RawMessage `json:"data"`
+	// ID, CorrelationID and CausationID are the event's own id and causal
+	// metadata (added to the contract's fields): what `torpor check` needs to
+	// tell an event appended twice.
+	ID            string `json:"id,omitempty"`
+	CorrelationID string `json:"correlation_id,omitempty"`
+	CausationID   string `json:"causation_id,omitempty"`
+}
+
+// Envelope is the event of the history entry e of sandbox id, as the log
+// holds it (for readers of the history, such as the invariant checker).
+func (e HistoryEntry) Envelope(id string) Envelope {
+	return Envelope{ID: e.ID, SandboxID: id, Type: e.Type, Schema: SchemaVersion, Time: e.Time, Actor: e.Actor,
+		CommandID: e.CommandID, CorrelationID: e.CorrelationID, CausationID: e.CausationID, Phase: e.Phase, Data: e.Data, Seq: e.Seq}
 }
 
 // History is the body of GET /v1/sandboxes/{id}/events.

@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/check"
+	torpor "github.com/torpor/torpor/sdk/go"
 )
 
 // cli runs the torpor binary's entry point against a server.
@@ -62,5 +65,63 @@ func TestCLI(t *testing.T) {
 	}
 	if code, _, stderr := cli(t, "http://127.0.0.1:1", "list"); code == 0 || !strings.HasPrefix(stderr, "torpor: UNAVAILABLE: ") {
 		t.Errorf("no server: exit %d, %q", code, stderr)
+	}
+}
+
+// TestCheckVerb: `torpor check` reads the live log through the server and
+// exits 0 when every invariant holds; a log that breaks one (an event any
+// NATS client could append, which the projection folds) makes it print the
+// violation and exit non-zero; a sandbox past the deadline in a transient
+// phase is reported stuck.
+func TestCheckVerb(t *testing.T) {
+	a := startAppUnchecked(t, "", nil)
+	srv := "http://" + a.HTTPAddr()
+	for _, args := range [][]string{{"create", "fine"}, {"create", "broken"}, {"suspend", "broken"}, {"resume", "broken"}} {
+		if code, _, stderr := cli(t, srv, args...); code != 0 {
+			t.Fatalf("torpor %v: exit %d, %s", args, code, stderr)
+		}
+	}
+	if code, out, stderr := cli(t, srv, "check"); code != 0 || !strings.Contains(out, "checked 2 sandboxes") || !strings.Contains(out, ": 0 violations") {
+		t.Fatalf("check of a clean log: exit %d\n%s%s", code, out, stderr)
+	}
+	// Append a well-formed suspended on the consumed reference.
+	c := torpor.New(a.HTTPAddr(), nil)
+	v, err := c.Get(context.Background(), "broken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := c.History(context.Background(), v.ID, 0)
+	var ref string
+	for _, e := range h {
+		if e.Type == events.TypeSuspended {
+			var s events.Suspended
+			_ = json.Unmarshal(e.Data, &s)
+			ref = s.RestoreRef
+		}
+	}
+	env, _ := events.NewEnvelope(v.ID, &events.Suspended{Generation: 2, RestoreRef: ref}, events.Meta{Actor: "intruder"}, time.Now())
+	env.Phase = events.PhaseSuspended
+	if _, err := a.store.Append(context.Background(), v.ID, h[len(h)-1].Seq, env); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := cli(t, srv, "check", "broken")
+	if code == 0 || !strings.Contains(out, "invariant 1") || !strings.Contains(stderr, "torpor: INTERNAL: ") {
+		t.Fatalf("check of a broken log: exit %d\n%s%s", code, out, stderr)
+	}
+	code, out, _ = cli(t, srv, "check", "-o", "json")
+	var vs []check.Violation
+	if code == 0 || json.Unmarshal([]byte(out), &vs) != nil || len(vs) != 1 || vs[0].SandboxID != v.ID || vs[0].Invariant != check.RetainedStateOnce {
+		t.Fatalf("check -o json: exit %d\n%s %v", code, out, vs)
+	}
+	// A supervisor that never attaches: stuck, by a deadline shorter than the server's.
+	if code, _, stderr := cli(t, srv, "create", "late", "--opt", "attach=never", "--no-wait"); code != 0 {
+		t.Fatalf("create: %s", stderr)
+	}
+	code, out, _ = cli(t, srv, "check", "late", "--deadline", "1ns", "--slack", "0s")
+	if code == 0 || !strings.Contains(out, "invariant 5") || !strings.Contains(out, "provisioning") {
+		t.Fatalf("check of a stuck sandbox: exit %d\n%s", code, out)
+	}
+	if code, _, stderr := cli(t, srv, "check", "nobody"); code == 0 || !strings.HasPrefix(stderr, "torpor: NOT_FOUND: ") {
+		t.Fatalf("check of an unknown sandbox: exit %d, %s", code, stderr)
 	}
 }

@@ -220,7 +220,7 @@ func addClientCmds(root *cobra.Command) {
 	wait.Flags().StringVar(&waitFor, "for", "ready", "the phase to wait for")
 	wait.Flags().DurationVar(&createTimeout, "timeout", 2*time.Minute, "how long to wait")
 
-	root.AddCommand(create, get, list, history, wait)
+	root.AddCommand(create, get, list, history, wait, checkCmd(f))
 }
 
 // onSandbox is the RunE of a verb on one sandbox, named by id or name: it

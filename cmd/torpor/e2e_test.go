@@ -15,14 +15,54 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/check"
 	torpor "github.com/torpor/torpor/sdk/go"
 )
 
 const waitFor = 20 * time.Second
 
 // startApp runs the real serve wiring on random ports over dir (a new temp
-// dir when empty) and stops it at cleanup.
+// dir when empty) and stops it at cleanup, after checking every invariant
+// of CONTRACT §1 over the whole log it holds then (events/check): every test
+// that drives the service checks the log it made.
 func startApp(t *testing.T, dir string, mod func(*serveConfig)) *app {
+	t.Helper()
+	a := startAppUnchecked(t, dir, mod)
+	t.Cleanup(func() { checkLog(t, a) })
+	return a
+}
+
+// checkLog runs the invariant checker over every sandbox's events in a's
+// log, unless a was stopped already.
+func checkLog(t *testing.T, a *app) {
+	t.Helper()
+	if !a.nc.IsConnected() {
+		return // stopped by the test; the service started after it checks the same log
+	}
+	bySandbox := map[string][]events.Envelope{}
+	var order []string
+	_, err := a.store.Replay(context.Background(), 0, func(envs []events.Envelope) error {
+		for _, e := range envs {
+			if _, ok := bySandbox[e.SandboxID]; !ok {
+				order = append(order, e.SandboxID)
+			}
+			bySandbox[e.SandboxID] = append(bySandbox[e.SandboxID], e)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("read the log to check it: %v", err)
+		return
+	}
+	for _, id := range order {
+		for _, v := range check.Log(bySandbox[id], check.Options{}) {
+			t.Errorf("the log breaks an invariant: %v", v)
+		}
+	}
+}
+
+// startAppUnchecked is startApp for a test that breaks the log on purpose.
+func startAppUnchecked(t *testing.T, dir string, mod func(*serveConfig)) *app {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()

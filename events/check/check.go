@@ -130,10 +130,7 @@ func (s *sandbox) step(env events.Envelope) {
 		}
 		s.mint(seq, env.Type, e.Generation)
 	case *events.Suspended:
-		if s.dead[e.RestoreRef] {
-			s.fail(seq, RetainedStateOnce, "suspended on reference %q, consumed or invalidated before", e.RestoreRef)
-		}
-		s.ref = e.RestoreRef
+		s.ref = e.RestoreRef // on a dead one: the phase check below says so
 	case *events.RetainedStateConsumed:
 		s.dead[e.RestoreRef] = true
 	case *events.RetainedStateDiscarded:

@@ -21,6 +21,12 @@ const (
 	OptExitCode          = "exit_code"
 	OptAnswerDelay       = "answer_delay"
 	OptAttach            = "attach"
+	OptObserve           = "observe"
+
+	// ObserveTruth and ObserveUnknown are the observe option's values:
+	// Observe says what is true, or that it cannot tell.
+	ObserveTruth   = "truth"
+	ObserveUnknown = "unknown"
 
 	// AttachNever is the attach option's value for a supervisor that never
 	// attaches.
@@ -35,12 +41,14 @@ const (
 	ResumeFail             = "fail"
 	ResumeFailOnce         = "fail_once"
 	ResumeFailAfterConsume = "fail_after_consume"
+	ResumeHang             = "hang"
 )
 
 var (
 	suspendModes = []string{SuspendOK, SuspendReject, SuspendHang, SuspendUnimplemented}
-	resumeModes  = []string{ResumeOK, ResumeFail, ResumeFailOnce, ResumeFailAfterConsume}
-	knownKeys    = []string{OptAnswerDelay, OptAttach, OptExitAfter, OptExitCode, OptExitDuringSuspend, OptLatency, OptResume, OptSuspend}
+	resumeModes  = []string{ResumeOK, ResumeFail, ResumeFailOnce, ResumeFailAfterConsume, ResumeHang}
+	observeModes = []string{ObserveTruth, ObserveUnknown}
+	knownKeys    = []string{OptAnswerDelay, OptAttach, OptExitAfter, OptExitCode, OptExitDuringSuspend, OptLatency, OptObserve, OptResume, OptSuspend}
 )
 
 // options are the parsed driver_options of one sandbox.
@@ -60,6 +68,8 @@ type options struct {
 	// generation's supervisor attaches; attachNever: it never does.
 	attach      time.Duration
 	attachNever bool
+	// observe is ObserveTruth or ObserveUnknown.
+	observe string
 }
 
 // ValidateOptions reports the first problem of opts as a sim sandbox's
@@ -71,7 +81,7 @@ func ValidateOptions(opts map[string]string) error {
 }
 
 func parse(opts map[string]string) (options, error) {
-	o := options{suspend: SuspendOK, resume: ResumeOK}
+	o := options{suspend: SuspendOK, resume: ResumeOK, observe: ObserveTruth}
 	keys := make([]string, 0, len(opts))
 	for k := range opts {
 		keys = append(keys, k)
@@ -97,6 +107,8 @@ func parse(opts map[string]string) (options, error) {
 			o.exitCode, err = exitCode(v)
 		case OptAnswerDelay:
 			o.answerDelay, err = duration(v)
+		case OptObserve:
+			o.observe, err = oneOf(v, observeModes)
 		case OptAttach:
 			if v == AttachNever {
 				o.attachNever = true

@@ -326,6 +326,14 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 	if err != nil {
 		return compute.ResumeResult{}, fmt.Errorf("resume %s generation %d: %w", id, gen, err)
 	}
+	if o.resume == ResumeHang {
+		select {
+		case <-ctx.Done():
+			return compute.ResumeResult{}, ctx.Err()
+		case <-d.quit:
+			return compute.ResumeResult{}, fmt.Errorf("resume %s: %w", id, ErrClosed)
+		}
+	}
 	res, err := d.resume(req, o)
 	if aerr := d.answer(ctx, o); err == nil && aerr != nil {
 		return res, aerr
@@ -420,11 +428,14 @@ func (d *Driver) Delete(ctx context.Context, spec compute.Spec) error {
 
 // Observe says what is true of the sandbox now: its newest generation
 // running, frozen behind a reference, stopped, exited with its code, or
-// nothing known (gone).
+// nothing known (gone); with observe=unknown, that it cannot tell.
 func (d *Driver) Observe(ctx context.Context, spec compute.Spec) (compute.Observation, error) {
 	d.mu.Lock()
 	d.calls["observe"]++
 	defer d.mu.Unlock()
+	if o, err := parse(spec.Options); err != nil || o.observe == ObserveUnknown {
+		return compute.Observation{}, fmt.Errorf("observe %s: %w: the sim cannot tell (observe=unknown)", spec.SandboxID, compute.ErrUnavailable)
+	}
 	if d.closed {
 		return compute.Observation{}, fmt.Errorf("observe %s: %w", spec.SandboxID, ErrClosed)
 	}

@@ -465,6 +465,8 @@ func TestValidateOptions(t *testing.T) {
 		{"exit code out of range", map[string]string{"exit_during_suspend": "300"}, "outside 0..255"},
 		{"bad exit_after", map[string]string{"exit_after": "later"}, `"exit_after"`},
 		{"attach never and an answer delay", map[string]string{"attach": "never", "answer_delay": "5ms"}, ""},
+		{"a hanging resume and an observer that cannot tell", map[string]string{"resume": "hang", "observe": "unknown"}, ""},
+		{"bad observe", map[string]string{"observe": "maybe"}, `"maybe" is not one of truth, unknown`},
 		{"bad attach", map[string]string{"attach": "soon"}, `"attach"`},
 		{"negative answer delay", map[string]string{"answer_delay": "-1ms"}, "negative"},
 	}
@@ -739,5 +741,29 @@ func TestAnswerDelay(t *testing.T) {
 	wantReport(t, rec.next(t), compute.ReportAttached, 1)
 	if got, _ := sim.Effects(dir); got[sim.Effect{Sandbox: "sb1", Generation: 1, Op: "start"}] != 1 {
 		t.Fatalf("effects %v: the start is done", got)
+	}
+}
+
+// TestResumeHangAndObserveUnknown: resume=hang blocks until the caller gives
+// up, with no effect; observe=unknown makes Observe say it cannot tell.
+func TestResumeHangAndObserveUnknown(t *testing.T) {
+	d, rec := newDriver(t)
+	s := spec("sb1", map[string]string{"resume": "hang", "observe": "unknown"})
+	startReady(t, d, rec, s, 1)
+	ref, err := d.Suspend(ctx(t), compute.Target{Spec: s, Generation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := d.Resume(c, compute.Resume{Spec: s, Generation: 2, RestoreRef: ref}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("resume=hang: %v, want the caller's deadline", err)
+	}
+	if _, err := d.Observe(ctx(t), s); !errors.Is(err, compute.ErrUnavailable) {
+		t.Fatalf("observe=unknown: %v, want ErrUnavailable", err)
+	}
+	truth := spec("sb1", nil)
+	if o, err := d.Observe(ctx(t), truth); err != nil || o.State != compute.StateFrozen || o.RestoreRef != ref {
+		t.Fatalf("the state after the hang: %+v, %v; want still frozen behind %s", o, err, ref)
 	}
 }

@@ -2,6 +2,7 @@ package sagas_test
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/check"
 	"github.com/torpor/torpor/sagas"
 	"github.com/torpor/torpor/services/compute"
 	"github.com/torpor/torpor/services/compute/sim"
@@ -49,8 +51,40 @@ func newHarness(t *testing.T, cfg sagas.Config) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Close)
-	return &harness{t: t, store: store, rec: &recorder{store: store}, sim: d, reports: rep, creds: creds, cfg: cfg}
+	h := &harness{t: t, store: store, rec: &recorder{store: store}, sim: d, reports: rep, creds: creds, cfg: cfg}
+	// Registered first, so it runs last: after every runner stopped.
+	t.Cleanup(func() { h.checkLog() })
+	return h
 }
+
+// checkLog runs the invariant checker over every sandbox's log.
+func (h *harness) checkLog() {
+	h.t.Helper()
+	if last, err := h.store.LastSeq(context.Background()); err != nil || last == 0 {
+		return // nothing to read (Follow would wait for a first event)
+	}
+	bySandbox := map[string][]events.Envelope{}
+	var order []string
+	_ = h.store.Store.Follow(context.Background(), 0, 1000, func(ctx context.Context, envs []events.Envelope, pending uint64) error {
+		for _, e := range envs {
+			if _, ok := bySandbox[e.SandboxID]; !ok {
+				order = append(order, e.SandboxID)
+			}
+			bySandbox[e.SandboxID] = append(bySandbox[e.SandboxID], e)
+		}
+		if pending == 0 {
+			return errDone
+		}
+		return nil
+	})
+	for _, id := range order {
+		for _, v := range check.Log(bySandbox[id], check.Options{}) {
+			h.t.Errorf("the log breaks an invariant: %v", v)
+		}
+	}
+}
+
+var errDone = errors.New("read to the head")
 
 // run starts a Runner driving drv and returns a function that stops it and
 // waits for Run to return (also called at cleanup).

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/check"
 	"github.com/torpor/torpor/events/jsstore"
 	"github.com/torpor/torpor/events/natstest"
 	"github.com/torpor/torpor/services/compute"
@@ -51,7 +52,34 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	creds, _ := compute.NewCredentials([]byte("0123456789abcdef0123456789abcdef"))
-	return &rig{store: store, names: names, creds: creds, js: s.JS}
+	r := &rig{store: store, names: names, creds: creds, js: s.JS}
+	t.Cleanup(func() { r.checkLog(t) }) // before the server stops (cleanups run last first)
+	return r
+}
+
+// checkLog runs the invariant checker over every sandbox's log.
+func (r *rig) checkLog(t *testing.T) {
+	t.Helper()
+	bySandbox := map[string][]events.Envelope{}
+	var order []string
+	_, err := r.store.Replay(context.Background(), 0, func(envs []events.Envelope) error {
+		for _, e := range envs {
+			if _, ok := bySandbox[e.SandboxID]; !ok {
+				order = append(order, e.SandboxID)
+			}
+			bySandbox[e.SandboxID] = append(bySandbox[e.SandboxID], e)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("read the log to check it: %v", err)
+		return
+	}
+	for _, id := range order {
+		for _, v := range check.Log(bySandbox[id], check.Options{}) {
+			t.Errorf("the log breaks an invariant: %v", v)
+		}
+	}
 }
 
 // service is one gateway instance (its own cache and locks) over the rig's log.

@@ -39,6 +39,8 @@ type Bus struct {
 	log      zerolog.Logger
 	inflight chan struct{}
 	wg       sync.WaitGroup
+	mu       sync.Mutex
+	closed   bool       // Run is ending: spawn starts nothing
 	warm     *warm.Pool // runs the commands on goroutines with grown stacks
 	srv      micro.Service
 	sub      *nats.Subscription
@@ -95,6 +97,12 @@ func (b *Bus) Run(ctx context.Context) error {
 	<-ctx.Done()
 	_ = b.sub.Drain()
 	_ = b.srv.Stop()
+	// Drain and Stop return before the last callbacks have run: from here
+	// on spawn starts nothing (such a request goes unanswered; a client or
+	// supervisor asks again), so nothing is added to wg while it is waited.
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
 	b.wg.Wait()
 	b.warm.Close() // no goroutine of the pool outlives Run
 	return nil
@@ -108,7 +116,14 @@ func (b *Bus) spawn(ctx context.Context, f func(context.Context)) {
 	case <-ctx.Done():
 		return
 	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		<-b.inflight
+		return
+	}
 	b.wg.Add(1)
+	b.mu.Unlock()
 	b.warm.Go(func() {
 		defer func() { <-b.inflight; b.wg.Done() }()
 		// Finish the request under way even while shutting down.

@@ -6,6 +6,7 @@
 package check
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -92,6 +93,41 @@ func Log(envs []events.Envelope, o Options) []Violation {
 		}
 	}
 	return s.out
+}
+
+// All checks a whole log, every sandbox's events interleaved in the order
+// of the log, sandbox by sandbox in the order they first appear.
+func All(envs []events.Envelope, o Options) []Violation {
+	bySandbox := map[string][]events.Envelope{}
+	var order []string
+	for _, e := range envs {
+		if _, ok := bySandbox[e.SandboxID]; !ok {
+			order = append(order, e.SandboxID)
+		}
+		bySandbox[e.SandboxID] = append(bySandbox[e.SandboxID], e)
+	}
+	var out []Violation
+	for _, id := range order {
+		out = append(out, Log(bySandbox[id], o)...)
+	}
+	return out
+}
+
+// Replayer reads a whole log in order (jsstore.Store satisfies it).
+type Replayer interface {
+	Replay(ctx context.Context, from uint64, h func([]events.Envelope) error) (uint64, error)
+}
+
+// Replay checks the whole log src holds now.
+func Replay(ctx context.Context, src Replayer, o Options) ([]Violation, error) {
+	var log []events.Envelope
+	if _, err := src.Replay(ctx, 0, func(envs []events.Envelope) error {
+		log = append(log, envs...)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("check: read the log: %w", err)
+	}
+	return All(log, o), nil
 }
 
 // step checks one event and folds it.

@@ -168,3 +168,21 @@ func ExampleLog() {
 	// Output:
 	// sandbox 0193b0a4-0000-7000-8000-000000000001 seq 3: invariant 1: suspended on reference "r1", consumed or invalidated
 }
+
+// TestAll: a whole log, sandboxes interleaved, is checked sandbox by
+// sandbox: one sandbox's events never count against another's.
+func TestAll(t *testing.T) {
+	const other = "0193b0a4-0000-7000-8000-000000000002"
+	a := build(t, created, attached1, suspend1, suspended)
+	b := build(t, created, attached1)
+	for i := range b {
+		b[i].SandboxID = other
+	}
+	bad, _ := events.NewEnvelope(other, &events.Exited{Generation: 7, Code: 1}, events.Meta{}, t0)
+	bad.Seq, bad.Phase = 99, events.PhaseError
+	log := []events.Envelope{a[0], b[0], a[1], b[1], a[2], bad, a[3]}
+	vs := check.All(log, check.Options{})
+	if len(vs) != 1 || vs[0].SandboxID != other || vs[0].Seq != 99 || vs[0].Invariant != check.GenerationsFenced {
+		t.Fatalf("violations %v; want the one of %s at seq 99", vs, other)
+	}
+}

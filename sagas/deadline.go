@@ -34,10 +34,10 @@ import (
 //     observed stopped, exited → stopped
 //     observed running       → stop_rejected + deadline_passed (ready, DeadlineExceeded)
 //     observed gone          → resource_lost (error)
-//     otherwise              → deadline_passed (error)
+//     otherwise              → deadline_passed (error); then driver.Stop again
 //   deleting
 //     observed gone          → retained_state_invalidated (if one is held) + deleted
-//     otherwise              → deadline_passed (error)
+//     otherwise              → deadline_passed (error); then driver.Delete again
 //
 // The deadline is durable: the runner's saved position never passes the
 // event that entered a transient phase it has not seen end, so a restarted
@@ -158,7 +158,7 @@ func (r *Runner) settle(ctx context.Context, o *open) error {
 	s := &step{intent: o.env, created: st.created, spec: specOf(id, st.created), log: log}
 	s.driver, s.drvErr = r.drv.Driver(st.created.Driver)
 	obs := r.observe(ctx, s)
-	evs, stop, wait := r.compensation(o, st, obs)
+	evs, cleanup, wait := r.compensation(o, st, obs)
 	if wait > 0 {
 		log.Info().Dur("grace", wait).Msg("deadline passed while the service was down; waiting for the supervisor")
 		o.graced = true
@@ -177,12 +177,23 @@ func (r *Runner) settle(ctx context.Context, o *open) error {
 	case err != nil:
 		return err
 	}
-	if stop && s.driver != nil {
+	if cleanup != "" && s.driver != nil {
 		t := compute.Target{Spec: s.spec, Generation: st.view.Generation}
-		_ = r.compensate(ctx, s, "clean up", func(ctx context.Context) error { return s.driver.Stop(ctx, t) })
+		_ = r.compensate(ctx, s, "clean up: "+cleanup, func(ctx context.Context) error {
+			if cleanup == cleanDelete {
+				return s.driver.Delete(ctx, s.spec)
+			}
+			return s.driver.Stop(ctx, t)
+		})
 	}
 	return nil
 }
+
+// What the driver is told after a deadline ended a phase in error.
+const (
+	cleanStop   = "stop"   // the workload that never attached, or never stopped
+	cleanDelete = "delete" // the resources of a delete that never finished
+)
 
 // observe asks the driver what is true of s's sandbox; an unknown state
 // when it cannot say.
@@ -202,9 +213,9 @@ func (r *Runner) observe(ctx context.Context, s *step) compute.Observation {
 }
 
 // compensation is what a passed deadline records (see the table at the top
-// of this file), whether the driver is then told to stop the workload, or
-// how long to wait before looking again.
-func (r *Runner) compensation(o *open, st state, obs compute.Observation) (evs []events.Event, stop bool, wait time.Duration) {
+// of this file), what the driver is then told to clean up (cleanStop,
+// cleanDelete or nothing), or how long to wait before looking again.
+func (r *Runner) compensation(o *open, st state, obs compute.Observation) (evs []events.Event, cleanup string, wait time.Duration) {
 	gen, v := st.view.Generation, st.view
 	passed := &events.DeadlinePassed{Phase: v.Phase, Deadline: r.cfg.Deadline.String()}
 	msg := fmt.Sprintf("no outcome within the %s deadline; observed %q", r.cfg.Deadline, obs.State)
@@ -214,46 +225,48 @@ func (r *Runner) compensation(o *open, st state, obs compute.Observation) (evs [
 		resuming := v.Phase == events.PhaseStarting && v.Restore.Held
 		switch {
 		case resuming && obs.State == compute.StateGone:
-			return []events.Event{&events.ResourceLost{Generation: gen, Message: msg}}, false, 0
+			return []events.Event{&events.ResourceLost{Generation: gen, Message: msg}}, "", 0
 		case resuming && !is(compute.StateRunning):
-			return []events.Event{&events.ResumeFailed{Generation: gen, Message: msg}, passed}, false, 0
+			return []events.Event{&events.ResumeFailed{Generation: gen, Message: msg}, passed}, "", 0
 		case is(compute.StateRunning) && !o.graced && time.Since(r.began) < r.cfg.Grace:
-			return nil, false, time.Until(r.began.Add(r.cfg.Grace))
+			return nil, "", time.Until(r.began.Add(r.cfg.Grace))
 		}
 		evs = []events.Event{passed}
 		if resuming {
 			evs = []events.Event{&events.RetainedStateConsumed{Generation: gen, RestoreRef: st.held}, passed}
 		}
-		return evs, true, 0
+		return evs, cleanStop, 0
 	case events.PhaseSuspending:
 		switch {
 		case is(compute.StateFrozen) && obs.RestoreRef != "":
-			return []events.Event{&events.Suspended{Generation: gen, RestoreRef: obs.RestoreRef}}, false, 0
+			return []events.Event{&events.Suspended{Generation: gen, RestoreRef: obs.RestoreRef}}, "", 0
 		case is(compute.StateRunning):
-			return []events.Event{&events.SuspendRejected{Generation: gen, Reason: events.ReasonDeadlineExceeded, Message: msg}, passed}, false, 0
+			return []events.Event{&events.SuspendRejected{Generation: gen, Reason: events.ReasonDeadlineExceeded, Message: msg}, passed}, "", 0
 		case is(compute.StateExited):
-			return []events.Event{&events.Exited{Generation: gen, Code: obs.ExitCode}}, false, 0
+			return []events.Event{&events.Exited{Generation: gen, Code: obs.ExitCode}}, "", 0
 		case obs.State == compute.StateGone:
-			return []events.Event{&events.ResourceLost{Generation: gen, Message: msg}}, false, 0
+			return []events.Event{&events.ResourceLost{Generation: gen, Message: msg}}, "", 0
 		}
 	case events.PhaseStopping:
 		switch {
 		case is(compute.StateStopped), is(compute.StateExited):
-			return []events.Event{&events.Stopped{Generation: gen}}, false, 0
+			return []events.Event{&events.Stopped{Generation: gen}}, "", 0
 		case is(compute.StateRunning):
-			return []events.Event{&events.StopRejected{Generation: gen, Message: msg}, passed}, false, 0
+			return []events.Event{&events.StopRejected{Generation: gen, Message: msg}, passed}, "", 0
 		case obs.State == compute.StateGone:
-			return []events.Event{&events.ResourceLost{Generation: gen, Message: msg}}, false, 0
+			return []events.Event{&events.ResourceLost{Generation: gen, Message: msg}}, "", 0
 		}
+		return []events.Event{passed}, cleanStop, 0
 	case events.PhaseDeleting:
 		if obs.State == compute.StateGone {
 			if st.held != "" {
-				return []events.Event{&events.RetainedStateInvalidated{RestoreRef: st.held}, &events.Deleted{}}, false, 0
+				return []events.Event{&events.RetainedStateInvalidated{RestoreRef: st.held}, &events.Deleted{}}, "", 0
 			}
-			return []events.Event{&events.Deleted{}}, false, 0
+			return []events.Event{&events.Deleted{}}, "", 0
 		}
+		return []events.Event{passed}, cleanDelete, 0
 	}
-	return []events.Event{passed}, false, 0
+	return []events.Event{passed}, "", 0
 }
 
 // state is what a passed deadline needs to know of a sandbox, folded from

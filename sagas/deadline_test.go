@@ -121,7 +121,8 @@ func TestStopDeadline(t *testing.T) {
 }
 
 // TestDeleteDeadline: a delete whose driver never answers ends in error at
-// its deadline; one whose driver holds nothing any more is deleted.
+// its deadline, and the driver is told to delete once more; one whose driver
+// holds nothing any more is deleted.
 func TestDeleteDeadline(t *testing.T) {
 	t.Run("still there", func(t *testing.T) {
 		h := newHarness(t, sagas.Config{Deadline: short})
@@ -130,6 +131,8 @@ func TestDeleteDeadline(t *testing.T) {
 		h.run(drv)
 		in := sb.when(&events.DeleteRequested{})
 		sb.then(sb.outcome(in, 1), passed(events.PhaseDeleting))
+		// In error, the driver is told again to delete what it holds.
+		h.store.waitUntil(t, "the clean-up delete", func() bool { return drv.count("delete") == 2 })
 	})
 	t.Run("gone", func(t *testing.T) {
 		h := newHarness(t, sagas.Config{Deadline: short})

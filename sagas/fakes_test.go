@@ -255,7 +255,7 @@ func (r *recorder) callsOf(typ string) int {
 // operation named block until the call's context ends (or release is
 // closed: then the call goes on to the driver), saying so on entered.
 type counting struct {
-	compute.Driver
+	full
 	block   string
 	entered chan string
 	release chan struct{}
@@ -270,8 +270,15 @@ type counting struct {
 	calls map[string]int
 }
 
-func newCounting(d compute.Driver, block string) *counting {
-	return &counting{Driver: d, block: block, entered: make(chan string, 16), release: make(chan struct{}), calls: map[string]int{}}
+// full is a driver with every optional interface the sagas use, as the sim is.
+type full interface {
+	compute.Driver
+	compute.Suspender
+	compute.Observer
+}
+
+func newCounting(d full, block string) *counting {
+	return &counting{full: d, block: block, entered: make(chan string, 16), release: make(chan struct{}), calls: map[string]int{}}
 }
 
 func (c *counting) enter(ctx context.Context, op string) error {
@@ -317,42 +324,42 @@ func (c *counting) Start(ctx context.Context, req compute.Start) error {
 	if err := c.enter(ctx, "start"); err != nil {
 		return err
 	}
-	return c.Driver.Start(ctx, req)
+	return c.full.Start(ctx, req)
 }
 
 func (c *counting) Stop(ctx context.Context, t compute.Target) error {
 	if err := c.enter(ctx, "stop"); err != nil {
 		return err
 	}
-	return c.Driver.Stop(ctx, t)
+	return c.full.Stop(ctx, t)
 }
 
 func (c *counting) Suspend(ctx context.Context, t compute.Target) (string, error) {
 	if err := c.enter(ctx, "suspend"); err != nil {
 		return "", err
 	}
-	return c.Driver.Suspend(ctx, t)
+	return c.full.Suspend(ctx, t)
 }
 
 func (c *counting) Resume(ctx context.Context, req compute.Resume) (compute.ResumeResult, error) {
 	if err := c.enter(ctx, "resume"); err != nil {
 		return compute.ResumeResult{}, err
 	}
-	return c.Driver.Resume(ctx, req)
+	return c.full.Resume(ctx, req)
 }
 
 func (c *counting) Discard(ctx context.Context, spec compute.Spec, ref string) error {
 	if err := c.enter(ctx, "discard"); err != nil {
 		return err
 	}
-	return c.Driver.Discard(ctx, spec, ref)
+	return c.full.Discard(ctx, spec, ref)
 }
 
 func (c *counting) Delete(ctx context.Context, spec compute.Spec) error {
 	if err := c.enter(ctx, "delete"); err != nil {
 		return err
 	}
-	return c.Driver.Delete(ctx, spec)
+	return c.full.Delete(ctx, spec)
 }
 
 // reports collects the sim's supervisor reports without ever blocking it.
@@ -413,5 +420,5 @@ func (c *counting) Observe(ctx context.Context, spec compute.Spec) (compute.Obse
 	if observed != nil {
 		return observed()
 	}
-	return c.Driver.(compute.Observer).Observe(ctx, spec)
+	return c.full.Observe(ctx, spec)
 }

@@ -3,6 +3,7 @@ package sagas
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/services/compute"
@@ -32,7 +33,10 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 	}
 	var res compute.ResumeResult
 	err := r.within(ctx, s, unanswered, func(ctx context.Context) (err error) {
-		res, err = s.driver.Resume(ctx, req)
+		if s.suspender == nil {
+			return fmt.Errorf("driver %s: %w", s.created.Driver, compute.ErrUnimplemented)
+		}
+		res, err = s.suspender.Resume(ctx, req)
 		return err
 	})
 	consumed := &events.RetainedStateConsumed{Generation: gen, RestoreRef: in.RestoreRef}

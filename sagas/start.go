@@ -23,7 +23,10 @@ func (r *Runner) start(ctx context.Context, s *step, gen int64) error {
 		return r.recordOrDrop(ctx, s, &events.StartFailed{Generation: gen, Message: s.drvErr.Error()})
 	}
 	for _, ref := range discardedWith(s.later) {
-		err := r.within(ctx, s, unanswered, func(ctx context.Context) error { return s.driver.Discard(ctx, s.spec, ref) })
+		if s.suspender == nil {
+			break // a driver that cannot suspend retains nothing
+		}
+		err := r.within(ctx, s, unanswered, func(ctx context.Context) error { return s.suspender.Discard(ctx, s.spec, ref) })
 		if err != nil && !errors.Is(err, errDeadline) {
 			s.log.Warn().Err(err).Str("step", "discard").Msg("discard retained state")
 			return err

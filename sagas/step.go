@@ -41,6 +41,8 @@ type step struct {
 	spec    compute.Spec
 	driver  compute.Driver
 	drvErr  error             // why driver is nil
+	// suspender is driver as a compute.Suspender, nil when it is none.
+	suspender compute.Suspender
 	later   []events.Envelope // the sandbox's events after the intent
 	log     zerolog.Logger
 }
@@ -117,6 +119,7 @@ func (r *Runner) step(ctx context.Context, env events.Envelope, later []events.E
 		log:   log,
 	}
 	s.driver, s.drvErr = r.drv.Driver(created.Driver)
+	s.suspender, _ = s.driver.(compute.Suspender)
 	if s.drvErr != nil {
 		if _, starts := intent.(*events.Created); !starts {
 			if _, starts = intent.(*events.StartRequested); !starts {

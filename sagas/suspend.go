@@ -3,6 +3,7 @@ package sagas
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/services/compute"
@@ -21,7 +22,10 @@ func (r *Runner) suspend(ctx context.Context, s *step, in *events.SuspendRequest
 	t := compute.Target{Spec: s.spec, Generation: in.Generation}
 	var ref string
 	err := r.within(ctx, s, unrefused, func(ctx context.Context) (err error) {
-		ref, err = s.driver.Suspend(ctx, t)
+		if s.suspender == nil {
+			return fmt.Errorf("driver %s: %w", s.created.Driver, compute.ErrUnimplemented)
+		}
+		ref, err = s.suspender.Suspend(ctx, t)
 		return err
 	})
 	switch {
@@ -31,7 +35,7 @@ func (r *Runner) suspend(ctx context.Context, s *step, in *events.SuspendRequest
 			return err
 		}
 		s.log.Info().Err(err).Str("step", "record").Msg("suspended refused; releasing the reference")
-		return r.compensate(ctx, s, "discard", func(ctx context.Context) error { return s.driver.Discard(ctx, s.spec, ref) })
+		return r.compensate(ctx, s, "discard", func(ctx context.Context) error { return s.suspender.Discard(ctx, s.spec, ref) })
 	case errors.Is(err, errStopping):
 		return err
 	case errors.Is(err, errDeadline):

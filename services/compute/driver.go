@@ -2,29 +2,48 @@ package compute
 
 import (
 	"context"
-	"errors"
+	"net"
+
+	"github.com/torpor/torpor/events"
 )
 
-// Errors a driver answers with. Wrap them with detail.
+// Errors a driver answers with. Wrap them with detail; each carries its
+// contract code (events.CodeOf reads it), the same across the bus.
 var (
 	// ErrUnimplemented: the driver does not have the capability.
-	ErrUnimplemented = errors.New("driver lacks the capability")
+	ErrUnimplemented error = &driverError{"driver lacks the capability", events.CodeUnimplemented}
 	// ErrRejected: the driver refused the operation; nothing changed.
-	ErrRejected = errors.New("driver rejected the operation")
+	ErrRejected error = &driverError{"driver rejected the operation", events.CodeFailedPrecondition}
 	// ErrResourceMissing: the sandbox's compute resource is gone.
-	ErrResourceMissing = errors.New("compute resource missing")
-	// ErrUnknownRef: the restore reference is not (or no longer) valid.
-	ErrUnknownRef = errors.New("unknown restore reference")
+	ErrResourceMissing error = &driverError{"compute resource missing", events.CodeNotFound}
+	// ErrUnknownRef: the restore reference is not (or no longer) valid: it
+	// was consumed, discarded, superseded, or never made here.
+	ErrUnknownRef error = &driverError{"unknown restore reference", events.CodeFailedPrecondition}
 	// ErrUnavailable: the driver could not be reached or did not answer;
 	// nothing is known of the call's effect and it may be repeated. The
 	// sagas retry such a call until the phase's deadline: only an answer
 	// (a rejection, a failure) is an outcome.
-	ErrUnavailable = errors.New("driver unavailable")
+	ErrUnavailable error = &driverError{"driver unavailable", events.CodeUnavailable}
 )
 
-// Capabilities are what a driver can do for a sandbox with given options.
+// driverError is a sentinel of the driver contract with its contract code.
+type driverError struct {
+	msg  string
+	code events.Code
+}
+
+func (e *driverError) Error() string             { return e.msg }
+func (e *driverError) ContractCode() events.Code { return e.code }
+
+// Capabilities are what a driver can do for a sandbox with given options
+// (GET /v1/drivers lists them). Fields are only added.
 type Capabilities struct {
+	// Suspend: the driver suspends and resumes (it is a Suspender).
 	Suspend bool `json:"suspend"`
+	// ResumeElsewhere: the retained state can be resumed on another node.
+	ResumeElsewhere bool `json:"resume_on_another_node"`
+	// Retains says what a suspension keeps ("the process group, frozen").
+	Retains string `json:"retains,omitempty"`
 }
 
 // Spec is everything a driver knows about a sandbox; every call carries it,
@@ -69,22 +88,51 @@ type ResumeResult struct {
 // Driver runs sandboxes on one node. Every effect is idempotent per (sandbox,
 // generation, operation): a saga re-driven after a crash calls it again with
 // the same arguments and must get the same outcome without a second effect.
+//
+// What not every driver can do is an optional interface of its own, found by
+// type assertion as database/sql/driver finds its optional methods
+// (Suspender, Observer, Logger, Dialer): a driver written without one keeps
+// compiling, and torpor answers UNIMPLEMENTED (or knows less) instead. A
+// wrapper of a driver must forward the optional interfaces it means to keep.
 type Driver interface {
 	// Capabilities reports what the driver can do for a sandbox with opts.
+	// Suspend is honoured only when the driver is a Suspender.
 	Capabilities(opts map[string]string) Capabilities
-	// Start runs the workload (create or cold start).
+	// Start runs the workload (the first generation at create, or a cold
+	// start), or answers an error wrapping ErrRejected when it cannot (the
+	// command does not exist, say).
 	Start(ctx context.Context, req Start) error
 	// Stop stops the workload, keeping its storage.
 	Stop(ctx context.Context, t Target) error
-	// Suspend retains the workload's state and returns its restore reference,
-	// or ErrUnimplemented, or an error wrapping ErrRejected.
+	// Delete releases every resource of the sandbox, retained states
+	// included: every restore reference is invalid afterwards.
+	Delete(ctx context.Context, spec Spec) error
+}
+
+// Suspender is a driver that suspends workloads and resumes them.
+type Suspender interface {
+	// Suspend retains the workload's state and returns its restore
+	// reference (opaque to torpor), or an error wrapping ErrRejected or
+	// ErrUnimplemented. It returns once the state is retained.
 	Suspend(ctx context.Context, t Target) (string, error)
-	// Resume restores a retained state under a new generation.
+	// Resume restores a retained state under a new generation. A reference
+	// that was consumed, discarded, superseded or never made is
+	// ErrUnknownRef, not consumed.
 	Resume(ctx context.Context, req Resume) (ResumeResult, error)
 	// Discard releases a retained state that will not be restored.
 	Discard(ctx context.Context, spec Spec, ref string) error
-	// Delete releases every resource of the sandbox, retained states included.
-	Delete(ctx context.Context, spec Spec) error
+}
+
+// Logger is a driver that keeps its workloads' output (stdout and stderr,
+// a VM's console): the last tail lines of it.
+type Logger interface {
+	Logs(ctx context.Context, spec Spec, tail int) ([]byte, error)
+}
+
+// Dialer is a driver whose workloads listen on ports torpor can reach, for
+// forwards: a connection to port of the sandbox.
+type Dialer interface {
+	Dial(ctx context.Context, spec Spec, port int) (net.Conn, error)
 }
 
 // State is what a driver observes of a sandbox's workload.

@@ -3,6 +3,7 @@ package compute
 import (
 	"fmt"
 	"sort"
+	"strings"
 )
 
 // Registry maps driver names ("sim", …) to drivers.
@@ -12,23 +13,38 @@ type Registry map[string]Driver
 func (r Registry) Driver(name string) (Driver, error) {
 	d, ok := r[name]
 	if !ok {
-		names := make([]string, 0, len(r))
-		for n := range r {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		return nil, fmt.Errorf("unknown driver %q (known: %v)", name, names)
+		return nil, fmt.Errorf("unknown driver %q (known: %s)", name, strings.Join(r.Names(), ", "))
 	}
 	return d, nil
 }
 
-// Capabilities reports what driver name can do for a sandbox with opts.
+// Capabilities reports what driver name can do for a sandbox with opts: a
+// driver that is no Suspender cannot suspend, whatever it says.
 func (r Registry) Capabilities(name string, opts map[string]string) (Capabilities, error) {
 	d, err := r.Driver(name)
 	if err != nil {
 		return Capabilities{}, err
 	}
-	return d.Capabilities(opts), nil
+	return CapabilitiesOf(d, opts), nil
+}
+
+// CapabilitiesOf is what d can do for a sandbox with opts.
+func CapabilitiesOf(d Driver, opts map[string]string) Capabilities {
+	c := d.Capabilities(opts)
+	if _, ok := d.(Suspender); !ok {
+		c.Suspend, c.ResumeElsewhere, c.Retains = false, false, ""
+	}
+	return c
+}
+
+// Names lists the drivers' names, sorted.
+func (r Registry) Names() []string {
+	names := make([]string, 0, len(r))
+	for n := range r {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // OptionValidator is a driver that checks the options of a create.

@@ -40,8 +40,9 @@ import (
 )
 
 var (
-	_ compute.Driver   = (*Driver)(nil)
-	_ compute.Observer = (*Driver)(nil)
+	_ compute.Driver    = (*Driver)(nil)
+	_ compute.Suspender = (*Driver)(nil)
+	_ compute.Observer  = (*Driver)(nil)
 )
 
 // ErrClosed: the driver was closed.
@@ -182,7 +183,7 @@ func (d *Driver) Capabilities(opts map[string]string) compute.Capabilities {
 	if err != nil {
 		return compute.Capabilities{}
 	}
-	return compute.Capabilities{Suspend: o.suspend != SuspendUnimplemented}
+	return compute.Capabilities{Suspend: o.suspend != SuspendUnimplemented, Retains: "a simulated workload, in the sim's journal"}
 }
 
 // Start runs generation req.Generation and queues its supervisor's attach

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/torpor/torpor/services/compute"
+	"github.com/torpor/torpor/services/compute/drivertest"
 	"github.com/torpor/torpor/services/compute/sim"
 )
 
@@ -766,4 +767,22 @@ func TestResumeHangAndObserveUnknown(t *testing.T) {
 	if o, err := d.Observe(ctx(t), truth); err != nil || o.State != compute.StateFrozen || o.RestoreRef != ref {
 		t.Fatalf("the state after the hang: %+v, %v; want still frozen behind %s", o, err, ref)
 	}
+}
+
+// TestContract runs the driver contract suite against the sim, with its
+// journal (as torpor serve runs it).
+func TestContract(t *testing.T) {
+	drivertest.Run(t, func(t *testing.T) drivertest.Harness {
+		rec := newRecorder()
+		d, err := sim.New(rec, sim.Config{Data: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(d.Close)
+		return drivertest.Harness{
+			Driver:  d,
+			Reports: rec.ch,
+			Spec:    func(id string) compute.Spec { return spec(id, nil) },
+		}
+	})
 }

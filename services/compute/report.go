@@ -5,11 +5,14 @@ import "context"
 // ReportSubject is the subject a supervisor of sandbox id reports on.
 func ReportSubject(id string) string { return "torpor.supervisor." + id }
 
-// Kinds of supervisor report.
+// Kinds of supervisor report. A heartbeat says the attached supervisor is
+// still there (nothing is appended); a supervisor that has sent one and then
+// falls silent past the gateway's limit is recorded detached.
 const (
-	ReportAttached = "attached"
-	ReportDetached = "detached"
-	ReportExited   = "exited"
+	ReportAttached  = "attached"
+	ReportDetached  = "detached"
+	ReportExited    = "exited"
+	ReportHeartbeat = "heartbeat"
 )
 
 // Report is what a supervisor sends on ReportSubject: who it is (generation

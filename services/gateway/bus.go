@@ -44,6 +44,8 @@ type Bus struct {
 	warm     *warm.Pool // runs the commands on goroutines with grown stacks
 	srv      micro.Service
 	sub      *nats.Subscription
+	beatSub  *nats.Subscription
+	beats    beats
 }
 
 // NewBus returns the bus front of svc; at most parallel commands run at once.
@@ -82,7 +84,13 @@ func (b *Bus) Listen(ctx context.Context) error {
 		_ = srv.Stop()
 		return fmt.Errorf("supervisor reports: %w", err)
 	}
-	b.srv, b.sub = srv, sub
+	beatSub, err := b.listenBeats()
+	if err != nil {
+		_ = sub.Unsubscribe()
+		_ = srv.Stop()
+		return fmt.Errorf("heartbeats: %w", err)
+	}
+	b.srv, b.sub, b.beatSub = srv, sub, beatSub
 	return nil
 }
 
@@ -94,7 +102,14 @@ func (b *Bus) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		b.watchBeats(ctx)
+	}()
 	<-ctx.Done()
+	<-watched
+	_ = b.beatSub.Unsubscribe()
 	_ = b.sub.Drain()
 	_ = b.srv.Stop()
 	// Drain and Stop return before the last callbacks have run: from here
@@ -193,10 +208,20 @@ func (b *Bus) command(ctx context.Context, verb string, req micro.Request) (even
 
 // report records one supervisor report, if its credential is that of the
 // generation it claims; a reply, when asked for, says whether it was taken.
+// A heartbeat taken is passed on to every gateway; an exit or a detach ends
+// the watch of the supervisor's heartbeats.
 func (b *Bus) report(ctx context.Context, m *nats.Msg) {
-	err := b.svc.Report(ctx, strings.TrimPrefix(m.Subject, "torpor.supervisor."), m.Data)
+	id := strings.TrimPrefix(m.Subject, "torpor.supervisor.")
+	r, err := b.svc.Report(ctx, id, m.Data)
 	if err != nil {
 		b.log.Debug().Err(err).Str("subject", m.Subject).Msg("supervisor report refused")
+	} else {
+		switch r.Kind {
+		case compute.ReportHeartbeat:
+			b.passOn(id, r.Generation)
+		case compute.ReportExited, compute.ReportDetached:
+			b.beats.forget(id)
+		}
 	}
 	if m.Reply == "" {
 		return
@@ -210,24 +235,31 @@ func (b *Bus) report(ctx context.Context, m *nats.Msg) {
 }
 
 // Report records a supervisor report on sandbox id (the JSON of a
-// compute.Report). Reports of other generations are fenced: refused with
-// FAILED_PRECONDITION, nothing recorded.
-func (s *Service) Report(ctx context.Context, id string, data []byte) error {
+// compute.Report) and returns it. Reports of other generations are fenced:
+// refused with FAILED_PRECONDITION, nothing recorded. A heartbeat appends
+// nothing; it is taken when its generation's supervisor is the attached one.
+func (s *Service) Report(ctx context.Context, id string, data []byte) (compute.Report, error) {
 	var r compute.Report
 	if err := decodeJSON(data, &r); err != nil {
-		return err
+		return r, err
 	}
 	if r.SandboxID != "" && r.SandboxID != id {
-		return events.Errorf(events.CodeInvalidArgument, "report for %s sent on the subject of %s", r.SandboxID, id)
+		return r, events.Errorf(events.CodeInvalidArgument, "report for %s sent on the subject of %s", r.SandboxID, id)
 	}
 	if err := ParseID(id); err != nil {
-		return err
+		return r, err
 	}
 	if s.creds == nil || !s.creds.Verify(id, r.Generation, r.Credential) {
-		return events.Errorf(events.CodeUnauthenticated, "sandbox %s generation %d: bad supervisor credential", id, r.Generation)
+		return r, events.Errorf(events.CodeUnauthenticated, "sandbox %s generation %d: bad supervisor credential", id, r.Generation)
 	}
+	return r, s.report(ctx, id, r)
+}
+
+func (s *Service) report(ctx context.Context, id string, r compute.Report) error {
 	var e events.Event
 	switch r.Kind {
+	case compute.ReportHeartbeat:
+		return s.attached(ctx, id, r.Generation)
 	case compute.ReportAttached:
 		e = &events.SupervisorAttached{Generation: r.Generation}
 	case compute.ReportDetached:

@@ -72,6 +72,10 @@ type Config struct {
 	// CreateTimeout bounds a create from its name's reservation to its
 	// append's answer.
 	CreateTimeout time.Duration
+	// HeartbeatLimit is how long a supervisor that heartbeats may fall
+	// silent before it is recorded detached (default 15s: three of
+	// torpor supervise's beats).
+	HeartbeatLimit time.Duration
 }
 
 // Defaults fills zero fields.
@@ -97,6 +101,9 @@ func (c *Config) Defaults() {
 	if c.NameGrace == 0 {
 		c.NameGrace = 6 * c.CreateTimeout
 	}
+	if c.HeartbeatLimit == 0 {
+		c.HeartbeatLimit = 15 * time.Second
+	}
 }
 
 // Validate reports a config that cannot work.
@@ -110,6 +117,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway: max body %d bytes, want 1024 or more", c.MaxBody)
 	case c.CreateTimeout <= 0:
 		return fmt.Errorf("gateway: create timeout %s, want a positive duration", c.CreateTimeout)
+	case c.HeartbeatLimit <= 0:
+		return fmt.Errorf("gateway: heartbeat limit %s, want a positive duration", c.HeartbeatLimit)
 	case c.NameGrace < 2*c.CreateTimeout:
 		return fmt.Errorf("gateway: name grace %s, want at least twice the create timeout %s", c.NameGrace, c.CreateTimeout)
 	case !validName.MatchString(c.Node):
@@ -573,6 +582,26 @@ func (s *Service) ViewAt(ctx context.Context, id string, seq uint64, at time.Tim
 		return v, events.Errorf(events.CodeNotFound, "sandbox %s did not exist then", id)
 	}
 	return v, nil
+}
+
+// attached reports whether the supervisor of generation gen is the one
+// attached to sandbox id now (FAILED_PRECONDITION when it is not), on the
+// state at the subject's head when the cache says otherwise.
+func (s *Service) attached(ctx context.Context, id string, gen int64) error {
+	defer s.lock(id)()
+	sb, cached, err := s.load(ctx, id)
+	if err == nil && cached && sb.Attached != gen {
+		sb, err = s.refresh(ctx, sb)
+	}
+	switch {
+	case err != nil:
+		return err
+	case !sb.Exists():
+		return events.Errorf(events.CodeNotFound, "sandbox %s not found", id)
+	case sb.Attached != gen || sb.Generation != gen:
+		return events.Errorf(events.CodeFailedPrecondition, "sandbox %s: generation %d is not the attached one", id, gen)
+	}
+	return nil
 }
 
 // History returns the events of id after seq.

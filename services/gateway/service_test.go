@@ -37,6 +37,7 @@ type rig struct {
 	names *KVNames
 	creds *compute.Credentials
 	js    jetstream.JetStream
+	srv   *natstest.Server
 }
 
 func newRig(t *testing.T) *rig {
@@ -52,7 +53,7 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	creds, _ := compute.NewCredentials([]byte("0123456789abcdef0123456789abcdef"))
-	r := &rig{store: store, names: names, creds: creds, js: s.JS}
+	r := &rig{store: store, names: names, creds: creds, js: s.JS, srv: s}
 	t.Cleanup(func() { r.checkLog(t) }) // before the server stops (cleanups run last first)
 	return r
 }
@@ -434,7 +435,7 @@ func TestAnswersWithoutAppendAreCurrent(t *testing.T) {
 		if _, err := b.Handle(ctx, Command{Verb: VerbResume, ID: v.ID}); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.Report(ctx, v.ID, attachReport(t, r, v.ID, 2)); err != nil {
+		if _, err := b.Report(ctx, v.ID, attachReport(t, r, v.ID, 2)); err != nil {
 			t.Fatal(err)
 		}
 		got, err := a.Handle(ctx, Command{Verb: VerbSuspend, ID: v.ID})

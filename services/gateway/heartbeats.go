@@ -1,0 +1,105 @@
+package gateway
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/torpor/torpor/events"
+)
+
+// beatPrefix starts the subject on which a gateway that took a supervisor's
+// heartbeat tells every gateway (the reports go to one of them, a queue
+// group; the silence of a supervisor must be judged by all alike).
+const beatPrefix = "torpor.heartbeat."
+
+// beats is the last heartbeat of each supervisor that has sent one. Only
+// those are watched: a supervisor that never heartbeats (the sim's) is never
+// taken for silent.
+type beats struct {
+	mu   sync.Mutex
+	last map[string]beat
+}
+
+type beat struct {
+	gen int64
+	at  time.Time
+}
+
+func (b *beats) note(id string, gen int64, at time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cur, ok := b.last[id]; ok && cur.gen > gen {
+		return // a late beat of an older generation
+	}
+	if b.last == nil {
+		b.last = map[string]beat{}
+	}
+	b.last[id] = beat{gen: gen, at: at}
+}
+
+func (b *beats) forget(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.last, id)
+}
+
+// silent removes and returns the supervisors whose last beat is older than
+// limit at now.
+func (b *beats) silent(now time.Time, limit time.Duration) map[string]int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := map[string]int64{}
+	for id, bt := range b.last {
+		if now.Sub(bt.at) > limit {
+			out[id] = bt.gen
+			delete(b.last, id)
+		}
+	}
+	return out
+}
+
+// listenBeats subscribes to the beats every gateway passes on.
+func (b *Bus) listenBeats() (*nats.Subscription, error) {
+	return b.nc.Subscribe(beatPrefix+"*", func(m *nats.Msg) {
+		gen, err := strconv.ParseInt(string(m.Data), 10, 64)
+		if err != nil {
+			return
+		}
+		b.beats.note(strings.TrimPrefix(m.Subject, beatPrefix), gen, time.Now())
+	})
+}
+
+// passOn tells every gateway that the supervisor of gen of id beat.
+func (b *Bus) passOn(id string, gen int64) {
+	_ = b.nc.Publish(beatPrefix+id, strconv.AppendInt(nil, gen, 10))
+}
+
+// watchBeats records supervisor.detached for each supervisor silent past
+// the heartbeat limit, until ctx ends. The table takes a detach in ready
+// only (to provisioning, whose deadline then runs); elsewhere it is refused
+// and nothing changes.
+func (b *Bus) watchBeats(ctx context.Context) {
+	limit := b.svc.cfg.HeartbeatLimit
+	t := time.NewTicker(limit / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			for id, gen := range b.beats.silent(now, limit) {
+				err := b.svc.Record(ctx, events.Envelope{SandboxID: id}, "gateway:heartbeats", &events.SupervisorDetached{Generation: gen})
+				if err != nil {
+					b.log.Debug().Err(err).Str("sandbox_id", id).Int64("generation", gen).Msg("silent supervisor: detach not recorded")
+					continue
+				}
+				b.log.Warn().Str("sandbox_id", id).Int64("generation", gen).Dur("limit", limit).Msg("supervisor silent past the heartbeat limit: detached")
+			}
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/services/compute"
+)
+
+// bus runs a Bus of a new gateway instance with heartbeat limit limit on
+// the rig's server until the test ends.
+func (r *rig) bus(t *testing.T, limit time.Duration) *Service {
+	t.Helper()
+	svc, err := NewService(r.store, r.names, fakeDrivers{}, r.creds, Config{HeartbeatLimit: limit}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := NewBus(r.srv.Connect(t), svc, 0, zerolog.Nop())
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := b.Listen(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return svc
+}
+
+// sendReport sends a supervisor report of kind on the bus and returns the code
+// of its answer ("" taken).
+func sendReport(t *testing.T, nc *nats.Conn, id string, gen int64, cred, kind string) events.Code {
+	t.Helper()
+	body, _ := json.Marshal(compute.Report{SandboxID: id, Generation: gen, Credential: cred, Kind: kind})
+	reply, err := nc.Request(compute.ReportSubject(id), body, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eb events.ErrorBody
+	if json.Unmarshal(reply.Data, &eb) == nil && eb.Error != nil {
+		return eb.Error.Code
+	}
+	return ""
+}
+
+// TestHeartbeats: a supervisor's heartbeat is taken while its generation is
+// the attached one (and appends nothing), refused for another generation or
+// credential; two gateways share a supervisor's beats (each beat reaches one
+// of them), so neither takes it for silent while it beats; once it falls
+// silent past the limit it is recorded detached, once. A supervisor that
+// never heartbeats (the sim's) is never detached.
+func TestHeartbeats(t *testing.T) {
+	r := newRig(t)
+	const limit = 400 * time.Millisecond
+	a := r.bus(t, limit)
+	r.bus(t, limit)
+	nc := r.srv.Connect(t)
+	ctx := context.Background()
+	quiet := readySandbox(t, a) // attached, never beats
+	v := readySandbox(t, a)
+	cred := r.creds.Mint(v.ID, 1)
+	if code := sendReport(t, nc, v.ID, 1, cred, compute.ReportHeartbeat); code != "" {
+		t.Fatalf("heartbeat of the attached generation: %q", code)
+	}
+	if code := sendReport(t, nc, v.ID, 2, r.creds.Mint(v.ID, 2), compute.ReportHeartbeat); code != events.CodeFailedPrecondition {
+		t.Fatalf("heartbeat of a generation not attached: %q, want FAILED_PRECONDITION", code)
+	}
+	if code := sendReport(t, nc, v.ID, 1, "forged", compute.ReportHeartbeat); code != events.CodeUnauthenticated {
+		t.Fatalf("heartbeat with a forged credential: %q, want UNAUTHENTICATED", code)
+	}
+	// Beats at a third of the limit, for three limits: whichever gateway
+	// takes each, neither finds the supervisor silent.
+	for end := time.Now().Add(3 * limit); time.Now().Before(end); time.Sleep(limit / 3) {
+		if code := sendReport(t, nc, v.ID, 1, cred, compute.ReportHeartbeat); code != "" {
+			t.Fatalf("heartbeat: %q", code)
+		}
+	}
+	if n := countTypes(t, r.store, v.ID); n[events.TypeSupervisorDetached] != 0 || len(n) != 2 {
+		t.Fatalf("log %v while the supervisor beat: want created and attached only", n)
+	}
+	// Silent now: detached within the limit and a tick.
+	deadline := time.Now().Add(10 * time.Second)
+	for countTypes(t, r.store, v.ID)[events.TypeSupervisorDetached] == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a silent supervisor was not detached")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if sb, err := r.service(t).Sandbox(ctx, v.ID); err != nil || sb.Phase != events.PhaseProvisioning {
+		t.Fatalf("after the detach: %+v, %v; want provisioning", sb, err)
+	}
+	if n := countTypes(t, r.store, v.ID)[events.TypeSupervisorDetached]; n != 1 {
+		t.Fatalf("detached %d times, want once", n)
+	}
+	if n := countTypes(t, r.store, quiet.ID); n[events.TypeSupervisorDetached] != 0 {
+		t.Fatalf("a supervisor that never beat was detached: %v", n)
+	}
+	// A heartbeat of the detached supervisor is refused: it must attach again.
+	if code := sendReport(t, nc, v.ID, 1, cred, compute.ReportHeartbeat); code != events.CodeFailedPrecondition {
+		t.Fatalf("heartbeat after the detach: %q, want FAILED_PRECONDITION", code)
+	}
+}

@@ -220,7 +220,28 @@ func addClientCmds(root *cobra.Command) {
 	wait.Flags().StringVar(&waitFor, "for", "ready", "the phase to wait for")
 	wait.Flags().DurationVar(&createTimeout, "timeout", 2*time.Minute, "how long to wait")
 
-	root.AddCommand(create, get, list, history, wait, checkCmd(f))
+	var tail int
+	logs := &cobra.Command{
+		Use:   "logs ID|NAME",
+		Short: "the last lines of a sandbox's workload output (a process's stdout and stderr, a VM's console)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := f.client()
+			id, err := resolve(cmd, c, args[0])
+			if err != nil {
+				return err
+			}
+			out, err := c.Logs(cmd.Context(), id, tail)
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(out)
+			return err
+		},
+	}
+	logs.Flags().IntVar(&tail, "tail", 100, "how many lines")
+
+	root.AddCommand(create, get, list, history, wait, logs, checkCmd(f))
 }
 
 // onSandbox is the RunE of a verb on one sandbox, named by id or name: it

@@ -304,3 +304,70 @@ func historyCounts(t *testing.T, c *torpor.Client, id string) ([]torpor.Event, m
 	}
 	return h, count
 }
+
+// TestDriversAndLogs: GET /v1/drivers lists each driver with what it can
+// do; a sandbox's logs are its workload's output (the sim's: a line per
+// change), through HTTP and `torpor logs`; bad tails and unknown sandboxes
+// get their contract errors.
+func TestDriversAndLogs(t *testing.T) {
+	a := startApp(t, "", nil)
+	c := torpor.New(a.HTTPAddr(), nil)
+	ctx := context.Background()
+	ds, err := c.Drivers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sim *torpor.Driver
+	for i := range ds {
+		if ds[i].Name == "sim" {
+			sim = &ds[i]
+		}
+	}
+	if sim == nil || !sim.Capabilities.Suspend || sim.Capabilities.ResumeElsewhere || sim.Capabilities.Retains == "" {
+		t.Fatalf("drivers %+v: want sim, which suspends here only", ds)
+	}
+	if _, err := c.Create(ctx, torpor.CreateRequest{Driver: "quantum"}, ""); events.CodeOf(err) != events.CodeInvalidArgument || !strings.Contains(err.Error(), "known: ") || !strings.Contains(err.Error(), "sim") {
+		t.Fatalf("create with an unknown driver: %v; want INVALID_ARGUMENT naming the known ones", err)
+	}
+	v, err := c.Create(ctx, torpor.CreateRequest{Name: "talks"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, c, v.ID, events.PhaseReady)
+	acc, err := c.Lifecycle(ctx, "suspend", v.ID, false, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitAfter(ctx, v.ID, events.PhaseSuspended, acc.Seq, waitFor); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.Logs(ctx, v.ID, 10)
+	if err != nil || !strings.Contains(string(out), "sim: generation 1 started") || !strings.Contains(string(out), "suspended behind") {
+		t.Fatalf("logs: %q, %v", out, err)
+	}
+	if out, _ := c.Logs(ctx, v.ID, 1); strings.Count(string(out), "\n") != 1 {
+		t.Fatalf("tail 1: %q", out)
+	}
+	if code, stdout, stderr := cli(t, "http://"+a.HTTPAddr(), "logs", "talks", "--tail", "1"); code != 0 || !strings.Contains(stdout, "suspended behind") {
+		t.Fatalf("torpor logs: exit %d, %q %q", code, stdout, stderr)
+	}
+	for _, bad := range []struct {
+		id, tail string
+		code     events.Code
+	}{
+		{v.ID, "0", events.CodeInvalidArgument},
+		{v.ID, "lots", events.CodeInvalidArgument},
+		{"0193b0a4-0000-7000-8000-00000000beef", "5", events.CodeNotFound},
+	} {
+		resp, err := http.Get("http://" + a.HTTPAddr() + "/v1/sandboxes/" + bad.id + "/logs?tail=" + bad.tail)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var eb events.ErrorBody
+		_ = json.NewDecoder(resp.Body).Decode(&eb)
+		resp.Body.Close()
+		if eb.Error == nil || eb.Error.Code != bad.code || resp.StatusCode != bad.code.HTTPStatus() {
+			t.Errorf("logs of %s tail %s: %d %+v, want %s", bad.id, bad.tail, resp.StatusCode, eb.Error, bad.code)
+		}
+	}
+}

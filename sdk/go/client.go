@@ -24,6 +24,9 @@ type (
 	Event         = events.HistoryEntry
 )
 
+// rawBody is an answer taken as it is (text), not decoded.
+type rawBody []byte
+
 // Client talks to one torpor server.
 type Client struct {
 	base string
@@ -79,6 +82,10 @@ func (c *Client) do(ctx context.Context, method, path, key string, body, out any
 		return events.Errorf(events.CodeInternal, "%s %s: %s", method, path, resp.Status)
 	}
 	if out == nil {
+		return nil
+	}
+	if raw, ok := out.(*rawBody); ok {
+		*raw = data
 		return nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {
@@ -156,6 +163,31 @@ func (c *Client) Wait(ctx context.Context, id string, phase events.Phase, timeou
 func (c *Client) WaitAfter(ctx context.Context, id string, phase events.Phase, after uint64, timeout time.Duration) (events.View, error) {
 	var v events.View
 	return v, c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/sandboxes/%s/wait?phase=%s&after=%d&timeout=%s", url.PathEscape(id), phase, after, timeout), "", nil, &v)
+}
+
+// Logs returns the last tail lines of a sandbox's workload output.
+func (c *Client) Logs(ctx context.Context, id string, tail int) ([]byte, error) {
+	var out rawBody
+	err := c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/sandboxes/%s/logs?tail=%d", url.PathEscape(id), tail), "", nil, &out)
+	return out, err
+}
+
+// Driver is one driver the server runs, with what it can do.
+type Driver struct {
+	Name         string `json:"name"`
+	Capabilities struct {
+		Suspend         bool   `json:"suspend"`
+		ResumeElsewhere bool   `json:"resume_on_another_node"`
+		Retains         string `json:"retains"`
+	} `json:"capabilities"`
+}
+
+// Drivers lists the server's drivers.
+func (c *Client) Drivers(ctx context.Context) ([]Driver, error) {
+	var out struct {
+		Items []Driver `json:"items"`
+	}
+	return out.Items, c.do(ctx, http.MethodGet, "/v1/drivers", "", nil, &out)
 }
 
 // Phases returns the count of sandboxes per phase.

@@ -1,6 +1,7 @@
 package compute
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -62,4 +63,18 @@ func (r Registry) Validate(name string, opts map[string]string) error {
 		return v.ValidateOptions(opts)
 	}
 	return nil
+}
+
+// Logs is the last tail lines of the output of spec's workload under driver
+// name, or an error wrapping ErrUnimplemented when the driver keeps none.
+func (r Registry) Logs(ctx context.Context, name string, spec Spec, tail int) ([]byte, error) {
+	d, err := r.Driver(name)
+	if err != nil {
+		return nil, err
+	}
+	l, ok := d.(Logger)
+	if !ok {
+		return nil, fmt.Errorf("driver %s keeps no output: %w", name, ErrUnimplemented)
+	}
+	return l.Logs(ctx, spec, tail)
 }

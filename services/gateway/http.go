@@ -39,6 +39,8 @@ func NewHTTP(svc *Service, views Views, ready func(context.Context) error, log z
 		h.mux.HandleFunc("POST /v1/sandboxes/{id}/"+verb, h.lifecycle(verb))
 	}
 	h.mux.HandleFunc("GET /v1/sandboxes/{id}/events", h.history)
+	h.mux.HandleFunc("GET /v1/sandboxes/{id}/logs", h.logs)
+	h.mux.HandleFunc("GET /v1/drivers", h.drivers)
 	h.mux.HandleFunc("GET /v1/sandboxes/{id}/wait", h.wait)
 	h.mux.HandleFunc("GET /v1/watch", h.watch)
 	h.mux.HandleFunc("GET /v1/phases", h.phases)
@@ -241,6 +243,38 @@ func (h *HTTP) history(w http.ResponseWriter, r *http.Request) {
 			ID: e.ID, CorrelationID: e.CorrelationID, CausationID: e.CausationID}
 	}
 	writeJSON(w, http.StatusOK, events.History{Items: items})
+}
+
+// logs answers the last ?tail= lines (default 100, at most 10000) of the
+// workload's output, as text.
+func (h *HTTP) logs(w http.ResponseWriter, r *http.Request) {
+	tail := 100
+	if t := r.URL.Query().Get("tail"); t != "" {
+		n, err := strconv.Atoi(t)
+		if err != nil || n < 1 || n > 10000 {
+			writeError(w, events.Errorf(events.CodeInvalidArgument, "tail=%q: want 1 to 10000 lines", t))
+			return
+		}
+		tail = n
+	}
+	id, err := h.svc.Resolve(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out, err := h.svc.Logs(r.Context(), id, tail)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(out)
+}
+
+// drivers lists each driver with its capabilities.
+func (h *HTTP) drivers(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string][]DriverInfo{"items": h.svc.DriverList()})
 }
 
 func (h *HTTP) wait(w http.ResponseWriter, r *http.Request) {

@@ -22,6 +22,11 @@ import (
 type Drivers interface {
 	Validate(name string, opts map[string]string) error
 	Capabilities(name string, opts map[string]string) (compute.Capabilities, error)
+	// Names lists the drivers (GET /v1/drivers).
+	Names() []string
+	// Logs is the last tail lines of a sandbox's workload output, or an
+	// error wrapping compute.ErrUnimplemented when its driver keeps none.
+	Logs(ctx context.Context, name string, spec compute.Spec, tail int) ([]byte, error)
 }
 
 // Names reserves sandbox names, which must be unique among sandboxes that are
@@ -602,6 +607,39 @@ func (s *Service) attached(ctx context.Context, id string, gen int64) error {
 		return events.Errorf(events.CodeFailedPrecondition, "sandbox %s: generation %d is not the attached one", id, gen)
 	}
 	return nil
+}
+
+// DriverInfo is one driver as GET /v1/drivers lists it.
+type DriverInfo struct {
+	Name         string               `json:"name"`
+	Capabilities compute.Capabilities `json:"capabilities"`
+}
+
+// DriverList lists the drivers with what each can do (for a sandbox with no
+// options).
+func (s *Service) DriverList() []DriverInfo {
+	names := s.drivers.Names()
+	out := make([]DriverInfo, 0, len(names))
+	for _, n := range names {
+		caps, _ := s.drivers.Capabilities(n, nil)
+		out = append(out, DriverInfo{Name: n, Capabilities: caps})
+	}
+	return out
+}
+
+// Logs returns the last tail lines of sandbox id's workload output, from
+// its driver.
+func (s *Service) Logs(ctx context.Context, id string, tail int) ([]byte, error) {
+	sb, err := s.Sandbox(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	spec := compute.Spec{SandboxID: id, Node: sb.Spec.Node, Options: sb.Spec.DriverOptions, Command: sb.Spec.Command, Env: sb.Spec.Env}
+	out, err := s.drivers.Logs(ctx, sb.Spec.Driver, spec, tail)
+	if err != nil {
+		return nil, fmt.Errorf("logs of %s: %w", id, err)
+	}
+	return out, nil
 }
 
 // History returns the events of id after seq.

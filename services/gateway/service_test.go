@@ -31,6 +31,10 @@ func (fakeDrivers) Validate(name string, _ map[string]string) error {
 func (fakeDrivers) Capabilities(string, map[string]string) (compute.Capabilities, error) {
 	return compute.Capabilities{Suspend: true}, nil
 }
+func (fakeDrivers) Names() []string { return []string{"sim"} }
+func (fakeDrivers) Logs(context.Context, string, compute.Spec, int) ([]byte, error) {
+	return nil, compute.ErrUnimplemented
+}
 
 type rig struct {
 	store *jsstore.Store

@@ -43,6 +43,7 @@ var (
 	_ compute.Driver    = (*Driver)(nil)
 	_ compute.Suspender = (*Driver)(nil)
 	_ compute.Observer  = (*Driver)(nil)
+	_ compute.Logger    = (*Driver)(nil)
 )
 
 // ErrClosed: the driver was closed.
@@ -92,6 +93,8 @@ type box struct {
 	consumed map[string]consumption
 	// attempts counts resume attempts per reference (fail_once).
 	attempts map[string]int
+	// lines is the simulated workload's output: a line per change.
+	lines []string
 
 	// exitGen is the generation whose exit_after timer is armed or fired;
 	// attachTimer delays an attach (the attach option).
@@ -526,6 +529,7 @@ func (d *Driver) applyLocked(rec record) {
 		}
 		d.boxes[id] = b
 	}
+	b.say(rec)
 	switch rec.Op {
 	case opStart:
 		d.disarmLocked(b)
@@ -558,6 +562,58 @@ func (d *Driver) applyLocked(rec record) {
 			b.running, b.exited = false, rec.Code
 		}
 	}
+}
+
+// logLines bounds the output a box keeps.
+const logLines = 1000
+
+// say appends the line the simulated workload writes for rec.
+func (b *box) say(rec record) {
+	var line string
+	switch rec.Op {
+	case opStart:
+		line = fmt.Sprintf("sim: generation %d started", rec.Gen)
+	case opStop:
+		line = fmt.Sprintf("sim: generation %d stopped", rec.Gen)
+	case opSuspend:
+		line = fmt.Sprintf("sim: generation %d suspended behind %s", rec.Gen, rec.Ref)
+	case opAttempt:
+		line = fmt.Sprintf("sim: a restore of %s for generation %d", rec.Ref, rec.Gen)
+	case opResume:
+		line = fmt.Sprintf("sim: generation %d restored from %s", rec.Gen, rec.Ref)
+		if rec.Failed {
+			line = fmt.Sprintf("sim: the restore of %s consumed it and failed", rec.Ref)
+		}
+	case opDiscard:
+		line = fmt.Sprintf("sim: %s discarded", rec.Ref)
+	case opAttached:
+		line = fmt.Sprintf("sim: the supervisor of generation %d attached", rec.Gen)
+	case opExited:
+		line = fmt.Sprintf("sim: generation %d exited with code %d", rec.Gen, *rec.Code)
+	default:
+		return
+	}
+	b.lines = append(b.lines, line)
+	if len(b.lines) > logLines {
+		b.lines = b.lines[len(b.lines)-logLines:]
+	}
+}
+
+// Logs returns the last tail lines of the simulated workload's output: a
+// line per start, stop, suspension, restore and exit.
+func (d *Driver) Logs(ctx context.Context, spec compute.Spec, tail int) ([]byte, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b := d.boxes[spec.SandboxID]
+	if b == nil {
+		return nil, nil
+	}
+	lines := b.lines[max(0, len(b.lines)-tail):]
+	var out []byte
+	for _, l := range lines {
+		out = append(append(out, l...), '\n')
+	}
+	return out, nil
 }
 
 // attachLocked queues the attach of b's generation after the attach

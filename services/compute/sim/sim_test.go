@@ -786,3 +786,25 @@ func TestContract(t *testing.T) {
 		}
 	})
 }
+
+// TestLogs: the simulated workload says what happened to it, a line per
+// change, kept across a restart of the sim (rebuilt from its journal).
+func TestLogs(t *testing.T) {
+	dir := t.TempDir()
+	d, rec := newDriverIn(t, dir)
+	s := spec("sb1", nil)
+	startReady(t, d, rec, s, 1)
+	if _, err := d.Suspend(ctx(t), compute.Target{Spec: s, Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	d2, _ := newDriverIn(t, dir)
+	out, err := d2.Logs(ctx(t), s, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 2 || lines[0] != "sim: the supervisor of generation 1 attached" || !strings.HasPrefix(lines[1], "sim: generation 1 suspended behind sim:sb1:1:") {
+		t.Fatalf("logs %q", out)
+	}
+}

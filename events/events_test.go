@@ -41,6 +41,8 @@ var samples = []Event{
 	&DeadlinePassed{Phase: PhaseSuspending, Deadline: "2m0s"},
 	&SupervisorAttached{Generation: 2},
 	&SupervisorDetached{Generation: 2},
+	&ForwardOpened{ForwardID: "0193b0a4-0000-7000-8000-0000000000f1", Listen: "127.0.0.1:0", Address: "127.0.0.1:43117", Port: 8000},
+	&ForwardClosed{ForwardID: "0193b0a4-0000-7000-8000-0000000000f1"},
 }
 
 // TestGoldenWireFormat guards the JSON of every event type in its envelope.

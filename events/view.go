@@ -26,6 +26,18 @@ type View struct {
 	Reason      string            `json:"reason"`
 	UpdatedAt   time.Time         `json:"updated_at"`
 	Seq         uint64            `json:"seq"`
+	// Forwards are the TCP forwards open to the sandbox (added to CONTRACT
+	// §6's fields), in the order they were opened; none once it is deleted.
+	Forwards []Forward `json:"forwards,omitempty"`
+}
+
+// Forward is one open TCP forward of a view: from Address on torpor's
+// host to Port of the sandbox.
+type Forward struct {
+	ID      string `json:"id"`
+	Listen  string `json:"listen"`
+	Address string `json:"address"`
+	Port    int    `json:"port"`
 }
 
 // foldReads are the event types whose fields Fold reads. The others move a
@@ -39,6 +51,8 @@ var foldReads = map[string]bool{
 	TypeResumeRequested: true,
 	TypeResumed:         true,
 	TypeExited:          true,
+	TypeForwardOpened:   true,
+	TypeForwardClosed:   true,
 }
 
 // Fold folds env into v and reports whether it changed v. An event at or below
@@ -117,6 +131,20 @@ func (v *View) Fold(env Envelope) bool {
 		v.Reason = ReasonComputeResourceMissing
 	case *DeadlinePassed:
 		v.Reason = ReasonDeadlineExceeded
+	case *ForwardOpened:
+		// A copy: Fold replaces slices, never edits them (views share them).
+		v.Forwards = append(v.Forwards[:len(v.Forwards):len(v.Forwards)],
+			Forward{ID: e.ForwardID, Listen: e.Listen, Address: e.Address, Port: e.Port})
+	case *ForwardClosed:
+		var kept []Forward
+		for _, f := range v.Forwards {
+			if f.ID != e.ForwardID {
+				kept = append(kept, f)
+			}
+		}
+		v.Forwards = kept
+	case *Deleted:
+		v.Forwards = nil
 	}
 	return true
 }

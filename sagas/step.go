@@ -40,11 +40,11 @@ type step struct {
 	created *events.Created
 	spec    compute.Spec
 	driver  compute.Driver
-	drvErr  error             // why driver is nil
+	drvErr  error // why driver is nil
 	// suspender is driver as a compute.Suspender, nil when it is none.
 	suspender compute.Suspender
-	later   []events.Envelope // the sandbox's events after the intent
-	log     zerolog.Logger
+	later     []events.Envelope // the sandbox's events after the intent
+	log       zerolog.Logger
 }
 
 // sagaOf names the saga an intent type starts.

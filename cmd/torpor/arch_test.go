@@ -21,6 +21,7 @@ var allowed = []struct {
 	{"events", []string{"events", "internal"}},
 	{"services/compute", []string{"services/compute", "events", "internal"}},
 	{"services/gateway", []string{"services/gateway", "services/compute", "events", "internal"}},
+	{"services/forward", []string{"services/forward", "events", "internal"}},
 	{"sagas", []string{"sagas", "services/compute", "events", "internal"}},
 	{"projections", []string{"projections", "events", "internal"}},
 	{"sdk/go", []string{"sdk/go", "events"}},

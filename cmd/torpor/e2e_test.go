@@ -371,3 +371,43 @@ func TestDriversAndLogs(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardsBadInput: what each bad forward request gets, over HTTP.
+func TestForwardsBadInput(t *testing.T) {
+	a := startApp(t, "", nil)
+	c := torpor.New(a.HTTPAddr(), nil)
+	v, err := c.Create(context.Background(), torpor.CreateRequest{Name: "fw"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, c, v.ID, events.PhaseReady)
+	base := "http://" + a.HTTPAddr() + "/v1/sandboxes/"
+	for _, tc := range []struct {
+		name, method, path, body string
+		code                     events.Code
+	}{
+		{"no port", "POST", v.ID + "/forwards", `{"listen":"127.0.0.1:0"}`, events.CodeInvalidArgument},
+		{"a port out of range", "POST", v.ID + "/forwards", `{"port":70000}`, events.CodeInvalidArgument},
+		{"a listen address that is none", "POST", v.ID + "/forwards", `{"listen":"nowhere","port":80}`, events.CodeInvalidArgument},
+		{"malformed JSON", "POST", v.ID + "/forwards", `{"port":`, events.CodeInvalidArgument},
+		{"an unknown field", "POST", v.ID + "/forwards", `{"port":80,"proto":"udp"}`, events.CodeInvalidArgument},
+		{"an unknown sandbox", "POST", "0193b0a4-0000-7000-8000-00000000beef/forwards", `{"port":80}`, events.CodeNotFound},
+		{"a driver with no ports (the sim)", "POST", v.ID + "/forwards", `{"port":80}`, events.CodeUnimplemented},
+		{"an unknown forward", "DELETE", v.ID + "/forwards/0193b0a4-0000-7000-8000-00000000f00d", ``, events.CodeNotFound},
+	} {
+		req, _ := http.NewRequest(tc.method, base+tc.path, strings.NewReader(tc.body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var eb events.ErrorBody
+		_ = json.NewDecoder(resp.Body).Decode(&eb)
+		resp.Body.Close()
+		if eb.Error == nil || eb.Error.Code != tc.code || resp.StatusCode != tc.code.HTTPStatus() {
+			t.Errorf("%s: %d %+v, want %s", tc.name, resp.StatusCode, eb.Error, tc.code)
+		}
+	}
+	if got, _ := c.Get(context.Background(), v.ID); len(got.Forwards) != 0 {
+		t.Fatalf("refused forwards in the view: %+v", got.Forwards)
+	}
+}

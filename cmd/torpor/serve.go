@@ -25,6 +25,7 @@ import (
 	"github.com/torpor/torpor/sagas"
 	"github.com/torpor/torpor/services/compute"
 	"github.com/torpor/torpor/services/compute/sim"
+	"github.com/torpor/torpor/services/forward"
 	"github.com/torpor/torpor/services/gateway"
 )
 
@@ -204,7 +205,12 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		return nil
 	}
 	a.ready = ready
-	h := gateway.NewHTTP(svc, viewAdapter{view}, ready, log.With().Str("part", "http").Logger())
+	fwdIndex, err := forward.NewKVIndex(ctx, js, 1)
+	if err != nil {
+		return nil, err
+	}
+	fwd := forward.New(sandboxes{svc: svc, drivers: drivers}, fwdIndex, forward.Config{}, log.With().Str("part", "forwards").Logger())
+	h := gateway.NewHTTP(svc, viewAdapter{view}, ready, log.With().Str("part", "http").Logger()).WithForwards(fwd)
 	a.hsrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, a.cancel = context.WithCancel(ctx)
@@ -235,6 +241,14 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	run("bus", func() error { return bus.Run(ctx) })
 	run("sagas", func() error { return runner.Run(ctx) })
 	run("kvview", func() error { return proj.Run(ctx) })
+	run("forwards", func() error {
+		// The forwards the log still has open come back where they were bound.
+		if _, err := fwd.Restore(ctx); err != nil {
+			log.Warn().Err(err).Str("part", "forwards").Msg("forwards not brought back")
+		}
+		fwd.Run(ctx)
+		return nil
+	})
 	run("http", func() error {
 		if err := a.hsrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -347,6 +361,32 @@ func busReporter(nc *nats.Conn) compute.Reporter {
 			backoff = min(2*backoff, 2*time.Second)
 		}
 	})
+}
+
+// sandboxes is what the forwarder asks of a sandbox: its phase and open
+// forwards from the command service, a connection to its port through its
+// driver.
+type sandboxes struct {
+	svc     *gateway.Service
+	drivers compute.Registry
+}
+
+func (s sandboxes) Phase(ctx context.Context, id, fid string) (events.Phase, bool, error) {
+	sb, err := s.svc.Sandbox(ctx, id)
+	if err != nil {
+		return "", false, err
+	}
+	_, open := sb.Forwards[fid]
+	return sb.Phase, open, nil
+}
+
+func (s sandboxes) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
+	sb, err := s.svc.Sandbox(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	spec := compute.Spec{SandboxID: id, Node: sb.Spec.Node, Options: sb.Spec.DriverOptions, Command: sb.Spec.Command, Env: sb.Spec.Env}
+	return s.drivers.Dial(ctx, sb.Spec.Driver, spec, port)
 }
 
 // viewAdapter serves the gateway's Views from the KV projection.

@@ -3,6 +3,7 @@ package compute
 import (
 	"context"
 	"fmt"
+	"net"
 	"sort"
 	"strings"
 )
@@ -77,4 +78,19 @@ func (r Registry) Logs(ctx context.Context, name string, spec Spec, tail int) ([
 		return nil, fmt.Errorf("driver %s keeps no output: %w", name, ErrUnimplemented)
 	}
 	return l.Logs(ctx, spec, tail)
+}
+
+// Dial connects to port of spec's workload under driver name, or answers an
+// error wrapping ErrUnimplemented when the driver's workloads have no ports
+// torpor can reach.
+func (r Registry) Dial(ctx context.Context, name string, spec Spec, port int) (net.Conn, error) {
+	d, err := r.Driver(name)
+	if err != nil {
+		return nil, err
+	}
+	dl, ok := d.(Dialer)
+	if !ok {
+		return nil, fmt.Errorf("driver %s has no ports to forward to: %w", name, ErrUnimplemented)
+	}
+	return dl.Dial(ctx, spec, port)
 }

@@ -20,11 +20,30 @@ import (
 
 // HTTP serves the API of CONTRACT §5 over a Service and a Views projection.
 type HTTP struct {
-	svc   *Service
-	views Views
-	ready func(context.Context) error
-	log   zerolog.Logger
-	mux   *http.ServeMux
+	svc      *Service
+	views    Views
+	ready    func(context.Context) error
+	log      zerolog.Logger
+	mux      *http.ServeMux
+	forwards Forwards
+}
+
+// Forwards serves TCP forwards (forward.Forwarder does): the HTTP API binds
+// a forward's listener first, so that the event that opens it names the
+// address bound, and serves it once the event is in the log.
+type Forwards interface {
+	// Bind listens on listen for forward fid to port of sandbox id, after
+	// dialling the port once when probe is set, and returns the address.
+	Bind(ctx context.Context, id, fid, listen string, port int, probe bool) (string, error)
+	// Serve serves a bound forward; Close ends one, bound or served.
+	Serve(fid string)
+	Close(fid string)
+}
+
+// WithForwards serves the forwards endpoints through f.
+func (h *HTTP) WithForwards(f Forwards) *HTTP {
+	h.forwards = f
+	return h
 }
 
 // NewHTTP returns the handler. ready reports whether the service may take
@@ -41,6 +60,8 @@ func NewHTTP(svc *Service, views Views, ready func(context.Context) error, log z
 	h.mux.HandleFunc("GET /v1/sandboxes/{id}/events", h.history)
 	h.mux.HandleFunc("GET /v1/sandboxes/{id}/logs", h.logs)
 	h.mux.HandleFunc("GET /v1/drivers", h.drivers)
+	h.mux.HandleFunc("POST /v1/sandboxes/{id}/forwards", h.forward)
+	h.mux.HandleFunc("DELETE /v1/sandboxes/{id}/forwards/{fid}", h.unforward)
 	h.mux.HandleFunc("GET /v1/sandboxes/{id}/wait", h.wait)
 	h.mux.HandleFunc("GET /v1/watch", h.watch)
 	h.mux.HandleFunc("GET /v1/phases", h.phases)
@@ -270,6 +291,92 @@ func (h *HTTP) logs(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(out)
+}
+
+// forwardBody is the body of POST /v1/sandboxes/{id}/forwards.
+type forwardBody struct {
+	Listen string `json:"listen"`
+	Port   int    `json:"port"`
+}
+
+// forward opens a TCP forward from a local address to a port of the
+// sandbox: 201 and the forward with its bound address. Something must
+// listen on the port in the sandbox.
+func (h *HTTP) forward(w http.ResponseWriter, r *http.Request) {
+	if h.forwards == nil {
+		writeError(w, events.Errorf(events.CodeUnimplemented, "this server serves no forwards"))
+		return
+	}
+	var body forwardBody
+	if err := decodeBody(http.MaxBytesReader(w, r.Body, h.svc.cfg.MaxBody), h.svc.cfg.MaxBody, &body); err != nil {
+		writeError(w, err)
+		return
+	}
+	if body.Listen == "" {
+		body.Listen = "127.0.0.1:0"
+	}
+	if _, port, err := net.SplitHostPort(body.Listen); err != nil || port == "" {
+		writeError(w, events.Errorf(events.CodeInvalidArgument, "listen %q: want host:port (127.0.0.1:0 picks a port)", body.Listen))
+		return
+	}
+	if body.Port < 1 || body.Port > 65535 {
+		writeError(w, events.Errorf(events.CodeInvalidArgument, "port %d: want 1 to 65535", body.Port))
+		return
+	}
+	id, err := h.svc.Resolve(r.Context(), r.PathValue("id"))
+	if err == nil {
+		_, err = h.svc.Sandbox(r.Context(), id)
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	fid := ForwardID(id, key)
+	addr, err := h.forwards.Bind(r.Context(), id, fid, body.Listen, body.Port, true)
+	if err != nil {
+		code := events.CodeOf(err)
+		if code == events.CodeInternal {
+			code = events.CodeFailedPrecondition
+		}
+		writeError(w, events.Errorf(code, "%v", err))
+		return
+	}
+	f := events.Forward{ID: fid, Listen: body.Listen, Address: addr, Port: body.Port}
+	v, err := h.svc.Handle(r.Context(), Command{Verb: VerbForward, ID: id, Actor: actor(r), IdempotencyKey: key, Forward: f})
+	if err != nil {
+		h.forwards.Close(fid)
+		writeError(w, err)
+		return
+	}
+	for _, got := range v.Forwards {
+		if got.ID == fid {
+			h.forwards.Serve(fid)
+			writeJSON(w, http.StatusCreated, got)
+			return
+		}
+	}
+	h.forwards.Close(fid)
+	writeError(w, events.Errorf(events.CodeAborted, "forward %s of %s: not in the sandbox's view; retry", fid, id))
+}
+
+// unforward closes a forward: 202 and the view.
+func (h *HTTP) unforward(w http.ResponseWriter, r *http.Request) {
+	id, err := h.svc.Resolve(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	fid := r.PathValue("fid")
+	v, err := h.svc.Handle(r.Context(), Command{Verb: VerbUnforward, ID: id, Actor: actor(r), IdempotencyKey: r.Header.Get("Idempotency-Key"), Forward: events.Forward{ID: fid}})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if h.forwards != nil {
+		h.forwards.Close(fid)
+	}
+	writeJSON(w, http.StatusAccepted, v)
 }
 
 // drivers lists each driver with its capabilities.

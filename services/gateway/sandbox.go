@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -37,7 +38,9 @@ type Sandbox struct {
 	Fallback bool
 	// Entered is when the sandbox entered its phase (the time of the event
 	// that moved it there), what a passed deadline is measured from.
-	Entered  time.Time
+	Entered time.Time
+	// Forwards are the open forwards, by id.
+	Forwards map[string]events.Forward
 	Commands []string
 	View     events.View
 }
@@ -96,6 +99,17 @@ func (s *Sandbox) apply(env events.Envelope) error {
 		s.Attached = 0
 	case *events.Exited:
 		s.Exited, s.Attached = true, 0
+	case *events.ForwardOpened:
+		s.Forwards = maps.Clone(s.Forwards)
+		if s.Forwards == nil {
+			s.Forwards = map[string]events.Forward{}
+		}
+		s.Forwards[e.ForwardID] = events.Forward{ID: e.ForwardID, Listen: e.Listen, Address: e.Address, Port: e.Port}
+	case *events.ForwardClosed:
+		s.Forwards = maps.Clone(s.Forwards)
+		delete(s.Forwards, e.ForwardID)
+	case *events.Deleted:
+		s.Forwards = nil
 	}
 	if env.CommandID != "" && !slices.Contains(s.Commands, env.CommandID) {
 		s.Commands = append(s.Commands, env.CommandID)
@@ -124,6 +138,9 @@ type Command struct {
 	Node string
 	// RestartIfRestoreFails is resume's option.
 	RestartIfRestoreFails bool
+	// Forward is the forward a forward command opens (bound already) or,
+	// by its ID, the one an unforward closes.
+	Forward events.Forward
 }
 
 // Verbs of commands.
@@ -134,10 +151,18 @@ const (
 	VerbSuspend = "suspend"
 	VerbResume  = "resume"
 	VerbDelete  = "delete"
+	// VerbForward opens a TCP forward to a port of the sandbox and
+	// VerbUnforward closes one (HTTP only: they need the forward bound).
+	VerbForward   = "forward"
+	VerbUnforward = "unforward"
 )
 
-// Verbs lists the command verbs, in the order of the contract.
+// Verbs lists the lifecycle verbs, in the order of the contract (the bus
+// serves these).
 var Verbs = []string{VerbCreate, VerbStart, VerbStop, VerbSuspend, VerbResume, VerbDelete}
+
+// allVerbs are every verb of the command table.
+var allVerbs = append(Verbs[:len(Verbs):len(Verbs)], VerbForward, VerbUnforward)
 
 // decide is the pure heart of the gateway: given the state, a command and the
 // driver's capabilities, the events the command causes. No events and no
@@ -151,7 +176,8 @@ func decide(s *Sandbox, c Command, caps compute.Capabilities) ([]events.Event, e
 	if _, known := commandRules[c.Verb]; !known {
 		return nil, events.Errorf(events.CodeInvalidArgument, "unknown command %q", c.Verb)
 	}
-	row, ok := Lookup(s.Phase, c.Verb, Facts{AfterResume: s.Resuming, CanSuspend: caps.Suspend, Holds: s.RestoreRef != ""})
+	_, open := s.Forwards[c.Forward.ID]
+	row, ok := Lookup(s.Phase, c.Verb, Facts{AfterResume: s.Resuming, CanSuspend: caps.Suspend, Holds: s.RestoreRef != "", Forwarded: open})
 	if !ok {
 		return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s is %s; %s needs %s", s.ID, s.Phase, c.Verb, joinPhases(needs[c.Verb]))
 	}
@@ -166,6 +192,8 @@ func decide(s *Sandbox, c Command, caps compute.Capabilities) ([]events.Event, e
 		return nil, events.Errorf(events.CodeNotFound, "sandbox %s not found", c.ID)
 	case Lost:
 		return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s is %s but holds no retained state; start it cold", s.ID, s.Phase)
+	case NoForward:
+		return nil, events.Errorf(events.CodeNotFound, "sandbox %s has no forward %q", s.ID, c.Forward.ID)
 	}
 	evs := make([]events.Event, len(row.Events))
 	for i, typ := range row.Events {
@@ -197,6 +225,11 @@ func caused(typ string, s *Sandbox, c Command) events.Event {
 		return &events.ResumeRequested{Generation: s.Generation + 1, RestoreRef: s.RestoreRef, RestartIfRestoreFails: c.RestartIfRestoreFails}
 	case events.TypeDeleteRequested:
 		return &events.DeleteRequested{}
+	case events.TypeForwardOpened:
+		f := c.Forward
+		return &events.ForwardOpened{ForwardID: f.ID, Listen: f.Listen, Address: f.Address, Port: f.Port}
+	case events.TypeForwardClosed:
+		return &events.ForwardClosed{ForwardID: c.Forward.ID}
 	}
 	panic("gateway: the command table names " + typ + ", which no command causes")
 }

@@ -206,6 +206,16 @@ func ParseID(id string) error {
 	return nil
 }
 
+// ForwardID is the id of a new forward of sandbox id: derived from the
+// idempotency key when there is one, so that a retry finds its forward,
+// else fresh.
+func ForwardID(id, key string) string {
+	if key == "" {
+		return uuid.Must(uuid.NewV7()).String()
+	}
+	return uuid.NewSHA1(idempotent, []byte("forward\x00"+id+"\x00"+key)).String()
+}
+
 // CommandID is the id of a command: derived from the idempotency key when
 // there is one, so that a retry is recognised, else fresh.
 func CommandID(verb, id, key string) string {

@@ -93,6 +93,17 @@ var Table = []Transition{
 	{phDeleting, events.TypeDeadlinePassed, phError},
 	{phError, events.TypeRetainedStateInvalidated, phError},
 	{phError, events.TypeDeleteRequested, phDeleting},
+	{phReady, events.TypeForwardOpened, phReady},
+	{phSuspended, events.TypeForwardOpened, phSuspended},
+	{phProvisioning, events.TypeForwardClosed, phProvisioning},
+	{phReady, events.TypeForwardClosed, phReady},
+	{phStopping, events.TypeForwardClosed, phStopping},
+	{phStopped, events.TypeForwardClosed, phStopped},
+	{phStarting, events.TypeForwardClosed, phStarting},
+	{phSuspending, events.TypeForwardClosed, phSuspending},
+	{phSuspended, events.TypeForwardClosed, phSuspended},
+	{phDeleting, events.TypeForwardClosed, phDeleting},
+	{phError, events.TypeForwardClosed, phError},
 }
 
 // Answer is what a command row does.
@@ -112,6 +123,8 @@ const (
 	// Lost: a resume of a suspended sandbox that holds no retained state
 	// (a log written before the consumption was guarded): FAILED_PRECONDITION.
 	Lost
+	// NoForward: an unforward of a forward the sandbox does not have.
+	NoForward
 )
 
 // Guard is the one fact besides the phase a command row may need.
@@ -127,6 +140,8 @@ const (
 	CannotSuspend
 	// Holds holds while a retained state is held (a restore reference).
 	Holds
+	// Forwarded holds when the sandbox has the forward the command names.
+	Forwarded
 )
 
 // anyVerb in a command row matches every verb.
@@ -171,6 +186,11 @@ var Commands = []Rule{
 	{phDeleting, VerbDelete, Always, Done, nil},
 	{phDeleted, VerbDelete, Always, Done, nil},
 	{anyPhase, VerbDelete, Always, Emit, []string{events.TypeDeleteRequested}},
+	{phReady, VerbForward, Always, Emit, []string{events.TypeForwardOpened}},
+	{phSuspended, VerbForward, Always, Emit, []string{events.TypeForwardOpened}},
+	{phDeleted, VerbUnforward, Always, NoForward, nil},
+	{anyPhase, VerbUnforward, Forwarded, Emit, []string{events.TypeForwardClosed}},
+	{anyPhase, VerbUnforward, Always, NoForward, nil},
 }
 
 type transitionKey struct {
@@ -194,7 +214,7 @@ var transitions = func() map[transitionKey]events.Phase {
 // and needs the phases where each verb emits, for the refusal's message.
 var commandRules, needs = func() (map[string][]Rule, map[string][]events.Phase) {
 	rules, needs := map[string][]Rule{}, map[string][]events.Phase{}
-	for _, verb := range Verbs {
+	for _, verb := range allVerbs {
 		for _, r := range Commands {
 			if r.Verb != verb && r.Verb != anyVerb {
 				continue
@@ -240,6 +260,7 @@ type Facts struct {
 	AfterResume bool
 	CanSuspend  bool
 	Holds       bool
+	Forwarded   bool
 }
 
 func (f Facts) hold(g Guard) bool {
@@ -250,6 +271,8 @@ func (f Facts) hold(g Guard) bool {
 		return !f.CanSuspend
 	case Holds:
 		return f.Holds
+	case Forwarded:
+		return f.Forwarded
 	}
 	return true
 }

@@ -104,6 +104,20 @@ var contractEvents = []struct {
 	{"error", "sandbox.delete_requested", "deleting"},
 	{"deleting", "sandbox.retained_state_invalidated", "deleting"},
 	{"deleting", "sandbox.deleted", "deleted"},
+	// a forward (CONTRACT §5) is opened to a sandbox that is ready, or
+	// suspended (its connections then wait for the resume), and closed in
+	// any phase but deleted (a delete closes them all): facts, no phase moves
+	{"ready", "sandbox.forward_opened", "ready"},
+	{"suspended", "sandbox.forward_opened", "suspended"},
+	{"provisioning", "sandbox.forward_closed", "provisioning"},
+	{"ready", "sandbox.forward_closed", "ready"},
+	{"stopping", "sandbox.forward_closed", "stopping"},
+	{"stopped", "sandbox.forward_closed", "stopped"},
+	{"starting", "sandbox.forward_closed", "starting"},
+	{"suspending", "sandbox.forward_closed", "suspending"},
+	{"suspended", "sandbox.forward_closed", "suspended"},
+	{"deleting", "sandbox.forward_closed", "deleting"},
+	{"error", "sandbox.forward_closed", "error"},
 }
 
 // TestNextWalksEveryPair walks every (phase, event type) pair: the pairs of
@@ -170,6 +184,7 @@ var contractCommands = []struct {
 	afterResume tri
 	canSuspend  tri
 	holds       tri
+	forwarded   tri
 	emit        []string
 	code        events.Code
 }{
@@ -231,6 +246,31 @@ var contractCommands = []struct {
 	{phase: "error", verb: "delete", emit: []string{"sandbox.delete_requested"}},
 	{phase: "deleting", verb: "delete"},
 	{phase: "deleted", verb: "delete"},
+	// a forward opens to a ready or suspended sandbox; an unforward closes
+	// a forward the sandbox has (NOT_FOUND otherwise), in any phase
+	{phase: "", verb: "forward", code: events.CodeNotFound},
+	{phase: "", verb: "unforward", code: events.CodeNotFound},
+	{phase: "ready", verb: "forward", emit: []string{"sandbox.forward_opened"}},
+	{phase: "suspended", verb: "forward", emit: []string{"sandbox.forward_opened"}},
+	{phase: "provisioning", verb: "unforward", forwarded: yes, emit: []string{"sandbox.forward_closed"}},
+	{phase: "ready", verb: "unforward", forwarded: yes, emit: []string{"sandbox.forward_closed"}},
+	{phase: "stopping", verb: "unforward", forwarded: yes, emit: []string{"sandbox.forward_closed"}},
+	{phase: "stopped", verb: "unforward", forwarded: yes, emit: []string{"sandbox.forward_closed"}},
+	{phase: "starting", verb: "unforward", forwarded: yes, emit: []string{"sandbox.forward_closed"}},
+	{phase: "suspending", verb: "unforward", forwarded: yes, emit: []string{"sandbox.forward_closed"}},
+	{phase: "suspended", verb: "unforward", forwarded: yes, emit: []string{"sandbox.forward_closed"}},
+	{phase: "deleting", verb: "unforward", forwarded: yes, emit: []string{"sandbox.forward_closed"}},
+	{phase: "error", verb: "unforward", forwarded: yes, emit: []string{"sandbox.forward_closed"}},
+	{phase: "provisioning", verb: "unforward", forwarded: no, code: events.CodeNotFound},
+	{phase: "ready", verb: "unforward", forwarded: no, code: events.CodeNotFound},
+	{phase: "stopping", verb: "unforward", forwarded: no, code: events.CodeNotFound},
+	{phase: "stopped", verb: "unforward", forwarded: no, code: events.CodeNotFound},
+	{phase: "starting", verb: "unforward", forwarded: no, code: events.CodeNotFound},
+	{phase: "suspending", verb: "unforward", forwarded: no, code: events.CodeNotFound},
+	{phase: "suspended", verb: "unforward", forwarded: no, code: events.CodeNotFound},
+	{phase: "deleting", verb: "unforward", forwarded: no, code: events.CodeNotFound},
+	{phase: "error", verb: "unforward", forwarded: no, code: events.CodeNotFound},
+	{phase: "deleted", verb: "unforward", code: events.CodeNotFound},
 }
 
 // TestCommandsWalkEveryPair runs decide for every (phase, verb) pair, with
@@ -239,12 +279,12 @@ var contractCommands = []struct {
 func TestCommandsWalkEveryPair(t *testing.T) {
 	phases := append([]events.Phase{events.PhaseNone}, events.Phases...)
 	for _, phase := range phases {
-		for _, verb := range Verbs {
+		for _, verb := range allVerbs {
 			for _, f := range allFacts() {
 				var matched []int
 				for i, w := range contractCommands {
 					if w.phase == phase && w.verb == verb && w.afterResume.matches(f.afterResume) &&
-						w.canSuspend.matches(f.canSuspend) && w.holds.matches(f.holds) {
+						w.canSuspend.matches(f.canSuspend) && w.holds.matches(f.holds) && w.forwarded.matches(f.forwarded) {
 						matched = append(matched, i)
 					}
 				}
@@ -260,7 +300,10 @@ func TestCommandsWalkEveryPair(t *testing.T) {
 				if f.holds {
 					s.RestoreRef = "ref-4"
 				}
-				evs, err := decide(s, Command{Verb: verb, ID: sid}, compute.Capabilities{Suspend: f.canSuspend})
+				if f.forwarded {
+					s.Forwards = map[string]events.Forward{"fw-1": {ID: "fw-1"}}
+				}
+				evs, err := decide(s, Command{Verb: verb, ID: sid, Forward: events.Forward{ID: "fw-1"}}, compute.Capabilities{Suspend: f.canSuspend})
 				var got []string
 				for _, e := range evs {
 					got = append(got, e.Type())
@@ -275,13 +318,13 @@ func TestCommandsWalkEveryPair(t *testing.T) {
 }
 
 // facts are the facts besides the phase a command row may need.
-type facts struct{ afterResume, canSuspend, holds bool }
+type facts struct{ afterResume, canSuspend, holds, forwarded bool }
 
 // allFacts is every combination of them.
 func allFacts() []facts {
 	var out []facts
-	for i := 0; i < 8; i++ {
-		out = append(out, facts{afterResume: i&1 != 0, canSuspend: i&2 != 0, holds: i&4 != 0})
+	for i := 0; i < 16; i++ {
+		out = append(out, facts{afterResume: i&1 != 0, canSuspend: i&2 != 0, holds: i&4 != 0, forwarded: i&8 != 0})
 	}
 	return out
 }
@@ -298,8 +341,8 @@ func TestCommandEventsFollowTheTable(t *testing.T) {
 			froms = events.Phases
 		}
 		for _, from := range froms {
-			if r.Verb == VerbDelete && (from == phDeleting || from == phDeleted) {
-				continue // the rows above the catch-all take these
+			if r.Phase == anyPhase && takenAbove(r, from) {
+				continue // a row above the catch-all takes this phase
 			}
 			p := from
 			for _, typ := range r.Events {
@@ -312,6 +355,20 @@ func TestCommandEventsFollowTheTable(t *testing.T) {
 			}
 		}
 	}
+}
+
+// takenAbove says whether a row of Commands above r, for r's verb, names
+// phase p itself.
+func takenAbove(r Rule, p events.Phase) bool {
+	for _, above := range Commands {
+		if above.Verb == r.Verb && above.Phase == p {
+			return true
+		}
+		if above.Verb == r.Verb && above.Phase == r.Phase && slices.Equal(above.Events, r.Events) && above.Then == r.Then {
+			return false
+		}
+	}
+	return false
 }
 
 // TestRefusalNamesThePhasesNeeded: a command in a wrong phase says which

@@ -150,7 +150,7 @@ func TestScenarios(t *testing.T) {
 			}},
 		{name: "reports of the old generation after a resume change nothing", given: []string{"suspend", "resume"},
 			when: func(s *scene) {
-				for _, kind := range []string{compute.ReportExited, compute.ReportAttached, compute.ReportDetached} {
+				for _, kind := range []string{compute.ReportExited, compute.ReportAttached, compute.ReportDetached, compute.ReportHeartbeat} {
 					s.want(s.report(1, "", kind, 9), events.CodeFailedPrecondition)
 				}
 				// Nor does the new generation with the old one's credential.

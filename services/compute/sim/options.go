@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,6 +23,7 @@ const (
 	OptAnswerDelay       = "answer_delay"
 	OptAttach            = "attach"
 	OptObserve           = "observe"
+	OptPorts             = "ports"
 
 	// ObserveTruth and ObserveUnknown are the observe option's values:
 	// Observe says what is true, or that it cannot tell.
@@ -48,7 +50,7 @@ var (
 	suspendModes = []string{SuspendOK, SuspendReject, SuspendHang, SuspendUnimplemented}
 	resumeModes  = []string{ResumeOK, ResumeFail, ResumeFailOnce, ResumeFailAfterConsume, ResumeHang}
 	observeModes = []string{ObserveTruth, ObserveUnknown}
-	knownKeys    = []string{OptAnswerDelay, OptAttach, OptExitAfter, OptExitCode, OptExitDuringSuspend, OptLatency, OptObserve, OptResume, OptSuspend}
+	knownKeys    = []string{OptAnswerDelay, OptAttach, OptExitAfter, OptExitCode, OptExitDuringSuspend, OptLatency, OptObserve, OptPorts, OptResume, OptSuspend}
 )
 
 // options are the parsed driver_options of one sandbox.
@@ -70,6 +72,9 @@ type options struct {
 	attachNever bool
 	// observe is ObserveTruth or ObserveUnknown.
 	observe string
+	// ports maps a port of the simulated workload to a real address a
+	// connection to it reaches (for forwards).
+	ports map[int]string
 }
 
 // ValidateOptions reports the first problem of opts as a sim sandbox's
@@ -109,6 +114,8 @@ func parse(opts map[string]string) (options, error) {
 			o.answerDelay, err = duration(v)
 		case OptObserve:
 			o.observe, err = oneOf(v, observeModes)
+		case OptPorts:
+			o.ports, err = portMap(v)
 		case OptAttach:
 			if v == AttachNever {
 				o.attachNever = true
@@ -123,6 +130,23 @@ func parse(opts map[string]string) (options, error) {
 		}
 	}
 	return o, nil
+}
+
+// portMap parses "8000=127.0.0.1:43211,8080=host:port".
+func portMap(v string) (map[int]string, error) {
+	m := map[int]string{}
+	for _, pair := range strings.Split(v, ",") {
+		p, addr, ok := strings.Cut(pair, "=")
+		n, err := strconv.Atoi(p)
+		if !ok || err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("%q is not PORT=HOST:PORT", pair)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("%q: %v", pair, err)
+		}
+		m[n] = addr
+	}
+	return m, nil
 }
 
 func duration(v string) (time.Duration, error) {

@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"sync"
 	"time"
 
@@ -44,6 +45,7 @@ var (
 	_ compute.Suspender = (*Driver)(nil)
 	_ compute.Observer  = (*Driver)(nil)
 	_ compute.Logger    = (*Driver)(nil)
+	_ compute.Dialer    = (*Driver)(nil)
 )
 
 // ErrClosed: the driver was closed.
@@ -614,6 +616,21 @@ func (d *Driver) Logs(ctx context.Context, spec compute.Spec, tail int) ([]byte,
 		out = append(append(out, l...), '\n')
 	}
 	return out, nil
+}
+
+// Dial connects to port of the simulated workload: the real address the
+// ports option maps it to (connection refused for a port it does not map).
+func (d *Driver) Dial(ctx context.Context, spec compute.Spec, port int) (net.Conn, error) {
+	o, err := parse(spec.Options)
+	if err != nil {
+		return nil, err
+	}
+	addr, ok := o.ports[port]
+	if !ok {
+		return nil, fmt.Errorf("sim %s: nothing listens on port %d (no ports option maps it)", spec.SandboxID, port)
+	}
+	var dl net.Dialer
+	return dl.DialContext(ctx, "tcp", addr)
 }
 
 // attachLocked queues the attach of b's generation after the attach

@@ -468,6 +468,9 @@ func TestValidateOptions(t *testing.T) {
 		{"attach never and an answer delay", map[string]string{"attach": "never", "answer_delay": "5ms"}, ""},
 		{"a hanging resume and an observer that cannot tell", map[string]string{"resume": "hang", "observe": "unknown"}, ""},
 		{"bad observe", map[string]string{"observe": "maybe"}, `"maybe" is not one of truth, unknown`},
+		{"ports", map[string]string{"ports": "8000=127.0.0.1:1234,80=localhost:8080"}, ""},
+		{"a port that is none", map[string]string{"ports": "http=127.0.0.1:80"}, `"ports"`},
+		{"an address that is none", map[string]string{"ports": "80=nowhere"}, `"ports"`},
 		{"bad attach", map[string]string{"attach": "soon"}, `"attach"`},
 		{"negative answer delay", map[string]string{"answer_delay": "-1ms"}, "negative"},
 	}

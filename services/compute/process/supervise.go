@@ -130,6 +130,17 @@ func Supervise(ctx context.Context, s Supervision, log zerolog.Logger) error {
 	defer signal.Stop(chld)
 	defer signal.Stop(usr1)
 
+	// Connected (or connecting: a service down now is asked again) before
+	// the workload starts, so that a URL that cannot work refuses the start.
+	nc, err := nats.Connect(s.NATSURL, nats.Name("torpor supervise "+s.Sandbox),
+		nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.ReconnectWait(250*time.Millisecond))
+	if err != nil {
+		err = fmt.Errorf("supervise: nats %s: %w", s.NATSURL, err)
+		s.tell(err)
+		return err
+	}
+	defer nc.Close()
+
 	w, err := s.start()
 	if err == nil {
 		err = s.record(run{Supervisor: os.Getpid(), Generation: s.Generation, Workload: w})
@@ -141,14 +152,6 @@ func Supervise(ctx context.Context, s Supervision, log zerolog.Logger) error {
 	s.tell(nil)
 	log.Info().Int64("generation", s.Generation).Int("pid", w.Pid).Strs("command", s.Command).Msg("workload started")
 
-	nc, err := nats.Connect(s.NATSURL, nats.Name("torpor supervise "+s.Sandbox),
-		nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.ReconnectWait(250*time.Millisecond))
-	if err != nil {
-		// Only a malformed URL fails here; the workload runs on unreported.
-		log.Error().Err(err).Msg("nats")
-	} else {
-		defer nc.Close()
-	}
 	g, _ := groupOf(s.freezer(), s.Cgroup, w.Pid)
 	v := &supervisor{s: s, nc: nc, log: log, gen: s.Generation, cred: s.Credential, w: w, group: g}
 	return v.loop(ctx, chld, usr1)
@@ -244,6 +247,10 @@ type supervisor struct {
 	// each is sent until a gateway answers it.
 	queue  []compute.Report
 	exited bool
+	// unanswered: the last report got no answer; beat is the answer to
+	// the last heartbeat.
+	unanswered bool
+	beat       string
 }
 
 func (v *supervisor) loop(ctx context.Context, chld, usr1 <-chan os.Signal) error {
@@ -373,12 +380,13 @@ func (v *supervisor) handoff() bool {
 }
 
 // send asks a gateway to take r and says whether one answered, taking it
-// or refusing it.
+// or refusing it. What it logs is the changes: the first report unanswered
+// (the service is down, say) and the first answered after, every refusal of
+// an attach or an exit, and a heartbeat's answer when it differs from the
+// last heartbeat's, so a supervisor waiting out a long downtime, or
+// heartbeating where heartbeats are refused, does not fill its log.
 func (v *supervisor) send(r compute.Report) bool {
 	log := v.log.With().Int64("generation", r.Generation).Str("kind", r.Kind).Logger()
-	if v.nc == nil {
-		return false
-	}
 	data, err := json.Marshal(r)
 	if err != nil {
 		log.Error().Err(err).Msg("report")
@@ -386,15 +394,30 @@ func (v *supervisor) send(r compute.Report) bool {
 	}
 	msg, err := v.nc.Request(compute.ReportSubject(r.SandboxID), data, requestTimeout)
 	if err != nil {
-		log.Debug().Err(err).Msg("report unanswered")
+		if !v.unanswered {
+			log.Warn().Err(err).Msg("report unanswered; reports are asked again until a gateway answers")
+		}
+		v.unanswered = true
 		return false
 	}
+	if v.unanswered {
+		log.Info().Msg("reports answered again")
+		v.unanswered = false
+	}
+	answer := "taken"
 	var body events.ErrorBody
 	if json.Unmarshal(msg.Data, &body) == nil && body.Error != nil {
-		log.Warn().Str("code", string(body.Error.Code)).Str("message", body.Error.Message).Msg("report refused")
-		return true
+		answer = string(body.Error.Code) + ": " + body.Error.Message
 	}
-	if r.Kind != compute.ReportHeartbeat {
+	if r.Kind == compute.ReportHeartbeat {
+		if answer == v.beat {
+			return true
+		}
+		v.beat = answer
+	}
+	if body.Error != nil {
+		log.Warn().Str("code", string(body.Error.Code)).Str("message", body.Error.Message).Msg("report refused")
+	} else {
 		log.Info().Msg("report taken")
 	}
 	return true

@@ -56,21 +56,25 @@ func cred(gen int64) string { return fmt.Sprintf("credential-of-%d", gen) }
 // attached is fenced (FAILED_PRECONDITION); a report taken goes to its
 // sandbox's channel, and to all.
 type gateway struct {
-	url string
-	all chan compute.Report
+	url    string
+	all    chan compute.Report
+	nc     *nats.Conn
+	handle nats.MsgHandler
 
 	mu     sync.Mutex
 	boxes  map[string]chan compute.Report
 	newest map[string]int64
 	// received is every report each sandbox's supervisors sent, taken or not.
 	received map[string][]compute.Report
+	sub      *nats.Subscription // nil while down
 }
 
 func newGateway(t testing.TB) *gateway {
 	t.Helper()
 	srv := natstest.StartWith(t, natstest.Options{Listen: true})
 	g := &gateway{url: srv.ClientURL(), all: make(chan compute.Report, 4096), boxes: map[string]chan compute.Report{}, newest: map[string]int64{}, received: map[string][]compute.Report{}}
-	sub, err := srv.Conn.Subscribe(compute.ReportSubject("*"), func(m *nats.Msg) {
+	g.nc = srv.Conn
+	g.handle = func(m *nats.Msg) {
 		var r compute.Report
 		if err := json.Unmarshal(m.Data, &r); err != nil {
 			t.Errorf("a report that is no JSON: %q", m.Data)
@@ -78,15 +82,37 @@ func newGateway(t testing.TB) *gateway {
 		}
 		body, _ := json.Marshal(g.take(r))
 		_ = m.Respond(body)
-	})
+	}
+	g.up(t)
+	t.Cleanup(g.down)
+	return g
+}
+
+// up starts answering reports (again).
+func (g *gateway) up(t testing.TB) {
+	t.Helper()
+	sub, err := g.nc.Subscribe(compute.ReportSubject("*"), g.handle)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := srv.Conn.Flush(); err != nil {
+	if err := g.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	return g
+	g.mu.Lock()
+	g.sub = sub
+	g.mu.Unlock()
+}
+
+// down stops answering reports, as a service that is down does not.
+func (g *gateway) down() {
+	g.mu.Lock()
+	sub := g.sub
+	g.sub = nil
+	g.mu.Unlock()
+	if sub != nil {
+		_ = sub.Unsubscribe()
+		_ = g.nc.Flush()
+	}
 }
 
 // take judges r as the gateway would and returns the answer's body.
@@ -254,7 +280,7 @@ func needFreezer(t testing.TB, kind string) {
 	if kind != process.FreezerSignal && none && os.Getenv("CI") == "true" {
 		t.Fatalf("CI=true and no cgroup freezer works here: %v", err)
 	}
-	t.Skipf("SKIPPED, NOT PASSED: the %s freezer does not work here: %v", kind, err)
+	t.Skipf("SKIPPED, NOT PASSED: %s does not work here: %v", kind, err)
 }
 
 // startReady starts generation gen of spec and waits for its attach.

@@ -414,3 +414,40 @@ func TestDial(t *testing.T) {
 		t.Fatalf("read %q", got)
 	}
 }
+
+// TestReportsWaitForTheService: a supervisor whose service is down (no
+// gateway answers) asks again until one does, for its attach and for its
+// workload's exit, which are then taken in order.
+func TestReportsWaitForTheService(t *testing.T) {
+	g := newGateway(t)
+	d, _ := newDriver(t, g, nil)
+	g.down()
+	spec := newSpec("sh", "-c", "while [ ! -e done ]; do sleep 0.02; done; exit 3")
+	if err := d.Start(ctx(t), compute.Start{Spec: spec, Generation: 1, Credential: cred(1)}); err != nil {
+		t.Fatal(err)
+	}
+	logged := func(what string) func() bool {
+		return func() bool {
+			b, _ := os.ReadFile(filepath.Join(process.Dir(d, spec.SandboxID), "supervisor.log"))
+			return strings.Contains(string(b), what)
+		}
+	}
+	eventually(t, "the attach unanswered", logged("report unanswered"))
+	// The workload exits while nobody answers.
+	if err := os.WriteFile(filepath.Join(process.Dir(d, spec.SandboxID), "work", "done"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the exit observed", func() bool {
+		o, err := d.Observe(ctx(t), spec)
+		return err == nil && o.State == compute.StateExited
+	})
+	g.up(t)
+	g.await(t, spec.SandboxID, compute.ReportAttached, 1)
+	if r := g.await(t, spec.SandboxID, compute.ReportExited, 1); r.ExitCode != 3 {
+		t.Fatalf("exit code %d, want 3", r.ExitCode)
+	}
+	eventually(t, "the supervisor gone", func() bool {
+		sup, _ := process.Pids(d, spec.SandboxID)
+		return !alive(sup)
+	})
+}

@@ -20,7 +20,8 @@ import (
 // TestProcessSandboxAcrossRestarts drives a process sandbox through the
 // real binary: created, it counts in its working directory; `torpor serve`
 // shut down (^C to its process group) leaves it counting, and started again
-// finds it ready;
+// finds it ready (and takes the exit of another sandbox that ended while it
+// was down);
 // it suspends and resumes (generation 2, the same process counting on),
 // stops and starts (generation 3, counting afresh), and is deleted with
 // nothing of it left; `torpor check` finds the log sound.
@@ -45,6 +46,13 @@ func TestProcessSandboxAcrossRestarts(t *testing.T) {
 	mustWait(t, c.client(), v.ID, events.PhaseReady)
 	counter := filepath.Join(dir, "process", v.ID, "work", "counter")
 	pid, n := readCounter(t, counter, 1)
+	// Another ends when told to, while the service is down.
+	quits, err := c.client().Create(ctx, torpor.CreateRequest{Driver: "process", Command: []string{"sh", "-c",
+		`while [ ! -e quit ]; do sleep 0.02; done; exit 3`}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, c.client(), quits.ID, events.PhaseReady)
 
 	// ^C, as a terminal sends it: to the whole process group of the service.
 	if err := syscall.Kill(-c.cmd.Process.Pid, syscall.SIGINT); err != nil {
@@ -54,11 +62,22 @@ func TestProcessSandboxAcrossRestarts(t *testing.T) {
 	if p, _ := readCounter(t, counter, n+5); p != pid {
 		t.Fatalf("without the service the counter is written by %d, not %d", p, pid)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "process", quits.ID, "work", "quit"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the exit recorded", func() bool {
+		b, _ := os.ReadFile(filepath.Join(dir, "process", quits.ID, "run.json"))
+		return strings.Contains(string(b), `"exited":true`)
+	})
 
 	c = serveProcess(t, dir, "--nats-listen", natsListen)
 	cl := c.client()
 	if got, err := cl.Get(ctx, v.ID); err != nil || got.Phase != events.PhaseReady || got.Generation != 1 {
 		t.Fatalf("after the restart: %+v, %v", got, err)
+	}
+	// The exit its supervisor kept asking to report is taken now.
+	if got := mustWait(t, cl, quits.ID, events.PhaseError); got.ExitCode == nil || *got.ExitCode != 3 || got.Reason != events.ReasonMainProcessExited {
+		t.Fatalf("the sandbox that exited meanwhile: %+v", got)
 	}
 	lifecycle := func(verb string, want events.Phase) events.View {
 		t.Helper()

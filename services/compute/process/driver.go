@@ -196,6 +196,21 @@ func load(dir string) (*state, error) {
 	return &st, nil
 }
 
+// open takes sandbox id's lock and reads its state (nil if it has none),
+// as every call but Observe begins; unlock releases the lock, and is safe
+// to call when open failed.
+func (d *Driver) open(id string) (dir string, st *state, unlock func(), err error) {
+	if dir, err = d.dir(id); err != nil {
+		return "", nil, func() {}, err
+	}
+	unlock = d.lock(id)
+	if st, err = load(dir); err != nil {
+		unlock()
+		return "", nil, func() {}, err
+	}
+	return dir, st, unlock, nil
+}
+
 func save(dir string, st *state) error { return writeJSON(filepath.Join(dir, stateFile), st) }
 
 // loadRun reads the supervisor's record in dir; zero if there is none.
@@ -217,18 +232,14 @@ func (st *state) group() (group, error) { return groupOf(st.Freezer, st.Cgroup, 
 // Start of an older generation than the newest does nothing.
 func (d *Driver) Start(ctx context.Context, req compute.Start) error {
 	id, gen := req.Spec.SandboxID, req.Generation
-	dir, err := d.dir(id)
+	dir, st, unlock, err := d.open(id)
+	defer unlock()
 	if err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
 	env := d.env(req.Spec)
 	if err := lookPath(req.Spec.Command, env, filepath.Join(dir, workDir)); err != nil {
 		return fmt.Errorf("start %s generation %d: %w", id, gen, err)
-	}
-	defer d.lock(id)()
-	st, err := load(dir)
-	if err != nil {
-		return fmt.Errorf("start %s: %w", id, err)
 	}
 	switch {
 	case st != nil && gen < st.Generation:
@@ -428,12 +439,8 @@ func lookPath(command []string, env []string, work string) error {
 // generation than the newest changes nothing.
 func (d *Driver) Stop(ctx context.Context, t compute.Target) error {
 	id := t.Spec.SandboxID
-	dir, err := d.dir(id)
-	if err != nil {
-		return nil // nothing of it can be here
-	}
-	defer d.lock(id)()
-	st, err := load(dir)
+	dir, st, unlock, err := d.open(id)
+	defer unlock()
 	if err != nil {
 		return fmt.Errorf("stop %s: %w", id, err)
 	}
@@ -505,12 +512,8 @@ func (d *Driver) end(ctx context.Context, dir string, st *state, grace time.Dura
 // repeated Suspend of the generation returns the same reference.
 func (d *Driver) Suspend(ctx context.Context, t compute.Target) (string, error) {
 	id, gen := t.Spec.SandboxID, t.Generation
-	dir, err := d.dir(id)
-	if err != nil {
-		return "", fmt.Errorf("suspend %s: %w", id, err)
-	}
-	defer d.lock(id)()
-	st, err := load(dir)
+	dir, st, unlock, err := d.open(id)
+	defer unlock()
 	if err != nil {
 		return "", fmt.Errorf("suspend %s: %w", id, err)
 	}
@@ -575,12 +578,8 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 	id, gen, ref := req.Spec.SandboxID, req.Generation, req.RestoreRef
 	none := compute.ResumeResult{}
 	consumed := compute.ResumeResult{Consumed: true}
-	dir, err := d.dir(id)
-	if err != nil {
-		return none, fmt.Errorf("resume %s: %w: %q", id, compute.ErrUnknownRef, ref)
-	}
-	defer d.lock(id)()
-	st, err := load(dir)
+	dir, st, unlock, err := d.open(id)
+	defer unlock()
 	if err != nil {
 		return none, fmt.Errorf("resume %s: %w", id, err)
 	}
@@ -651,12 +650,8 @@ func (d *Driver) restore(ctx context.Context, dir string, st *state, req compute
 // suspended sandbox is a cold one. It is idempotent.
 func (d *Driver) Discard(ctx context.Context, spec compute.Spec, ref string) error {
 	id := spec.SandboxID
-	dir, err := d.dir(id)
-	if err != nil {
-		return nil
-	}
-	defer d.lock(id)()
-	st, err := load(dir)
+	dir, st, unlock, err := d.open(id)
+	defer unlock()
 	if err != nil {
 		return fmt.Errorf("discard %s: %w", id, err)
 	}
@@ -683,12 +678,8 @@ func (d *Driver) Discard(ctx context.Context, spec compute.Spec, ref string) err
 // removes its directory and cgroup. It is idempotent.
 func (d *Driver) Delete(ctx context.Context, spec compute.Spec) error {
 	id := spec.SandboxID
-	dir, err := d.dir(id)
-	if err != nil {
-		return nil
-	}
-	defer d.lock(id)()
-	st, err := load(dir)
+	dir, st, unlock, err := d.open(id)
+	defer unlock()
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}

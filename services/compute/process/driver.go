@@ -493,7 +493,10 @@ func (d *Driver) end(ctx context.Context, dir string, st *state, grace time.Dura
 		if err != nil {
 			return false, err
 		}
-		return false, g.kill()
+		if err := g.kill(); err != nil && !isNotExist(err) {
+			return false, err
+		}
+		return false, nil
 	})
 	if err != nil {
 		return err

@@ -451,3 +451,30 @@ func TestReportsWaitForTheService(t *testing.T) {
 		return !alive(sup)
 	})
 }
+
+// TestStopIsGraceful: a stop sends SIGTERM first, which a workload may act
+// on, and ends one that ignores it once the grace has passed.
+func TestStopIsGraceful(t *testing.T) {
+	g := newGateway(t)
+	d, _ := newDriver(t, g, nil)
+	polite := newSpec("sh", "-c", `trap 'echo bye; exit 0' TERM; while true; do sleep 0.02; done`)
+	deaf := newSpec("sh", "-c", `trap '' TERM; while true; do sleep 0.02; done`)
+	for _, spec := range []compute.Spec{polite, deaf} {
+		startReady(t, d, g, spec, 1)
+		if err := d.Stop(ctx(t), compute.Target{Spec: spec, Generation: 1}); err != nil {
+			t.Fatal(err)
+		}
+		observe(t, d, spec, compute.StateStopped, 1)
+		if _, pid := process.Pids(d, spec.SandboxID); alive(pid) {
+			t.Errorf("the workload %d runs on after the stop", pid)
+		}
+	}
+	// (Its stdout's last line, then its stderr's, where the shell may say
+	// its sleep was terminated.)
+	if out, _ := d.Logs(ctx(t), polite, 1); !strings.HasPrefix(string(out), "bye\n") {
+		t.Errorf("the polite workload said %q, want bye: it was not asked to end", out)
+	}
+	if r := g.await(t, deaf.SandboxID, compute.ReportExited, 1); r.ExitCode != 137 {
+		t.Errorf("the deaf workload ended with %d, want 137 (killed)", r.ExitCode)
+	}
+}

@@ -478,3 +478,56 @@ func TestStopIsGraceful(t *testing.T) {
 		t.Errorf("the deaf workload ended with %d, want 137 (killed)", r.ExitCode)
 	}
 }
+
+// TestRefusedReportsAreNotAskedAgain: an attach the gateway refuses (a bad
+// credential here) is not asked again; the supervisor carries on.
+func TestRefusedReportsAreNotAskedAgain(t *testing.T) {
+	g := newGateway(t)
+	d, _ := newDriver(t, g, nil)
+	spec := newSpec("sleep", "3600")
+	if err := d.Start(ctx(t), compute.Start{Spec: spec, Generation: 1, Credential: "not-the-credential"}); err != nil {
+		t.Fatal(err)
+	}
+	var sent []compute.Report
+	eventually(t, "two heartbeats after the attach", func() bool {
+		sent = g.sent(spec.SandboxID)
+		beats := 0
+		for _, r := range sent {
+			if r.Kind == compute.ReportHeartbeat {
+				beats++
+			}
+		}
+		return beats >= 2
+	})
+	attaches := 0
+	for _, r := range sent {
+		if r.Kind == compute.ReportAttached {
+			attaches++
+		}
+	}
+	if attaches != 1 {
+		t.Fatalf("the refused attach was sent %d times: %+v", attaches, sent)
+	}
+	observe(t, d, spec, compute.StateRunning, 1)
+}
+
+// TestSuperviseOnItsOwn: `torpor supervise` without a directory runs its
+// command with its own output, reports its attach and its exit, and exits 0.
+func TestSuperviseOnItsOwn(t *testing.T) {
+	g := newGateway(t)
+	id := newSpec().SandboxID
+	cmd := exec.Command(torporBin, "supervise", "--sandbox", id, "--generation", "4", "--nats-url", g.url, "--heartbeat", "50ms",
+		"--", "sh", "-c", `echo "hello, credential=$`+process.CredentialEnv+`"; exit 5`)
+	cmd.Env = append(os.Environ(), process.CredentialEnv+"="+cred(4))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("torpor supervise: %v", err)
+	}
+	if string(out) != "hello, credential=\n" {
+		t.Errorf("the command said %q", out)
+	}
+	g.await(t, id, compute.ReportAttached, 4)
+	if r := g.await(t, id, compute.ReportExited, 4); r.ExitCode != 5 {
+		t.Errorf("exit code %d, want 5", r.ExitCode)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -72,6 +73,9 @@ func serveProcess(t *testing.T, dir string, args ...string) *child {
 	t.Helper()
 	args = append([]string{"serve", "--data", dir, "--http", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--fsync", "always"}, args...)
 	cmd := exec.Command(binary(t), args...)
+	// A process group of its own, as a shell gives a job: a signal to the
+	// group (a terminal's ^C) reaches what the service started in it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

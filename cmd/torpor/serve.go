@@ -24,6 +24,7 @@ import (
 	"github.com/torpor/torpor/projections/kvview"
 	"github.com/torpor/torpor/sagas"
 	"github.com/torpor/torpor/services/compute"
+	"github.com/torpor/torpor/services/compute/process"
 	"github.com/torpor/torpor/services/compute/sim"
 	"github.com/torpor/torpor/services/forward"
 	"github.com/torpor/torpor/services/gateway"
@@ -45,6 +46,10 @@ type serveConfig struct {
 	// shorter window saves it, and a retried command older than the window
 	// is then caught only by the sandbox's last 32 command ids.
 	DuplicateWindow time.Duration
+	// Torpor is the torpor binary the process driver's supervisors run;
+	// default this executable. No flag sets it: tests that run the service
+	// in their own binary point it at a built torpor.
+	Torpor string
 }
 
 func (c serveConfig) Validate() error {
@@ -164,6 +169,15 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		return nil, err
 	}
 	drivers := compute.Registry{"sim": a.driver}
+	// The process driver's sandboxes live under --data and their
+	// supervisors report on the NATS the service runs on (they need one
+	// they can dial). Shutting the service down leaves them running: a
+	// restart finds them.
+	if cfg.Data != "" && (cfg.NATSURL != "" || cfg.NATSListen != "") {
+		if drivers["process"], err = process.New(process.Config{Data: cfg.Data, NATSURL: url, Binary: cfg.Torpor}); err != nil {
+			return nil, err
+		}
+	}
 	svc, err := gateway.NewService(store, names, drivers, creds, gateway.Config{Node: cfg.Node}, log.With().Str("part", "gateway").Logger())
 	if err != nil {
 		return nil, err

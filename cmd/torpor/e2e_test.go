@@ -392,7 +392,7 @@ func TestForwardsBadInput(t *testing.T) {
 		{"malformed JSON", "POST", v.ID + "/forwards", `{"port":`, events.CodeInvalidArgument},
 		{"an unknown field", "POST", v.ID + "/forwards", `{"port":80,"proto":"udp"}`, events.CodeInvalidArgument},
 		{"an unknown sandbox", "POST", "0193b0a4-0000-7000-8000-00000000beef/forwards", `{"port":80}`, events.CodeNotFound},
-		{"a driver with no ports (the sim)", "POST", v.ID + "/forwards", `{"port":80}`, events.CodeUnimplemented},
+		{"a port nothing listens on (no ports option)", "POST", v.ID + "/forwards", `{"port":80}`, events.CodeFailedPrecondition},
 		{"an unknown forward", "DELETE", v.ID + "/forwards/0193b0a4-0000-7000-8000-00000000f00d", ``, events.CodeNotFound},
 	} {
 		req, _ := http.NewRequest(tc.method, base+tc.path, strings.NewReader(tc.body))

@@ -49,19 +49,23 @@ func (r Registry) Names() []string {
 	return names
 }
 
-// OptionValidator is a driver that checks the options of a create.
-type OptionValidator interface {
-	ValidateOptions(opts map[string]string) error
+// SpecValidator is a driver that checks a create before it is accepted: its
+// options, command and environment (spec's SandboxID and Node are not yet
+// known). What only the node can tell (is the command on its PATH?) is the
+// start's to refuse.
+type SpecValidator interface {
+	ValidateSpec(spec Spec) error
 }
 
-// Validate checks that driver name exists and, if it can, that it accepts opts.
-func (r Registry) Validate(name string, opts map[string]string) error {
+// Validate checks that driver name exists and, if it can, that it accepts
+// spec.
+func (r Registry) Validate(name string, spec Spec) error {
 	d, err := r.Driver(name)
 	if err != nil {
 		return err
 	}
-	if v, ok := d.(OptionValidator); ok {
-		return v.ValidateOptions(opts)
+	if v, ok := d.(SpecValidator); ok {
+		return v.ValidateSpec(spec)
 	}
 	return nil
 }

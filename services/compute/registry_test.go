@@ -44,7 +44,7 @@ func TestRegistryAnswersForMissingCapabilities(t *testing.T) {
 		func() error { _, err := r.Driver("nope"); return err },
 		func() error { _, err := r.Logs(ctx, "nope", spec, 1); return err },
 		func() error { _, err := r.Dial(ctx, "nope", spec, 1); return err },
-		func() error { return r.Validate("nope", nil) },
+		func() error { return r.Validate("nope", compute.Spec{}) },
 	} {
 		if err := f(); err == nil {
 			t.Errorf("an unknown driver was taken")

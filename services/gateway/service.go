@@ -20,7 +20,7 @@ import (
 // Drivers is what the gateway asks of the compute side before it accepts a
 // command (compute.Registry satisfies it).
 type Drivers interface {
-	Validate(name string, opts map[string]string) error
+	Validate(name string, spec compute.Spec) error
 	Capabilities(name string, opts map[string]string) (compute.Capabilities, error)
 	// Names lists the drivers (GET /v1/drivers).
 	Names() []string
@@ -475,7 +475,7 @@ func (s *Service) create(ctx context.Context, c Command) (events.View, error) {
 	if r.Driver == "" {
 		r.Driver = s.cfg.DefaultDriver
 	}
-	if err := s.drivers.Validate(r.Driver, r.DriverOptions); err != nil {
+	if err := s.drivers.Validate(r.Driver, compute.Spec{Options: r.DriverOptions, Command: r.Command, Env: r.Env}); err != nil {
 		return events.View{}, events.Errorf(events.CodeInvalidArgument, "create: %v", err)
 	}
 	if r.Name != "" && !validName.MatchString(r.Name) {

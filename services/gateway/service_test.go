@@ -22,7 +22,7 @@ import (
 // fakeDrivers knows one driver, "sim", that can suspend.
 type fakeDrivers struct{}
 
-func (fakeDrivers) Validate(name string, _ map[string]string) error {
+func (fakeDrivers) Validate(name string, _ compute.Spec) error {
 	if name != "sim" {
 		return errors.New("unknown driver " + name)
 	}

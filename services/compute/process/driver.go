@@ -22,12 +22,12 @@ import (
 )
 
 var (
-	_ compute.Driver          = (*Driver)(nil)
-	_ compute.Suspender       = (*Driver)(nil)
-	_ compute.Observer        = (*Driver)(nil)
-	_ compute.Logger          = (*Driver)(nil)
-	_ compute.Dialer          = (*Driver)(nil)
-	_ compute.OptionValidator = (*Driver)(nil)
+	_ compute.Driver        = (*Driver)(nil)
+	_ compute.Suspender     = (*Driver)(nil)
+	_ compute.Observer      = (*Driver)(nil)
+	_ compute.Logger        = (*Driver)(nil)
+	_ compute.Dialer        = (*Driver)(nil)
+	_ compute.SpecValidator = (*Driver)(nil)
 )
 
 // Config says where the driver keeps its sandboxes and how it runs them.
@@ -146,10 +146,15 @@ func (d *Driver) Capabilities(map[string]string) compute.Capabilities {
 	return compute.Capabilities{Suspend: true, Retains: "the process group, frozen in place"}
 }
 
-// ValidateOptions refuses every option: the process driver has none.
-func (d *Driver) ValidateOptions(opts map[string]string) error {
-	for k := range opts {
+// ValidateSpec refuses a create with any option (the process driver has
+// none) or with no command to run. Whether the command is found is the
+// start's to say, on its node, with the workload's PATH.
+func (d *Driver) ValidateSpec(spec compute.Spec) error {
+	for k := range spec.Options {
 		return fmt.Errorf("process driver option %q: the process driver takes no options", k)
+	}
+	if len(spec.Command) == 0 || spec.Command[0] == "" {
+		return errors.New("the process driver runs a command: give one (\"command\": [\"prog\", \"arg\", …])")
 	}
 	return nil
 }

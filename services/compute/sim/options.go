@@ -180,7 +180,8 @@ func exitCode(v string) (int, error) {
 	return n, nil
 }
 
-// ValidateOptions lets the registry check a create's options (compute.OptionValidator).
-func (d *Driver) ValidateOptions(opts map[string]string) error { return ValidateOptions(opts) }
+// ValidateSpec lets the registry check a create (compute.SpecValidator): its
+// options; a sim sandbox runs no command, so any is taken.
+func (d *Driver) ValidateSpec(spec compute.Spec) error { return ValidateOptions(spec.Options) }
 
-var _ compute.OptionValidator = (*Driver)(nil)
+var _ compute.SpecValidator = (*Driver)(nil)

@@ -208,8 +208,9 @@ func (b *Bus) command(ctx context.Context, verb string, req micro.Request) (even
 
 // report records one supervisor report, if its credential is that of the
 // generation it claims; a reply, when asked for, says whether it was taken.
-// A heartbeat taken is passed on to every gateway; an exit or a detach ends
-// the watch of the supervisor's heartbeats.
+// A heartbeat taken is passed on to every gateway, as is the attach of a
+// new generation of a watched supervisor; an exit or a detach ends the watch
+// of the supervisor's heartbeats.
 func (b *Bus) report(ctx context.Context, m *nats.Msg) {
 	id := strings.TrimPrefix(m.Subject, "torpor.supervisor.")
 	r, err := b.svc.Report(ctx, id, m.Data)
@@ -219,6 +220,13 @@ func (b *Bus) report(ctx context.Context, m *nats.Msg) {
 		switch r.Kind {
 		case compute.ReportHeartbeat:
 			b.passOn(id, r.Generation)
+		case compute.ReportAttached:
+			// A resumed generation's supervisor that heartbeat as the
+			// older one is watched as the new one from its attach: should
+			// it never beat as it, it falls silent like any other.
+			if b.beats.watched(id) {
+				b.passOn(id, r.Generation)
+			}
 		case compute.ReportExited, compute.ReportDetached:
 			b.beats.forget(id)
 		}

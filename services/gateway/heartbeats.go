@@ -42,6 +42,14 @@ func (b *beats) note(id string, gen int64, at time.Time) {
 	b.last[id] = beat{gen: gen, at: at}
 }
 
+// watched says whether a supervisor of id has heartbeat and is watched.
+func (b *beats) watched(id string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.last[id]
+	return ok
+}
+
 func (b *beats) forget(id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

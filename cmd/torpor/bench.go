@@ -67,7 +67,7 @@ func benchCmd() *cobra.Command {
 // dir, on random ports, with serve's defaults but a shorter deadline.
 func benchStart(ctx context.Context, dir, fsync string) (bench.Service, error) {
 	a, err := start(ctx, serveConfig{Data: dir, HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: fsync, Node: "local",
-		Deadline: time.Minute, DuplicateWindow: jsstore.DefaultDuplicateWindow}, zerolog.Nop())
+		Deadline: time.Minute, DuplicateWindow: jsstore.DefaultDuplicateWindow, HeartbeatLimit: 15 * time.Second}, zerolog.Nop())
 	if err != nil {
 		return nil, err
 	}

@@ -54,7 +54,7 @@ func startAppUnchecked(t *testing.T, dir string, mod func(*serveConfig)) *app {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	cfg := serveConfig{Data: dir, HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: "interval", Node: "local", Deadline: 10 * time.Second, DuplicateWindow: time.Minute}
+	cfg := serveConfig{Data: dir, HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: "interval", Node: "local", Deadline: 10 * time.Second, DuplicateWindow: time.Minute, HeartbeatLimit: 15 * time.Second}
 	if mod != nil {
 		mod(&cfg)
 	}

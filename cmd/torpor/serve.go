@@ -50,6 +50,10 @@ type serveConfig struct {
 	// default this executable. No flag sets it: tests that run the service
 	// in their own binary point it at a built torpor.
 	Torpor string
+	// HeartbeatLimit is how long a supervisor that heartbeats may fall
+	// silent before it is recorded detached (gateway.Config.HeartbeatLimit);
+	// the process driver's supervisors beat three times within it.
+	HeartbeatLimit time.Duration
 }
 
 func (c serveConfig) Validate() error {
@@ -62,6 +66,8 @@ func (c serveConfig) Validate() error {
 		return fmt.Errorf("--duplicate-window %s: want 1s or more", c.DuplicateWindow)
 	case c.NATSURL == "" && c.Data == "":
 		return errors.New("--data: want a directory")
+	case c.HeartbeatLimit <= 0:
+		return fmt.Errorf("--heartbeat-limit %s: want a positive duration", c.HeartbeatLimit)
 	case c.HTTP == "":
 		return errors.New("--http: want an address")
 	case !validNode.MatchString(c.Node):
@@ -174,11 +180,11 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	// they can dial). Shutting the service down leaves them running: a
 	// restart finds them.
 	if cfg.Data != "" && (cfg.NATSURL != "" || cfg.NATSListen != "") {
-		if drivers["process"], err = process.New(process.Config{Data: cfg.Data, NATSURL: url, Binary: cfg.Torpor}); err != nil {
+		if drivers["process"], err = process.New(process.Config{Data: cfg.Data, NATSURL: url, Binary: cfg.Torpor, Heartbeat: cfg.HeartbeatLimit / 3}); err != nil {
 			return nil, err
 		}
 	}
-	svc, err := gateway.NewService(store, names, drivers, creds, gateway.Config{Node: cfg.Node}, log.With().Str("part", "gateway").Logger())
+	svc, err := gateway.NewService(store, names, drivers, creds, gateway.Config{Node: cfg.Node, HeartbeatLimit: cfg.HeartbeatLimit}, log.With().Str("part", "gateway").Logger())
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,7 @@ import (
 // TestServeConfigValidate: every flag serve cannot work with is refused
 // before anything starts, naming the flag.
 func TestServeConfigValidate(t *testing.T) {
-	good := serveConfig{Data: t.TempDir(), HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: "always", Node: "local", Deadline: time.Minute, DuplicateWindow: time.Minute}
+	good := serveConfig{Data: t.TempDir(), HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: "always", Node: "local", Deadline: time.Minute, DuplicateWindow: time.Minute, HeartbeatLimit: 15 * time.Second}
 	if err := good.Validate(); err != nil {
 		t.Fatalf("good config: %v", err)
 	}
@@ -28,6 +28,7 @@ func TestServeConfigValidate(t *testing.T) {
 		{"deadline", "--deadline", func(c *serveConfig) { c.Deadline = 0 }},
 		{"no duplicate window", "--duplicate-window", func(c *serveConfig) { c.DuplicateWindow = 0 }},
 		{"duplicate window under a second", "--duplicate-window", func(c *serveConfig) { c.DuplicateWindow = 500 * time.Millisecond }},
+		{"no heartbeat limit", "--heartbeat-limit", func(c *serveConfig) { c.HeartbeatLimit = 0 }},
 		{"no data", "--data", func(c *serveConfig) { c.Data = "" }},
 		{"no http", "--http", func(c *serveConfig) { c.HTTP = "" }},
 		{"nats listen", "--nats-listen", func(c *serveConfig) { c.NATSListen = "nowhere" }},

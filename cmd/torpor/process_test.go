@@ -56,9 +56,9 @@ func lifecycleTo(t *testing.T, c *torpor.Client, verb, id string, want events.Ph
 // generation 2 the same process counts on, the other untouched, and it stays
 // ready past the limit again, its supervisor heartbeating as generation 2.
 // Then the supervisor's own first credential (generation 1's, read from its
-// environment) is fenced: its exit and heartbeat are refused with
+// environment) is fenced: its exit, heartbeat and attach are refused with
 // FAILED_PRECONDITION, and the same credential claiming generation 2 with
-// UNAUTHENTICATED; nothing of them is recorded.
+// UNAUTHENTICATED; nothing of them is recorded, and each is counted.
 func TestProcessSandboxesAreApartAndFenced(t *testing.T) {
 	const limit = 900 * time.Millisecond
 	a, c, dir := processApp(t, limit)
@@ -82,8 +82,9 @@ func TestProcessSandboxesAreApartAndFenced(t *testing.T) {
 	}
 	_, stood := readCounter(t, counter(frozen), 0)
 	_, n := readCounter(t, counter(other), 0)
-	// Past twice the heartbeat limit, while the other counts on.
-	until := time.Now().Add(2 * limit)
+	// Frozen for 2 s (past twice the heartbeat limit), while the other
+	// counts on.
+	until := time.Now().Add(max(2*time.Second, 2*limit))
 	for time.Now().Before(until) {
 		_, n = readCounter(t, counter(other), n+1)
 	}
@@ -134,7 +135,7 @@ func TestProcessSandboxesAreApartAndFenced(t *testing.T) {
 	if cred1 == "" {
 		t.Fatalf("no %s in the supervisor's environment", process.CredentialEnv)
 	}
-	before := history(t, c, frozen)
+	before, refused := history(t, c, frozen), a.svc.ReportsRefused()
 	nc := busConn(t, a)
 	for _, tc := range []struct {
 		name string
@@ -143,6 +144,7 @@ func TestProcessSandboxesAreApartAndFenced(t *testing.T) {
 	}{
 		{"generation 1's exit", compute.Report{Generation: 1, Credential: cred1, Kind: compute.ReportExited, ExitCode: 9}, events.CodeFailedPrecondition},
 		{"generation 1's heartbeat", compute.Report{Generation: 1, Credential: cred1, Kind: compute.ReportHeartbeat}, events.CodeFailedPrecondition},
+		{"generation 1's attach", compute.Report{Generation: 1, Credential: cred1, Kind: compute.ReportAttached}, events.CodeFailedPrecondition},
 		{"generation 1's credential as generation 2", compute.Report{Generation: 2, Credential: cred1, Kind: compute.ReportExited, ExitCode: 9}, events.CodeUnauthenticated},
 	} {
 		tc.r.SandboxID = frozen
@@ -158,6 +160,9 @@ func TestProcessSandboxesAreApartAndFenced(t *testing.T) {
 	}
 	if after := history(t, c, frozen); len(after) != len(before) {
 		t.Fatalf("fenced reports were recorded: %+v", after[len(before):])
+	}
+	if n := a.svc.ReportsRefused() - refused; n < 4 {
+		t.Fatalf("%d refused reports counted, want the 4 sent at least", n)
 	}
 	if v, _ := c.Get(ctx, frozen); v.Phase != events.PhaseReady || v.ExitCode != nil {
 		t.Fatalf("after the fenced reports: %+v", v)

@@ -121,6 +121,7 @@ type app struct {
 	cancel context.CancelFunc
 	hsrv   *http.Server
 	driver *sim.Driver
+	svc    *gateway.Service
 	store  *jsstore.Store
 	proj   *projections.Runner
 	ready  func(context.Context) error
@@ -188,6 +189,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, err
 	}
+	a.svc = svc
 	pos, err := store.Position(ctx, sagas.PositionKey(cfg.Node))
 	if err != nil {
 		return nil, err

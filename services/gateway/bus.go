@@ -242,12 +242,21 @@ func (b *Bus) report(ctx context.Context, m *nats.Msg) {
 	_ = m.Respond([]byte(`{"ok":true}`))
 }
 
+// ReportsRefused is how many supervisor reports this gateway did not take:
+// stale generations, bad credentials, malformed or misaddressed reports,
+// reports the sandbox's phase does not take (and any it failed to record).
+func (s *Service) ReportsRefused() uint64 { return s.reportsRefused.Load() }
+
 // Report records a supervisor report on sandbox id (the JSON of a
 // compute.Report) and returns it. Reports of other generations are fenced:
 // refused with FAILED_PRECONDITION, nothing recorded. A heartbeat appends
 // nothing; it is taken when its generation's supervisor is the attached one.
-func (s *Service) Report(ctx context.Context, id string, data []byte) (compute.Report, error) {
-	var r compute.Report
+func (s *Service) Report(ctx context.Context, id string, data []byte) (r compute.Report, err error) {
+	defer func() {
+		if err != nil {
+			s.reportsRefused.Add(1)
+		}
+	}()
 	if err := decodeJSON(data, &r); err != nil {
 		return r, err
 	}

@@ -52,13 +52,14 @@ func sendReport(t *testing.T, nc *nats.Conn, id string, gen int64, cred, kind st
 // the attached one (and appends nothing), refused for another generation or
 // credential; two gateways share a supervisor's beats (each beat reaches one
 // of them), so neither takes it for silent while it beats; once it falls
-// silent past the limit it is recorded detached, once. A supervisor that
+// silent past the limit it is recorded detached, once. Refused reports are
+// counted. A supervisor that
 // never heartbeats (the sim's) is never detached.
 func TestHeartbeats(t *testing.T) {
 	r := newRig(t)
 	const limit = 400 * time.Millisecond
 	a := r.bus(t, limit)
-	r.bus(t, limit)
+	b := r.bus(t, limit)
 	nc := r.srv.Connect(t)
 	ctx := context.Background()
 	quiet := readySandbox(t, a) // attached, never beats
@@ -103,5 +104,9 @@ func TestHeartbeats(t *testing.T) {
 	// A heartbeat of the detached supervisor is refused: it must attach again.
 	if code := sendReport(t, nc, v.ID, 1, cred, compute.ReportHeartbeat); code != events.CodeFailedPrecondition {
 		t.Fatalf("heartbeat after the detach: %q, want FAILED_PRECONDITION", code)
+	}
+	// Three reports were refused, whichever gateway took each.
+	if n := a.ReportsRefused() + b.ReportsRefused(); n != 3 {
+		t.Fatalf("refused reports counted %d, want 3", n)
 	}
 }

@@ -146,6 +146,8 @@ type Service struct {
 	mu      sync.Mutex
 	cache   map[string]*Sandbox
 	refused refusedLog
+	// reportsRefused counts supervisor reports refused (ReportsRefused).
+	reportsRefused atomic.Uint64
 }
 
 // refusedLog counts the stored events the aggregate passed over and logs

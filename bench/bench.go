@@ -55,6 +55,8 @@ type Config struct {
 	DatabaseURL string
 	CPUProfile  string
 	SkipGrowth  bool
+	// SkipProcess leaves out the process driver's section.
+	SkipProcess bool
 	// The growth section: the fleet sizes, the events of each sandbox's
 	// history, how many sandboxes of LongHistory events join at the
 	// largest size, and how many sandboxes are sampled at each. Zero means
@@ -180,6 +182,13 @@ func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*R
 		if r.RawOrderedReadEPS > 0 {
 			rep.Ratios["kv_rebuild_vs_raw_read"] = r.KVRebuildEPS / r.RawOrderedReadEPS
 		}
+	}
+	if !cfg.SkipProcess {
+		p, err := RunProcess(ctx, cfg, start, progress)
+		if err != nil {
+			return nil, fmt.Errorf("process: %w", err)
+		}
+		rep.Process = p
 	}
 	rep.targets()
 	if cfg.Rate > 0 {

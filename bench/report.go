@@ -44,6 +44,7 @@ type Report struct {
 	HTTP     HTTPLoop           `json:"http_closed_loop"`
 	Growth   *Growth            `json:"growth,omitempty"`
 	Replay   *Replay            `json:"replay,omitempty"`
+	Process  *Process           `json:"process,omitempty"`
 	Ratios   map[string]float64 `json:"ratios"`
 	Targets  []Target           `json:"targets"`
 	Notes    []string           `json:"notes"`
@@ -85,6 +86,12 @@ func (r *Report) targets() {
 	}
 	v, ok := r.Ratios["kv_rebuild_vs_raw_read"]
 	add("KV rebuild ÷ raw ordered read", v, ">=", 0.5, ok)
+	if p := r.Process; p != nil {
+		for _, f := range p.Freezers {
+			add(fmt.Sprintf("process group freeze p99 ms (%s)", f.Freezer), f.Freeze.P99, "<=", 10, f.Cycles > 0)
+			add(fmt.Sprintf("process group thaw p99 ms (%s)", f.Freezer), f.Thaw.P99, "<=", 10, f.Cycles > 0)
+		}
+	}
 }
 
 // print writes the report as tables, with the gap of every target missed.
@@ -169,6 +176,24 @@ func (r *Report) Print(w io.Writer) {
 	}
 	if rp := r.Replay; rp != nil {
 		fmt.Fprintf(w, "replay of %d events: raw ordered read %.0f/s, KV rebuild %.0f/s\n", rp.Events, rp.RawOrderedReadEPS, rp.KVRebuildEPS)
+	}
+	if p := r.Process; p != nil {
+		fmt.Fprintln(w)
+		fmt.Fprintln(tw, "process freezer	cycles	freeze p50 ms	freeze p99 ms	freeze max ms	thaw p50 ms	thaw p99 ms	thaw max ms	")
+		for _, f := range p.Freezers {
+			if f.Cycles == 0 {
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t\n", f.Freezer, f.Cycles, f.Freeze.P50, f.Freeze.P99, f.Freeze.Max, f.Thaw.P50, f.Thaw.P99, f.Thaw.Max)
+		}
+		tw.Flush()
+		for _, f := range p.Freezers {
+			if f.Missing != "" {
+				fmt.Fprintf(w, "freezer %s: not here (%s)\n", f.Freezer, f.Missing)
+			}
+		}
+		fmt.Fprintf(w, "process sandboxes through the pipeline (%d × %d rounds, over HTTP with the SDK's wait): suspend→suspended p50 %.2f p90 %.2f p99 %.2f max %.2f ms; resume→ready p50 %.2f p90 %.2f p99 %.2f max %.2f ms\n",
+			p.Sandboxes, p.Rounds, p.Suspend.P50, p.Suspend.P90, p.Suspend.P99, p.Suspend.Max, p.Resume.P50, p.Resume.P90, p.Resume.P99, p.Resume.Max)
 	}
 	fmt.Fprintln(w)
 	for _, t := range r.Targets {
@@ -266,7 +291,14 @@ const benchmarksNotes = `
   embedded NATS server included.
 - **replay**: the whole log read with an ordered consumer (no decoding), next to a rebuild of
   the KV view into a fresh bucket.
+- **process** (fsync interval): each freezer this machine has freezes and thaws a process
+  group (a shell running sleep in a loop, in a cgroup of its own) 3000 times, as the process
+  driver's suspend and resume do: each returns once the kernel says every process is frozen,
+  or none is. Then a few process sandboxes running the same loop are suspended and resumed
+  one command at a time through the whole pipeline over HTTP (command, saga, freeze or thaw,
+  the supervisor's attach under the new generation, KV view, the SDK's wait).
 - **targets**: pipeline events/s at least half the bus floor with fsync interval, and at least
   half the raw async append with fsync always; p99 at most 10 ms at 50% of the cores busy
-  (fsync interval); the growth, heap, restart and rebuild targets below the tables.
+  (fsync interval); the growth, heap, restart and rebuild targets below the tables; freeze
+  and thaw of a process group at most 10 ms p99 with each freezer.
 `

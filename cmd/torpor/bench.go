@@ -58,20 +58,28 @@ func benchCmd() *cobra.Command {
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of each timed run")
 	f.Float64Var(&cfg.Rate, "rate", 0, "transitions/s the latency figure run offers (default: half the closed loop's measured rate); the p99 target's run finds its own rate, at 50% of the cores busy")
 	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the closed-loop pipeline run (service and load) to this file; FILE.always for the fsync always run when both run")
-	f.BoolVar(&cfg.SkipGrowth, "skip-growth", false, "only the raw bus, pipeline and latency sections")
+	f.BoolVar(&cfg.SkipGrowth, "skip-growth", false, "leave out the growth, replay and recovery section")
+	f.BoolVar(&cfg.SkipProcess, "skip-process", false, "leave out the process driver's section (freeze and thaw, process sandboxes through the pipeline)")
 	f.StringVar(&cfg.DatabaseURL, "database-url", "", "PostgreSQL/CockroachDB URL (default $TORPOR_BENCH_DATABASE_URL): adds the raw batched SQL upsert (view rows and a checkpoint per transaction, in throwaway torpor_bench_ tables); the SQL rebuild row waits for the SQL view")
 	return cmd
 }
 
 // benchStart is the bench's Starter: the service as serve wires it, over
 // dir, on random ports, with serve's defaults but a shorter deadline.
-func benchStart(ctx context.Context, dir, fsync string) (bench.Service, error) {
-	a, err := start(ctx, serveConfig{Data: dir, HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: fsync, Node: "local",
-		Deadline: time.Minute, DuplicateWindow: jsstore.DefaultDuplicateWindow, HeartbeatLimit: 15 * time.Second}, zerolog.Nop())
-	if err != nil {
-		return nil, err
+var benchStart = benchStarter("")
+
+// benchStarter is benchStart with the process driver's supervisors running
+// the torpor binary at torpor (empty: this executable, which a test binary
+// is not).
+func benchStarter(torpor string) bench.Starter {
+	return func(ctx context.Context, dir, fsync string) (bench.Service, error) {
+		a, err := start(ctx, serveConfig{Data: dir, HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: fsync, Node: "local",
+			Deadline: time.Minute, DuplicateWindow: jsstore.DefaultDuplicateWindow, HeartbeatLimit: 15 * time.Second, Torpor: torpor}, zerolog.Nop())
+		if err != nil {
+			return nil, err
+		}
+		return a, nil
 	}
-	return a, nil
 }
 
 var _ bench.Starter = benchStart

@@ -75,6 +75,33 @@ func BenchmarkGrowth(b *testing.B) {
 	b.ReportMetric(r.KVRebuildEPS/r.RawOrderedReadEPS, "rebuild-ratio")
 }
 
+// BenchmarkProcess runs the process section of `torpor bench` (quick
+// sizes): freeze and thaw with each freezer here, and process sandboxes
+// suspended and resumed through the pipeline.
+//
+//	go test -run XXX -bench Process -benchtime 1x ./cmd/torpor
+func BenchmarkProcess(b *testing.B) {
+	cfg := bench.Config{Sandboxes: 1, Concurrency: 1, Quick: true, Transport: "bus", Duration: time.Second}
+	var p *bench.Process
+	for b.Loop() {
+		var err error
+		if p, err = bench.RunProcess(context.Background(), cfg, benchStarter(binary(b)), b.Output()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, f := range p.Freezers {
+		if f.Cycles > 0 {
+			name := strings.ReplaceAll(f.Freezer, " ", "-")
+			b.ReportMetric(f.Freeze.P99, name+"-freeze-p99-ms")
+			b.ReportMetric(f.Thaw.P99, name+"-thaw-p99-ms")
+		}
+	}
+	b.ReportMetric(p.Suspend.P50, "suspend-to-suspended-p50-ms")
+	b.ReportMetric(p.Suspend.P99, "suspend-to-suspended-p99-ms")
+	b.ReportMetric(p.Resume.P50, "resume-to-ready-p50-ms")
+	b.ReportMetric(p.Resume.P99, "resume-to-ready-p99-ms")
+}
+
 // TestBenchQuickReport runs a shortened bench end to end and checks that the
 // JSON document has every figure the issue names, each measured (non-zero).
 func TestBenchQuickReport(t *testing.T) {
@@ -83,7 +110,7 @@ func TestBenchQuickReport(t *testing.T) {
 	}
 	cfg := bench.Config{Sandboxes: 20, Concurrency: 4, Quick: true, Transport: "bus", Duration: 600 * time.Millisecond, Fsync: "interval",
 		Sizes: []int{100, 300}, LongSample: 10, LongHistory: 50, Sample: 20}
-	rep, err := bench.Run(context.Background(), cfg, benchStart, t.Output())
+	rep, err := bench.Run(context.Background(), cfg, benchStarter(binary(t)), t.Output())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,15 +236,65 @@ func TestBenchQuickReport(t *testing.T) {
 		}
 	}
 	perMode := []string{"raw", "pipeline", "latency_ms", "ratios", "http_closed_loop", "latency_at_50pct_busy_ms"}
-	has("the report", doc.Top, append([]string{"machine", "config", "modes", "growth", "replay", "targets", "notes", "seconds"}, perMode...)...)
+	has("the report", doc.Top, append([]string{"machine", "config", "modes", "growth", "replay", "process", "targets", "notes", "seconds"}, perMode...)...)
 	has("config", doc.Config, "sandboxes", "concurrency", "fsync", "quick", "transport", "duration", "growth_sizes", "rate")
 	for _, m := range doc.Modes {
 		has("a mode", m, append([]string{"fsync"}, perMode...)...)
 	}
+	checkProcess(t, rep, names)
 	// Events appended per transition: a suspend or a resume appends at least
 	// its request and its outcome.
 	if per := float64(rep.Pipeline.Events) / float64(rep.Pipeline.Transitions); per < 2 {
 		t.Errorf("%.2f events per transition; the count of events appended is wrong", per)
+	}
+}
+
+// checkProcess checks the process section: every freezer measured where it
+// is available (the first of them at least) or said missing, and held to
+// its targets; process sandboxes suspended and resumed through the pipeline
+// as many times as the section says.
+func checkProcess(t *testing.T, rep *bench.Report, targets map[string]bench.Target) {
+	t.Helper()
+	p := rep.Process
+	if p == nil {
+		t.Fatal("the report has no process section")
+	}
+	measured := 0
+	for _, f := range p.Freezers {
+		switch {
+		case f.Missing != "":
+			if f.Cycles != 0 {
+				t.Errorf("freezer %s is missing (%s) yet measured", f.Freezer, f.Missing)
+			}
+			continue
+		case f.Cycles == 0 || f.Freeze.Samples != f.Cycles || f.Thaw.Samples != f.Cycles || !(f.Freeze.P50 > 0) || !(f.Thaw.P99 > 0):
+			t.Errorf("freezer %+v: want %d measured freezes and thaws", f, f.Cycles)
+		}
+		measured++
+		for _, what := range []string{"freeze", "thaw"} {
+			name := "process group " + what + " p99 ms (" + f.Freezer + ")"
+			want := f.Freeze.P99
+			if what == "thaw" {
+				want = f.Thaw.P99
+			}
+			if tg, ok := targets[name]; !ok || tg.Value != want || tg.Want != 10 {
+				t.Errorf("target %q = %+v (found %v), want the p99 %v against 10 ms", name, tg, ok, want)
+			}
+		}
+	}
+	if measured == 0 {
+		t.Errorf("no freezer measured: %+v", p.Freezers)
+	}
+	n := p.Sandboxes * p.Rounds
+	for name, l := range map[string]bench.Percentiles{"suspend→suspended": p.Suspend, "resume→ready": p.Resume} {
+		if n == 0 || l.Samples != n || !(l.P50 > 0) || l.P99 < l.P50 || l.Max < l.P99 {
+			t.Errorf("process %s: %+v, want %d samples", name, l, n)
+		}
+	}
+	var out strings.Builder
+	rep.Print(&out)
+	if !strings.Contains(out.String(), "process sandboxes through the pipeline") {
+		t.Errorf("the table has no process line:\n%s", out.String())
 	}
 }
 
@@ -256,7 +333,7 @@ func TestBenchRate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the service under load for a few seconds")
 	}
-	cfg := bench.Config{Sandboxes: 20, Concurrency: 4, Quick: true, Transport: "bus", Duration: 600 * time.Millisecond, Fsync: "interval", SkipGrowth: true, Rate: 50}
+	cfg := bench.Config{Sandboxes: 20, Concurrency: 4, Quick: true, Transport: "bus", Duration: 600 * time.Millisecond, Fsync: "interval", SkipGrowth: true, SkipProcess: true, Rate: 50}
 	rep, err := bench.Run(context.Background(), cfg, benchStart, t.Output())
 	if err != nil {
 		t.Fatal(err)
@@ -332,7 +409,7 @@ func TestBenchQuickReportSQL(t *testing.T) {
 	}
 	url := pgtest.URL(t)
 	cfg := bench.Config{Sandboxes: 20, Concurrency: 4, Quick: true, Transport: "bus", Duration: 400 * time.Millisecond,
-		Fsync: "interval", SkipGrowth: true, DatabaseURL: url}
+		Fsync: "interval", SkipGrowth: true, SkipProcess: true, DatabaseURL: url}
 	rep, err := bench.Run(context.Background(), cfg, benchStart, t.Output())
 	if err != nil {
 		t.Fatal(err)

@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 }
 
 // binary builds the torpor binary (once per test run) and returns its path.
-func binary(t *testing.T) string {
+func binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		if buildDir, buildErr = os.MkdirTemp("", "torpor-bin-"); buildErr != nil {

@@ -531,3 +531,43 @@ func TestSuperviseOnItsOwn(t *testing.T) {
 		t.Errorf("exit code %d, want 5", r.ExitCode)
 	}
 }
+
+// TestMeasureFreezer: the bench's measure of a freezer times as many
+// freezes and thaws as asked, and leaves no process and no cgroup behind;
+// a freezer that is unknown is refused.
+func TestMeasureFreezer(t *testing.T) {
+	if _, _, err := process.MeasureFreezer(ctx(t), "cgroup v3", 1); err == nil {
+		t.Error("an unknown freezer was measured")
+	}
+	for _, kind := range process.Freezers() {
+		t.Run(kind, func(t *testing.T) {
+			if err := process.Available(kind); err != nil {
+				t.Skipf("SKIPPED: %v", err)
+			}
+			freeze, thaw, err := process.MeasureFreezer(ctx(t), kind, 20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(freeze) != 20 || len(thaw) != 20 {
+				t.Fatalf("%d freezes and %d thaws timed, want 20 each", len(freeze), len(thaw))
+			}
+			for i := range freeze {
+				if freeze[i] <= 0 || thaw[i] <= 0 {
+					t.Fatalf("cycle %d: freeze %s thaw %s", i, freeze[i], thaw[i])
+				}
+			}
+			if left, _ := filepath.Glob("/sys/fs/cgroup/*/torpor-measure-*"); len(left) > 0 {
+				t.Errorf("cgroups left: %v", left)
+			}
+			if left, _ := filepath.Glob("/sys/fs/cgroup/torpor-measure-*"); len(left) > 0 {
+				t.Errorf("cgroups left: %v", left)
+			}
+			procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+			for _, p := range procs {
+				if b, _ := os.ReadFile(p); strings.Contains(string(b), "sleep 0.01; done") {
+					t.Errorf("a measured shell is left: %s %q", p, b)
+				}
+			}
+		})
+	}
+}

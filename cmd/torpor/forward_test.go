@@ -44,6 +44,20 @@ func through(t *testing.T, addr string) (string, error) {
 	return string(body), err
 }
 
+// throughLater sends a GET through the forward at addr meanwhile; the
+// channel gets the body, or the error's text.
+func throughLater(t *testing.T, addr string) <-chan string {
+	held := make(chan string, 1)
+	go func() {
+		got, err := through(t, addr)
+		if err != nil {
+			got = err.Error()
+		}
+		held <- got
+	}()
+	return held
+}
+
 // TestForwardsThroughSuspensions: a forward to a sandbox's port (the sim's
 // ports option maps it to a real server of the test) carries HTTP; a
 // suspension the driver rejects leaves it carrying; while the sandbox is
@@ -89,14 +103,7 @@ func TestForwardsThroughSuspensions(t *testing.T) {
 	if _, err := c.WaitAfter(ctx, sb.ID, events.PhaseSuspended, acc.Seq, waitFor); err != nil {
 		t.Fatal(err)
 	}
-	held := make(chan string, 1)
-	go func() {
-		got, err := through(t, fw2.Address)
-		if err != nil {
-			got = err.Error()
-		}
-		held <- got
-	}()
+	held := throughLater(t, fw2.Address)
 	time.Sleep(100 * time.Millisecond) // the request waits meanwhile
 	if _, err := c.Lifecycle(ctx, "resume", sb.ID, false, ""); err != nil {
 		t.Fatal(err)

@@ -218,14 +218,7 @@ func TestProcessForwardCarriesHTTP(t *testing.T) {
 	}
 
 	lifecycleTo(t, c, "suspend", v.ID, events.PhaseSuspended)
-	held := make(chan string, 1)
-	go func() {
-		got, err := through(t, fw.Address)
-		if err != nil {
-			got = err.Error()
-		}
-		held <- got
-	}()
+	held := throughLater(t, fw.Address)
 	select {
 	case got := <-held:
 		t.Fatalf("a frozen httpd answered: %q", got)

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,13 +24,32 @@ import (
 // processApp is the service as serve wires it, its process driver's
 // supervisors running the built torpor and heartbeating three times within
 // limit.
-func processApp(t *testing.T, limit time.Duration) (*app, *torpor.Client, string) {
+func processApp(t *testing.T, limit time.Duration, mods ...func(*serveConfig)) (*app, *torpor.Client, string) {
 	t.Helper()
 	dir := t.TempDir()
 	bin := binary(t)
 	t.Cleanup(func() { deleteProcessSandboxes(t, dir) })
-	a := startApp(t, dir, func(c *serveConfig) { c.Torpor, c.HeartbeatLimit = bin, limit })
+	a := startApp(t, dir, func(c *serveConfig) {
+		c.Torpor, c.HeartbeatLimit = bin, limit
+		for _, m := range mods {
+			m(c)
+		}
+	})
 	return a, torpor.New(a.HTTPAddr(), nil), dir
+}
+
+// refusing is the real process driver, but for the suspensions it is told
+// to refuse: what a driver that cannot freeze a group just now answers.
+type refusing struct {
+	*process.Driver
+	refuse atomic.Bool
+}
+
+func (r *refusing) Suspend(ctx context.Context, t compute.Target) (string, error) {
+	if r.refuse.Load() {
+		return "", fmt.Errorf("suspend %s: %w: told to refuse", t.Spec.SandboxID, compute.ErrRejected)
+	}
+	return r.Driver.Suspend(ctx, t)
 }
 
 // counting is a workload that writes "<its pid> <count>" to ./counter
@@ -187,13 +207,20 @@ func history(t *testing.T, c *torpor.Client, id string) []string {
 }
 
 // TestProcessForwardCarriesHTTP: a process sandbox serving HTTP with
-// busybox httpd; a forward to its port carries requests; while it is
-// suspended a request waits, and is answered once it is resumed; after the
+// busybox httpd; a forward to its port carries requests; a suspension the
+// driver rejects leaves the sandbox ready, its workload the same process,
+// and the forward carrying; while it is suspended a request waits, and is answered once it is resumed; after the
 // resume the forward carries on. A forward to a port nothing listens on is
 // refused with FAILED_PRECONDITION.
 func TestProcessForwardCarriesHTTP(t *testing.T) {
 	busybox := need(t, "busybox")
-	a, c, _ := processApp(t, 15*time.Second)
+	var drv *refusing
+	a, c, dir := processApp(t, 15*time.Second, func(cfg *serveConfig) {
+		cfg.wrapDrivers = func(r compute.Registry) {
+			drv = &refusing{Driver: r["process"].(*process.Driver)}
+			r["process"] = drv
+		}
+	})
 	ctx := context.Background()
 	port := freePort(t)
 	v, err := c.Create(ctx, torpor.CreateRequest{Driver: "process", Command: []string{"sh", "-c",
@@ -215,6 +242,23 @@ func TestProcessForwardCarriesHTTP(t *testing.T) {
 	const want = "served from a sandbox\n"
 	if got, err := through(t, fw.Address); err != nil || got != want {
 		t.Fatalf("through the forward: %q, %v", got, err)
+	}
+
+	pidOf := func() string {
+		b, _ := os.ReadFile(filepath.Join(dir, "process", v.ID, "run.json"))
+		return string(b)
+	}
+	before := pidOf()
+	drv.refuse.Store(true)
+	if got := lifecycleTo(t, c, "suspend", v.ID, events.PhaseReady); got.LastOutcome != events.OutcomeSuspendRejected || got.Generation != 1 {
+		t.Fatalf("the rejected suspension: %+v", got)
+	}
+	drv.refuse.Store(false)
+	if got, err := through(t, fw.Address); err != nil || got != want {
+		t.Fatalf("through the forward after the rejected suspension: %q, %v", got, err)
+	}
+	if after := pidOf(); after != before {
+		t.Fatalf("the rejected suspension changed the workload: %s, then %s", before, after)
 	}
 
 	lifecycleTo(t, c, "suspend", v.ID, events.PhaseSuspended)

@@ -54,6 +54,10 @@ type serveConfig struct {
 	// silent before it is recorded detached (gateway.Config.HeartbeatLimit);
 	// the process driver's supervisors beat three times within it.
 	HeartbeatLimit time.Duration
+	// wrapDrivers, when set, may replace drivers of the registry before
+	// anything uses them: tests wrap a real driver to make it refuse a call.
+	// No flag sets it.
+	wrapDrivers func(compute.Registry)
 }
 
 func (c serveConfig) Validate() error {
@@ -184,6 +188,9 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		if drivers["process"], err = process.New(process.Config{Data: cfg.Data, NATSURL: url, Binary: cfg.Torpor, Heartbeat: cfg.HeartbeatLimit / 3}); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.wrapDrivers != nil {
+		cfg.wrapDrivers(drivers)
 	}
 	svc, err := gateway.NewService(store, names, drivers, creds, gateway.Config{Node: cfg.Node, HeartbeatLimit: cfg.HeartbeatLimit}, log.With().Str("part", "gateway").Logger())
 	if err != nil {

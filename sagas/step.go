@@ -146,13 +146,18 @@ func (r *Runner) step(ctx context.Context, env events.Envelope, later []events.E
 }
 
 // settled says why the intent needs no step, or "" if it does: an event it
-// caused is in the log (its outcome is recorded) or a later intent
-// supersedes it.
+// caused is in the log (its outcome is recorded), a later intent supersedes
+// it, or, for a resume, its restore is recorded: the resumed generation's
+// supervisor may attach before the saga records the outcome, and its attach
+// records the restore (no later intent came between, so it is this
+// resume's).
 func settled(intent events.Envelope, later []events.Envelope) string {
 	for _, e := range later {
 		switch {
 		case e.CausationID == intent.ID && !progress[e.Type]:
 			return "outcome already recorded"
+		case intent.Type == events.TypeResumeRequested && e.Type == events.TypeResumed:
+			return "restore recorded by the attach"
 		case intents[e.Type]:
 			return "superseded by " + e.Type
 		}

@@ -134,12 +134,14 @@ func TestForwardsThroughSuspensions(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("close the forward: %v %v", resp, err)
 	}
+	closed := decodeJSON[events.View](t, resp.Body)
 	resp.Body.Close()
 	if _, err := through(t, fw2.Address); err == nil {
 		t.Fatal("a closed forward still carries")
 	}
-	if v, _ := c.Get(ctx, sb.ID); len(v.Forwards) != 0 {
-		t.Fatalf("the view's forwards after the close: %+v", v.Forwards)
+	// The view shows the close once it has caught up with its event.
+	if v, err := c.WaitAfter(ctx, sb.ID, events.PhaseReady, closed.Seq-1, waitFor); err != nil || len(v.Forwards) != 0 {
+		t.Fatalf("the view's forwards after the close: %+v, %v", v.Forwards, err)
 	}
 }
 

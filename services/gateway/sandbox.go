@@ -36,6 +36,9 @@ type Sandbox struct {
 	Attached int64
 	// Fallback is the resume's restart_if_restore_fails, while Resuming.
 	Fallback bool
+	// Restored is the newest generation whose restore is recorded
+	// (sandbox.resumed); 0 for none.
+	Restored int64
 	// Entered is when the sandbox entered its phase (the time of the event
 	// that moved it there), what a passed deadline is measured from.
 	Entered time.Time
@@ -91,6 +94,8 @@ func (s *Sandbox) apply(env events.Envelope) error {
 		s.Generation, s.Resuming, s.Exited, s.Fallback = e.Generation, true, false, e.RestartIfRestoreFails
 	case *events.ResumeFailed:
 		s.Resuming = false
+	case *events.Resumed:
+		s.Restored = e.Generation
 	case *events.RetainedStateConsumed, *events.RetainedStateDiscarded, *events.RetainedStateInvalidated:
 		s.RestoreRef = ""
 	case *events.SupervisorAttached:
@@ -276,9 +281,9 @@ func fence(s *Sandbox, e events.Event) error {
 // a passed deadline's compensation) appends, every event judged against the
 // state before the report:
 //   - every event must speak for the current generation (fence);
-//   - a fact the log already holds is left out: a consumption the attach of a
-//     resumed generation recorded before the saga did (see consumedByAttach),
-//     an attach repeated by a supervisor attached already;
+//   - a fact the log already holds is left out: a consumption or a restore
+//     the attach of a resumed generation recorded before the saga did (see
+//     consumedByAttach), an attach repeated by a supervisor attached already;
 //   - a restore failure "before the consumption" when the consumption is
 //     recorded is a lie the log disproves (a driver that forgot, say): it
 //     becomes the failure after the consumption, a cold start when the
@@ -311,6 +316,10 @@ func reported(s *Sandbox, evs []events.Event, now time.Time) ([]events.Event, er
 		case *events.SupervisorAttached:
 			if s.Attached == e.Generation {
 				continue // a repeated attach of the supervisor attached already
+			}
+		case *events.Resumed:
+			if s.Restored == e.Generation {
+				continue // recorded already, by the resumed generation's attach
 			}
 		case *events.ResumeFailed:
 			if !s.Resuming {
@@ -376,8 +385,12 @@ func passed(s *Sandbox, e *events.DeadlinePassed, now time.Time) error {
 // In a phase where the table refuses the consumption (the resume failed or
 // timed out first), nothing is appended and the attach is refused too.
 func consumedByAttach(s *Sandbox, gen int64) []events.Event {
-	if s.Resuming && s.RestoreRef != "" && s.Generation == gen {
-		return []events.Event{&events.RetainedStateConsumed{Generation: gen, RestoreRef: s.RestoreRef}}
+	if !s.Resuming || s.Generation != gen || s.Restored == gen {
+		return nil
 	}
-	return nil
+	var out []events.Event
+	if s.RestoreRef != "" {
+		out = append(out, &events.RetainedStateConsumed{Generation: gen, RestoreRef: s.RestoreRef})
+	}
+	return append(out, &events.Resumed{Generation: gen, Outcome: events.OutcomeRestored})
 }

@@ -93,8 +93,15 @@ func TestForwardsThroughSuspensions(t *testing.T) {
 	sb, _ := c.Create(ctx, torpor.CreateRequest{Name: "sleeper", DriverOptions: map[string]string{"ports": port}}, "")
 	mustWait(t, c, sb.ID, events.PhaseReady)
 	fw2 := openForward(t, a, sb.ID, 8000)
-	if v, _ := c.Get(ctx, sb.ID); len(v.Forwards) != 1 || v.Forwards[0] != fw2 {
-		t.Fatalf("the view's forwards %+v, want %+v", v.Forwards, fw2)
+	// The view shows the forward once it has caught up with its event.
+	var inView []events.Forward
+	eventually(t, "the forward in the view", func() bool {
+		v, _ := c.Get(ctx, sb.ID)
+		inView = v.Forwards
+		return len(v.Forwards) > 0
+	})
+	if len(inView) != 1 || inView[0] != fw2 {
+		t.Fatalf("the view's forwards %+v, want %+v", inView, fw2)
 	}
 	acc, err = c.Lifecycle(ctx, "suspend", sb.ID, false, "")
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"time"
 
@@ -185,7 +186,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	// they can dial). Shutting the service down leaves them running: a
 	// restart finds them.
 	if cfg.Data != "" && (cfg.NATSURL != "" || cfg.NATSListen != "") {
-		if drivers["process"], err = process.New(process.Config{Data: cfg.Data, NATSURL: url, Binary: cfg.Torpor, Heartbeat: cfg.HeartbeatLimit / 3}); err != nil {
+		if drivers["process"], err = process.New(process.Config{Data: cfg.Data, NATSURL: url, Binary: cfg.Torpor, Heartbeat: cfg.HeartbeatLimit / 3, Path: os.Getenv("PATH")}); err != nil {
 			return nil, err
 		}
 	}

@@ -48,7 +48,13 @@ type Config struct {
 	Grace time.Duration
 	// Heartbeat is how often supervisors heartbeat; default 5s.
 	Heartbeat time.Duration
+	// Path is the PATH workloads get, and where a command without a slash
+	// is looked for; default defaultPath (serve passes its own PATH).
+	Path string
 }
+
+// defaultPath is the workloads' PATH when Config.Path is empty.
+const defaultPath = "/usr/local/bin:/usr/bin:/bin"
 
 // Validate reports the first field c cannot work with.
 func (c Config) Validate() error {
@@ -383,12 +389,12 @@ func (d *Driver) spawn(ctx context.Context, dir, cg, kind string, req compute.St
 	}
 }
 
-// env is the environment of spec's workload: PATH (the service's), HOME (its
+// env is the environment of spec's workload: PATH (Config.Path), HOME (its
 // working directory) and TORPOR_SANDBOX_ID, then the create request's env.
 func (d *Driver) env(spec compute.Spec) []string {
-	path := os.Getenv("PATH")
+	path := d.cfg.Path
 	if path == "" {
-		path = "/usr/local/bin:/usr/bin:/bin"
+		path = defaultPath
 	}
 	vars := map[string]string{
 		"PATH":              path,

@@ -14,6 +14,7 @@ import (
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/jsstore"
 	torpor "github.com/torpor/torpor/sdk/go"
+	"github.com/torpor/torpor/services/compute"
 )
 
 // TestBadInputOverHTTP says what each kind of bad input gets, and that the
@@ -185,16 +186,7 @@ func TestStaleGenerationReportIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	report := func(gen int64, cred, kind string) events.Code {
-		body := fmt.Sprintf(`{"sandbox_id":%q,"generation":%d,"credential":%q,"kind":%q,"exit_code":7}`, v.ID, gen, cred, kind)
-		reply, err := nc.Request("torpor.supervisor."+v.ID, []byte(body), waitFor)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var eb events.ErrorBody
-		if json.Unmarshal(reply.Data, &eb) == nil && eb.Error != nil {
-			return eb.Error.Code
-		}
-		return ""
+		return sendReport(t, nc, compute.Report{SandboxID: v.ID, Generation: gen, Credential: cred, Kind: kind, ExitCode: 7})
 	}
 	if code := report(1, creds.Mint(v.ID, 1), "exited"); code != events.CodeFailedPrecondition {
 		t.Fatalf("exit of generation 1 after the resume: %q, want FAILED_PRECONDITION", code)

@@ -17,6 +17,7 @@ import (
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/check"
 	torpor "github.com/torpor/torpor/sdk/go"
+	"github.com/torpor/torpor/services/compute"
 )
 
 const waitFor = 20 * time.Second
@@ -69,6 +70,22 @@ func startAppUnchecked(t *testing.T, dir string, mod func(*serveConfig)) *app {
 		}
 	})
 	return a
+}
+
+// sendReport sends r on the report subject of r.SandboxID, as a supervisor
+// does, and returns the code of the answer ("" when it was taken).
+func sendReport(t *testing.T, nc *nats.Conn, r compute.Report) events.Code {
+	t.Helper()
+	body, _ := json.Marshal(r)
+	reply, err := nc.Request(compute.ReportSubject(r.SandboxID), body, waitFor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eb events.ErrorBody
+	if json.Unmarshal(reply.Data, &eb) == nil && eb.Error != nil {
+		return eb.Error.Code
+	}
+	return ""
 }
 
 func busConn(t *testing.T, a *app) *nats.Conn {

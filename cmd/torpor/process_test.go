@@ -168,14 +168,8 @@ func TestProcessSandboxesAreApartAndFenced(t *testing.T) {
 		{"generation 1's credential as generation 2", compute.Report{Generation: 2, Credential: cred1, Kind: compute.ReportExited, ExitCode: 9}, events.CodeUnauthenticated},
 	} {
 		tc.r.SandboxID = frozen
-		body, _ := json.Marshal(tc.r)
-		m, err := nc.Request(compute.ReportSubject(frozen), body, waitFor)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var eb events.ErrorBody
-		if err := json.Unmarshal(m.Data, &eb); err != nil || eb.Error == nil || eb.Error.Code != tc.code {
-			t.Errorf("%s: %s, want %s", tc.name, m.Data, tc.code)
+		if code := sendReport(t, nc, tc.r); code != tc.code {
+			t.Errorf("%s: %q, want %s", tc.name, code, tc.code)
 		}
 	}
 	if after := history(t, c, frozen); len(after) != len(before) {

@@ -43,7 +43,7 @@ func superviseCmd() *cobra.Command {
 	f.StringVar(&s.NATSURL, "nats-url", "", "the NATS server to report on")
 	f.StringVar(&s.Dir, "dir", "", "the sandbox's directory (the process driver's layout); empty: the current directory, and nothing recorded")
 	f.DurationVar(&s.Heartbeat, "heartbeat", 5*time.Second, "how often to heartbeat")
-	f.StringVar(&s.Freezer, "freezer", "", "how the driver freezes the workload: "+strings.Join([]string{process.FreezerV2, process.FreezerV1, process.FreezerSignal}, ", "))
+	f.StringVar(&s.Freezer, "freezer", "", "how the driver freezes the workload: "+strings.Join(process.Freezers(), ", "))
 	f.StringVar(&s.Cgroup, "cgroup", "", "the cgroup directory the workload starts in")
 	f.IntVar(&readyFD, "ready-fd", 0, "a file descriptor to say on whether the workload runs")
 	_ = f.MarkHidden("ready-fd")

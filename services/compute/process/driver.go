@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -68,11 +69,10 @@ func (c Config) Validate() error {
 	case c.Heartbeat < 0:
 		return fmt.Errorf("process driver: heartbeat %s is negative", c.Heartbeat)
 	}
-	switch c.Freezer {
-	case "", FreezerV2, FreezerV1, FreezerSignal:
-		return nil
+	if c.Freezer != "" && !slices.Contains(freezers, c.Freezer) {
+		return fmt.Errorf("process driver: unknown freezer %q (known: %s)", c.Freezer, strings.Join(freezers, ", "))
 	}
-	return fmt.Errorf("process driver: unknown freezer %q (known: %s)", c.Freezer, strings.Join(freezers, ", "))
+	return nil
 }
 
 // Driver is the process driver. It holds nothing in memory that matters:
@@ -248,8 +248,9 @@ func (d *Driver) Start(ctx context.Context, req compute.Start) error {
 	if err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
-	env := d.env(req.Spec)
-	if err := lookPath(req.Spec.Command, env, filepath.Join(dir, workDir)); err != nil {
+	work := filepath.Join(dir, workDir)
+	env := d.env(req.Spec, work)
+	if err := lookPath(req.Spec.Command, env, work); err != nil {
 		return fmt.Errorf("start %s generation %d: %w", id, gen, err)
 	}
 	switch {
@@ -279,10 +280,10 @@ func (d *Driver) Start(ctx context.Context, req compute.Start) error {
 	if err != nil {
 		return fmt.Errorf("start %s: no freezer: %w", id, err)
 	}
-	if err := os.MkdirAll(filepath.Join(dir, workDir), 0o750); err != nil {
+	if err := os.MkdirAll(work, 0o750); err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
-	cg, err := makeCgroup(kind, d.parent, id)
+	cg, err := makeCgroup(ctx, kind, d.parent, id)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
@@ -338,7 +339,7 @@ func (d *Driver) spawn(ctx context.Context, dir, cg, kind string, req compute.St
 		args = append(args, "--cgroup", cg)
 	}
 	args = append(append(args, "--"), req.Spec.Command...)
-	logf, err := os.OpenFile(filepath.Join(dir, logFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	logf, err := openAppend(filepath.Join(dir, logFile))
 	if err != nil {
 		return proc{}, "", err
 	}
@@ -390,15 +391,15 @@ func (d *Driver) spawn(ctx context.Context, dir, cg, kind string, req compute.St
 }
 
 // env is the environment of spec's workload: PATH (Config.Path), HOME (its
-// working directory) and TORPOR_SANDBOX_ID, then the create request's env.
-func (d *Driver) env(spec compute.Spec) []string {
+// working directory, work) and TORPOR_SANDBOX_ID, then the create request's env.
+func (d *Driver) env(spec compute.Spec, work string) []string {
 	path := d.cfg.Path
 	if path == "" {
 		path = defaultPath
 	}
 	vars := map[string]string{
 		"PATH":              path,
-		"HOME":              filepath.Join(d.root, spec.SandboxID, workDir),
+		"HOME":              work,
 		"TORPOR_SANDBOX_ID": spec.SandboxID,
 	}
 	for k, v := range spec.Env {

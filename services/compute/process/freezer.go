@@ -33,6 +33,9 @@ const (
 // freezers is the order in which Config.Freezer's default tries them.
 var freezers = []string{FreezerV2, FreezerV1, FreezerSignal}
 
+// Freezers lists the freezers, in the order the driver tries them.
+func Freezers() []string { return slices.Clone(freezers) }
+
 // group is one sandbox's workload: its processes, frozen, thawed and ended
 // together.
 type group interface {
@@ -166,7 +169,7 @@ func ownCgroup(controller string) (string, error) {
 }
 
 // makeCgroup makes (or finds) the cgroup of a sandbox under parent, thawed.
-func makeCgroup(kind, parent, id string) (string, error) {
+func makeCgroup(ctx context.Context, kind, parent, id string) (string, error) {
 	if kind == FreezerSignal {
 		return "", nil
 	}
@@ -180,7 +183,7 @@ func makeCgroup(kind, parent, id string) (string, error) {
 	}
 	// A cgroup left frozen by an earlier generation would freeze the new
 	// one from its first instruction.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := g.thaw(ctx); err != nil {
 		return "", err
@@ -206,10 +209,10 @@ func removeCgroup(ctx context.Context, dir string) error {
 	})
 }
 
-// JoinCgroup moves the calling process into the cgroup at dir: the hidden
-// entry of the workload writes itself there before it executes the command.
-func JoinCgroup(dir string) error {
-	return writeFile(filepath.Join(dir, "cgroup.procs"), strconv.Itoa(os.Getpid()))
+// joinCgroup moves process pid into the cgroup at dir: the hidden entry of
+// the workload writes itself there before it executes the command.
+func joinCgroup(dir string, pid int) error {
+	return writeFile(filepath.Join(dir, "cgroup.procs"), strconv.Itoa(pid))
 }
 
 // cgroupV2 freezes with cgroup.freeze.

@@ -30,6 +30,7 @@ func lastLines(path string, n int) ([]byte, error) {
 	// n line ends before its last line's.
 	const block = 64 << 10
 	var buf []byte
+	ends := 0 // line ends in buf, but for the file's last byte's
 	off := size
 	for off > 0 && len(buf) < maxLogRead {
 		k := min(block, off)
@@ -38,8 +39,12 @@ func lastLines(path string, n int) ([]byte, error) {
 		if _, err := f.ReadAt(chunk, off); err != nil {
 			return nil, err
 		}
+		if buf == nil {
+			ends -= bytes.Count(chunk[len(chunk)-1:], []byte("\n"))
+		}
+		ends += bytes.Count(chunk, []byte("\n"))
 		buf = append(chunk, buf...)
-		if n > 0 && bytes.Count(bytes.TrimSuffix(buf, []byte("\n")), []byte("\n")) >= n {
+		if n > 0 && ends >= n {
 			break
 		}
 	}

@@ -6,14 +6,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"syscall"
 	"time"
 )
-
-// Freezers lists the freezers, in the order the driver tries them.
-func Freezers() []string { return append([]string(nil), freezers...) }
 
 // MeasureFreezer freezes and thaws a process group with freezer kind cycles
 // times and returns how long each freeze and each thaw took, as Suspend and
@@ -29,7 +24,7 @@ func MeasureFreezer(ctx context.Context, kind string, cycles int) (freeze, thaw 
 	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	cg, err := makeCgroup(kind, parent, "measure-"+hex.EncodeToString(b[:]))
+	cg, err := makeCgroup(ctx, kind, parent, "measure-"+hex.EncodeToString(b[:]))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -58,7 +53,7 @@ func MeasureFreezer(ctx context.Context, kind string, cycles int) (freeze, thaw 
 		}
 	}()
 	if cg != "" {
-		if err := writeFile(filepath.Join(cg, "cgroup.procs"), strconv.Itoa(cmd.Process.Pid)); err != nil {
+		if err := joinCgroup(cg, cmd.Process.Pid); err != nil {
 			return nil, nil, fmt.Errorf("measure %s: join the cgroup: %w", kind, err)
 		}
 	}

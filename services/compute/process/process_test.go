@@ -19,12 +19,10 @@ import (
 	"github.com/torpor/torpor/services/compute/process"
 )
 
-var allFreezers = []string{process.FreezerV2, process.FreezerV1, process.FreezerSignal}
-
 // TestContract runs the driver contract suite with each freezer this
 // machine has.
 func TestContract(t *testing.T) {
-	for _, kind := range allFreezers {
+	for _, kind := range process.Freezers() {
 		t.Run(kind, func(t *testing.T) {
 			needFreezer(t, kind)
 			drivertest.Run(t, func(t *testing.T) drivertest.Harness {
@@ -92,7 +90,7 @@ func (c counter) reach(t testing.TB, n int) (int, int) {
 // supervisor attached and heartbeating as the new generation and no longer
 // as the old one; stopped and started again, it counts afresh.
 func TestCounterFreezesAndResumes(t *testing.T) {
-	for _, kind := range allFreezers {
+	for _, kind := range process.Freezers() {
 		t.Run(kind, func(t *testing.T) {
 			needFreezer(t, kind)
 			t.Parallel()

@@ -106,34 +106,35 @@ type handoff struct {
 // writeJSON replaces path with v's JSON: a temporary file in the same
 // directory renamed over it. Not synced: the file must survive a crash of
 // its writer, and a power loss ends the processes it describes anyway.
-func writeJSON(path string, v any) error {
+func writeJSON(path string, v any) (err error) {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
+	// CreateTemp makes the file 0600.
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return err
+	defer func() {
+		if err != nil {
+			os.Remove(f.Name())
+		}
+	}()
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return err
+	if err == nil {
+		err = os.Rename(f.Name(), path)
 	}
-	if err := f.Close(); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	return nil
+	return err
+}
+
+// openAppend opens the file at path for appending, making it (0600) if it
+// is missing: the workload's output and the supervisor's log.
+func openAppend(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 }
 
 // readJSON reads path into v; a missing file is os.ErrNotExist.

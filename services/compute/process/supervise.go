@@ -66,8 +66,6 @@ type Supervision struct {
 	// Ready, if set, is told "ok" once the workload runs, or why it does
 	// not, and closed: the driver's Start waits on it.
 	Ready *os.File
-	// Self is the torpor binary, for ExecVerb; default /proc/self/exe.
-	Self string
 }
 
 // Validate reports the first field s cannot run with.
@@ -184,15 +182,28 @@ func (s Supervision) record(r run) error {
 // start starts the workload through ExecVerb, in its own process group, and
 // returns once its command executes (or why it could not).
 func (s Supervision) start() (proc, error) {
-	self := s.Self
-	if self == "" {
-		self = "/proc/self/exe"
-	}
+	const self = "/proc/self/exe" // this torpor binary, for ExecVerb
 	args := []string{self, ExecVerb}
 	if s.Cgroup != "" {
 		args = append(args, "--cgroup", s.Cgroup)
 	}
 	args = append(append(args, "--"), s.Command...)
+	cmd := &exec.Cmd{Path: self, Args: args, Env: s.Env,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true}, Stdout: os.Stdout, Stderr: os.Stderr}
+	if s.Dir != "" {
+		cmd.Dir = filepath.Join(s.Dir, workDir)
+		out, err := openAppend(filepath.Join(s.Dir, stdoutFile))
+		if err != nil {
+			return proc{}, err
+		}
+		defer out.Close()
+		errf, err := openAppend(filepath.Join(s.Dir, stderrFile))
+		if err != nil {
+			return proc{}, err
+		}
+		defer errf.Close()
+		cmd.Stdout, cmd.Stderr = out, errf
+	}
 	// The exec entry says on this pipe why the exec failed; a successful
 	// exec closes it (it is close-on-exec there), and the read ends.
 	r, w, err := os.Pipe()
@@ -200,24 +211,7 @@ func (s Supervision) start() (proc, error) {
 		return proc{}, err
 	}
 	defer r.Close()
-	cmd := &exec.Cmd{Path: self, Args: args, Env: s.Env, ExtraFiles: []*os.File{w},
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true}, Stdout: os.Stdout, Stderr: os.Stderr}
-	if s.Dir != "" {
-		cmd.Dir = filepath.Join(s.Dir, workDir)
-		out, err := os.OpenFile(filepath.Join(s.Dir, stdoutFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-		if err != nil {
-			w.Close()
-			return proc{}, err
-		}
-		defer out.Close()
-		errf, err := os.OpenFile(filepath.Join(s.Dir, stderrFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-		if err != nil {
-			w.Close()
-			return proc{}, err
-		}
-		defer errf.Close()
-		cmd.Stdout, cmd.Stderr = out, errf
-	}
+	cmd.ExtraFiles = []*os.File{w}
 	err = cmd.Start()
 	w.Close()
 	if err != nil {
@@ -447,7 +441,7 @@ func execIn(cgroup string, argv []string) error {
 		return errors.New("no command")
 	}
 	if cgroup != "" {
-		if err := JoinCgroup(cgroup); err != nil {
+		if err := joinCgroup(cgroup, os.Getpid()); err != nil {
 			return fmt.Errorf("join cgroup %s: %w", cgroup, err)
 		}
 	}

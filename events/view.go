@@ -1,6 +1,18 @@
 package events
 
-import "time"
+import (
+	"slices"
+	"time"
+)
+
+// Forward is the open forward id of the view, if there is one.
+func (v View) Forward(id string) (Forward, bool) {
+	i := slices.IndexFunc(v.Forwards, func(f Forward) bool { return f.ID == id })
+	if i < 0 {
+		return Forward{}, false
+	}
+	return v.Forwards[i], true
+}
 
 // Restore says whether a sandbox holds a retained state and whether the last
 // one was consumed by a restore.

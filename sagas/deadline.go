@@ -155,7 +155,7 @@ func (r *Runner) settle(ctx context.Context, o *open) error {
 	}
 	log := r.log.With().Str("sandbox_id", id).Str("saga", "deadline").Str("phase", string(st.view.Phase)).
 		Int64("generation", st.view.Generation).Uint64("seq", o.env.Seq).Logger()
-	s := &step{intent: o.env, created: st.created, spec: specOf(id, st.created), log: log}
+	s := &step{intent: o.env, created: st.created, spec: compute.SpecOf(id, st.created), log: log}
 	s.driver, s.drvErr = r.drv.Driver(st.created.Driver)
 	obs := r.observe(ctx, s)
 	evs, cleanup, wait := r.compensation(o, st, obs)
@@ -298,9 +298,4 @@ func fold(log []events.Envelope) state {
 	}
 	st.held = heldRef(log)
 	return st
-}
-
-// specOf is what the driver is told of sandbox id.
-func specOf(id string, c *events.Created) compute.Spec {
-	return compute.Spec{SandboxID: id, Node: c.Node, Options: c.DriverOptions, Command: c.Command, Env: c.Env}
 }

@@ -108,15 +108,9 @@ func (r *Runner) step(ctx context.Context, env events.Envelope, later []events.E
 	s := &step{
 		intent:  env,
 		created: created,
-		spec: compute.Spec{
-			SandboxID: env.SandboxID,
-			Node:      created.Node,
-			Options:   created.DriverOptions,
-			Command:   created.Command,
-			Env:       created.Env,
-		},
-		later: later,
-		log:   log,
+		spec:    compute.SpecOf(env.SandboxID, created),
+		later:   later,
+		log:     log,
 	}
 	s.driver, s.drvErr = r.drv.Driver(created.Driver)
 	s.suspender, _ = s.driver.(compute.Suspender)

@@ -239,7 +239,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, err
 	}
-	fwd := forward.New(sandboxes{svc: svc, drivers: drivers}, fwdIndex, forward.Config{}, log.With().Str("part", "forwards").Logger())
+	fwd := forward.New(sandboxes{svc: svc}, fwdIndex, forward.Config{}, log.With().Str("part", "forwards").Logger())
 	h := gateway.NewHTTP(svc, viewAdapter{view}, ready, log.With().Str("part", "http").Logger()).WithForwards(fwd)
 	a.hsrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 
@@ -396,27 +396,19 @@ func busReporter(nc *nats.Conn) compute.Reporter {
 // sandboxes is what the forwarder asks of a sandbox: its phase and open
 // forwards from the command service, a connection to its port through its
 // driver.
-type sandboxes struct {
-	svc     *gateway.Service
-	drivers compute.Registry
-}
+type sandboxes struct{ svc *gateway.Service }
 
 func (s sandboxes) Phase(ctx context.Context, id, fid string) (events.Phase, bool, error) {
 	sb, err := s.svc.Sandbox(ctx, id)
 	if err != nil {
 		return "", false, err
 	}
-	_, open := sb.Forwards[fid]
+	_, open := sb.View.Forward(fid)
 	return sb.Phase, open, nil
 }
 
 func (s sandboxes) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
-	sb, err := s.svc.Sandbox(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	spec := compute.Spec{SandboxID: id, Node: sb.Spec.Node, Options: sb.Spec.DriverOptions, Command: sb.Spec.Command, Env: sb.Spec.Env}
-	return s.drivers.Dial(ctx, sb.Spec.Driver, spec, port)
+	return s.svc.Dial(ctx, id, port)
 }
 
 // viewAdapter serves the gateway's Views from the KV projection.

@@ -56,6 +56,11 @@ type Spec struct {
 	Env       map[string]string `json:"env,omitempty"`
 }
 
+// SpecOf is what a driver is told of sandbox id, created as c.
+func SpecOf(id string, c *events.Created) Spec {
+	return Spec{SandboxID: id, Node: c.Node, Options: c.DriverOptions, Command: c.Command, Env: c.Env}
+}
+
 // Start asks for the workload of Generation to run with a supervisor that
 // presents Credential when it attaches.
 type Start struct {

@@ -73,13 +73,9 @@ func (r Registry) Validate(name string, spec Spec) error {
 // Logs is the last tail lines of the output of spec's workload under driver
 // name, or an error wrapping ErrUnimplemented when the driver keeps none.
 func (r Registry) Logs(ctx context.Context, name string, spec Spec, tail int) ([]byte, error) {
-	d, err := r.Driver(name)
+	l, err := optional[Logger](r, name, "keeps no output")
 	if err != nil {
 		return nil, err
-	}
-	l, ok := d.(Logger)
-	if !ok {
-		return nil, fmt.Errorf("driver %s keeps no output: %w", name, ErrUnimplemented)
 	}
 	return l.Logs(ctx, spec, tail)
 }
@@ -88,13 +84,24 @@ func (r Registry) Logs(ctx context.Context, name string, spec Spec, tail int) ([
 // error wrapping ErrUnimplemented when the driver's workloads have no ports
 // torpor can reach.
 func (r Registry) Dial(ctx context.Context, name string, spec Spec, port int) (net.Conn, error) {
-	d, err := r.Driver(name)
+	dl, err := optional[Dialer](r, name, "has no ports to forward to")
 	if err != nil {
 		return nil, err
 	}
-	dl, ok := d.(Dialer)
-	if !ok {
-		return nil, fmt.Errorf("driver %s has no ports to forward to: %w", name, ErrUnimplemented)
-	}
 	return dl.Dial(ctx, spec, port)
+}
+
+// optional is driver name as the optional interface T, or an error wrapping
+// ErrUnimplemented that says the driver lacks what T does.
+func optional[T any](r Registry, name, lacks string) (T, error) {
+	var none T
+	d, err := r.Driver(name)
+	if err != nil {
+		return none, err
+	}
+	t, ok := d.(T)
+	if !ok {
+		return none, fmt.Errorf("driver %s %s: %w", name, lacks, ErrUnimplemented)
+	}
+	return t, nil
 }

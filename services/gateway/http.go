@@ -89,6 +89,11 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, e.Code.HTTPStatus(), events.ErrorBody{Error: e})
 }
 
+// decode decodes r's body into v, at most the configured MaxBody of it.
+func (h *HTTP) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	return decodeBody(http.MaxBytesReader(w, r.Body, h.svc.cfg.MaxBody), h.svc.cfg.MaxBody, v)
+}
+
 // decodeBody reads a JSON body of at most max bytes into v, refusing unknown
 // fields and trailing data. An empty body leaves v as it is.
 func decodeBody(r io.Reader, max int64, v any) error {
@@ -134,7 +139,7 @@ func actor(r *http.Request) string {
 
 func (h *HTTP) create(w http.ResponseWriter, r *http.Request) {
 	var req events.CreateRequest
-	if err := decodeBody(http.MaxBytesReader(w, r.Body, h.svc.cfg.MaxBody), h.svc.cfg.MaxBody, &req); err != nil {
+	if err := h.decode(w, r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -155,7 +160,7 @@ type lifecycleBody struct {
 func (h *HTTP) lifecycle(verb string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var body lifecycleBody
-		if err := decodeBody(http.MaxBytesReader(w, r.Body, h.svc.cfg.MaxBody), h.svc.cfg.MaxBody, &body); err != nil {
+		if err := h.decode(w, r, &body); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -308,7 +313,7 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body forwardBody
-	if err := decodeBody(http.MaxBytesReader(w, r.Body, h.svc.cfg.MaxBody), h.svc.cfg.MaxBody, &body); err != nil {
+	if err := h.decode(w, r, &body); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -332,7 +337,7 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")
-	fid := ForwardID(id, key)
+	fid := CommandID(VerbForward, id, key) // a retry with the key finds its forward
 	addr, err := h.forwards.Bind(r.Context(), id, fid, body.Listen, body.Port, true)
 	if err != nil {
 		code := events.CodeOf(err)
@@ -349,12 +354,10 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	for _, got := range v.Forwards {
-		if got.ID == fid {
-			h.forwards.Serve(fid)
-			writeJSON(w, http.StatusCreated, got)
-			return
-		}
+	if got, ok := v.Forward(fid); ok {
+		h.forwards.Serve(fid)
+		writeJSON(w, http.StatusCreated, got)
+		return
 	}
 	h.forwards.Close(fid)
 	writeError(w, events.Errorf(events.CodeAborted, "forward %s of %s: not in the sandbox's view; retry", fid, id))

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -41,9 +40,7 @@ type Sandbox struct {
 	Restored int64
 	// Entered is when the sandbox entered its phase (the time of the event
 	// that moved it there), what a passed deadline is measured from.
-	Entered time.Time
-	// Forwards are the open forwards, by id.
-	Forwards map[string]events.Forward
+	Entered  time.Time
 	Commands []string
 	View     events.View
 }
@@ -104,17 +101,6 @@ func (s *Sandbox) apply(env events.Envelope) error {
 		s.Attached = 0
 	case *events.Exited:
 		s.Exited, s.Attached = true, 0
-	case *events.ForwardOpened:
-		s.Forwards = maps.Clone(s.Forwards)
-		if s.Forwards == nil {
-			s.Forwards = map[string]events.Forward{}
-		}
-		s.Forwards[e.ForwardID] = events.Forward{ID: e.ForwardID, Listen: e.Listen, Address: e.Address, Port: e.Port}
-	case *events.ForwardClosed:
-		s.Forwards = maps.Clone(s.Forwards)
-		delete(s.Forwards, e.ForwardID)
-	case *events.Deleted:
-		s.Forwards = nil
 	}
 	if env.CommandID != "" && !slices.Contains(s.Commands, env.CommandID) {
 		s.Commands = append(s.Commands, env.CommandID)
@@ -181,7 +167,7 @@ func decide(s *Sandbox, c Command, caps compute.Capabilities) ([]events.Event, e
 	if _, known := commandRules[c.Verb]; !known {
 		return nil, events.Errorf(events.CodeInvalidArgument, "unknown command %q", c.Verb)
 	}
-	_, open := s.Forwards[c.Forward.ID]
+	_, open := s.View.Forward(c.Forward.ID)
 	row, ok := Lookup(s.Phase, c.Verb, Facts{AfterResume: s.Resuming, CanSuspend: caps.Suspend, Holds: s.RestoreRef != "", Forwarded: open})
 	if !ok {
 		return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s is %s; %s needs %s", s.ID, s.Phase, c.Verb, joinPhases(needs[c.Verb]))
@@ -329,13 +315,14 @@ func reported(s *Sandbox, evs []events.Event, now time.Time) ([]events.Event, er
 				out = append(out, afterConsumption(s))
 				continue
 			}
-		case *events.StartRequested, *events.Stopped:
-			// A report of a cold start (the fallback) or of the state lost
-			// comes of a resume only.
-			if sr, ok := e.(*events.StartRequested); ok && !s.Resuming {
-				return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: a fallback start (generation %d) but no resume is under way", s.ID, sr.Generation)
+		// A report of a cold start (the fallback) or of the state lost
+		// comes of a resume only.
+		case *events.StartRequested:
+			if !s.Resuming {
+				return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: a fallback start (generation %d) but no resume is under way", s.ID, e.Generation)
 			}
-			if st, ok := e.(*events.Stopped); ok && st.Reason == events.ReasonRetainedStateLost && !s.Resuming {
+		case *events.Stopped:
+			if e.Reason == events.ReasonRetainedStateLost && !s.Resuming {
 				return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: the retained state lost but no resume is under way", s.ID)
 			}
 		case *events.Exited, *events.ResourceLost:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net"
 	"regexp"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,9 @@ type Drivers interface {
 	// Logs is the last tail lines of a sandbox's workload output, or an
 	// error wrapping compute.ErrUnimplemented when its driver keeps none.
 	Logs(ctx context.Context, name string, spec compute.Spec, tail int) ([]byte, error)
+	// Dial connects to a port of a sandbox's workload (forwards), or
+	// answers an error wrapping compute.ErrUnimplemented.
+	Dial(ctx context.Context, name string, spec compute.Spec, port int) (net.Conn, error)
 }
 
 // Names reserves sandbox names, which must be unique among sandboxes that are
@@ -206,16 +210,6 @@ func ParseID(id string) error {
 		return events.Errorf(events.CodeInvalidArgument, "invalid sandbox id %q: want a lower-case uuid", id)
 	}
 	return nil
-}
-
-// ForwardID is the id of a new forward of sandbox id: derived from the
-// idempotency key when there is one, so that a retry finds its forward,
-// else fresh.
-func ForwardID(id, key string) string {
-	if key == "" {
-		return uuid.Must(uuid.NewV7()).String()
-	}
-	return uuid.NewSHA1(idempotent, []byte("forward\x00"+id+"\x00"+key)).String()
 }
 
 // CommandID is the id of a command: derived from the idempotency key when
@@ -646,12 +640,20 @@ func (s *Service) Logs(ctx context.Context, id string, tail int) ([]byte, error)
 	if err != nil {
 		return nil, err
 	}
-	spec := compute.Spec{SandboxID: id, Node: sb.Spec.Node, Options: sb.Spec.DriverOptions, Command: sb.Spec.Command, Env: sb.Spec.Env}
-	out, err := s.drivers.Logs(ctx, sb.Spec.Driver, spec, tail)
+	out, err := s.drivers.Logs(ctx, sb.Spec.Driver, compute.SpecOf(id, &sb.Spec), tail)
 	if err != nil {
 		return nil, fmt.Errorf("logs of %s: %w", id, err)
 	}
 	return out, nil
+}
+
+// Dial connects to port of sandbox id's workload, through its driver.
+func (s *Service) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
+	sb, err := s.Sandbox(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.drivers.Dial(ctx, sb.Spec.Driver, compute.SpecOf(id, &sb.Spec), port)
 }
 
 // History returns the events of id after seq.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"reflect"
 	"sync"
 	"testing"
@@ -33,6 +34,9 @@ func (fakeDrivers) Capabilities(string, map[string]string) (compute.Capabilities
 }
 func (fakeDrivers) Names() []string { return []string{"sim"} }
 func (fakeDrivers) Logs(context.Context, string, compute.Spec, int) ([]byte, error) {
+	return nil, compute.ErrUnimplemented
+}
+func (fakeDrivers) Dial(context.Context, string, compute.Spec, int) (net.Conn, error) {
 	return nil, compute.ErrUnimplemented
 }
 

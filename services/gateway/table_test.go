@@ -301,7 +301,7 @@ func TestCommandsWalkEveryPair(t *testing.T) {
 					s.RestoreRef = "ref-4"
 				}
 				if f.forwarded {
-					s.Forwards = map[string]events.Forward{"fw-1": {ID: "fw-1"}}
+					s.View.Forwards = []events.Forward{{ID: "fw-1"}}
 				}
 				evs, err := decide(s, Command{Verb: verb, ID: sid, Forward: events.Forward{ID: "fw-1"}}, compute.Capabilities{Suspend: f.canSuspend})
 				var got []string

@@ -81,12 +81,12 @@ type Driver struct {
 // box is what the sim knows of one sandbox: what the journal's records
 // folded into, plus the timers of this process.
 type box struct {
-	gen      int64  // newest generation started or resumed
-	running  bool   // the workload of gen runs
-	cred     string // credential of gen
-	attached bool   // the attach of gen was taken
-	exited   *int   // the exit code of gen, once it exited on its own
-	opts     map[string]string
+	gen      int64   // newest generation started or resumed
+	running  bool    // the workload of gen runs
+	cred     string  // credential of gen
+	attached bool    // the attach of gen was taken
+	exited   *int    // the exit code of gen, once it exited on its own
+	o        options // the options of gen, parsed
 	// suspends maps a suspended generation to the reference it produced.
 	suspends map[int64]string
 	// retained maps live references to the generation they retain.
@@ -534,8 +534,7 @@ func (d *Driver) applyLocked(rec record) {
 	b.say(rec)
 	switch rec.Op {
 	case opStart:
-		d.disarmLocked(b)
-		b.gen, b.running, b.cred, b.attached, b.exited, b.opts = rec.Gen, true, rec.Cred, false, nil, rec.Opts
+		d.runLocked(b, rec)
 	case opStop:
 		b.running = false
 		d.disarmLocked(b)
@@ -550,8 +549,7 @@ func (d *Driver) applyLocked(rec record) {
 		delete(b.retained, rec.Ref)
 		b.consumed[rec.Ref] = consumption{gen: rec.Gen, failed: rec.Failed}
 		if !rec.Failed {
-			d.disarmLocked(b)
-			b.gen, b.running, b.cred, b.attached, b.exited, b.opts = rec.Gen, true, rec.Cred, false, nil, rec.Opts
+			d.runLocked(b, rec)
 		}
 	case opDiscard:
 		delete(b.retained, rec.Ref)
@@ -633,10 +631,19 @@ func (d *Driver) Dial(ctx context.Context, spec compute.Spec, port int) (net.Con
 	return dl.DialContext(ctx, "tcp", addr)
 }
 
+// runLocked records that rec's generation now runs in b, with its options
+// (a journal's options were valid when written: on an error it runs with
+// none); d.mu is held.
+func (d *Driver) runLocked(b *box, rec record) {
+	d.disarmLocked(b)
+	b.o, _ = parse(rec.Opts)
+	b.gen, b.running, b.cred, b.attached, b.exited = rec.Gen, true, rec.Cred, false, nil
+}
+
 // attachLocked queues the attach of b's generation after the attach
 // option's delay (never: not at all); d.mu is held.
 func (d *Driver) attachLocked(id string, b *box) {
-	o, _ := parse(b.opts)
+	o := b.o
 	if o.attachNever || d.closed {
 		return
 	}
@@ -717,7 +724,7 @@ func (d *Driver) attached(id string, gen int64) {
 	if d.closed {
 		return
 	}
-	o, _ := parse(b.opts)
+	o := b.o
 	if o.exitAfter <= 0 || b.exitGen == gen {
 		return
 	}

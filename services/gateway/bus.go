@@ -219,13 +219,13 @@ func (b *Bus) report(ctx context.Context, m *nats.Msg) {
 	} else {
 		switch r.Kind {
 		case compute.ReportHeartbeat:
-			b.passOn(id, r.Generation)
+			b.passOn(id, m.Data)
 		case compute.ReportAttached:
 			// A resumed generation's supervisor that heartbeat as the
 			// older one is watched as the new one from its attach: should
 			// it never beat as it, it falls silent like any other.
 			if b.beats.watched(id) {
-				b.passOn(id, r.Generation)
+				b.passOn(id, m.Data)
 			}
 		case compute.ReportExited, compute.ReportDetached:
 			b.beats.forget(id)
@@ -257,6 +257,16 @@ func (s *Service) Report(ctx context.Context, id string, data []byte) (r compute
 			s.reportsRefused.Add(1)
 		}
 	}()
+	if r, err = s.verify(id, data); err != nil {
+		return r, err
+	}
+	return r, s.report(ctx, id, r)
+}
+
+// verify decodes a supervisor report on sandbox id and checks that its
+// credential is the one minted for the generation it claims.
+func (s *Service) verify(id string, data []byte) (compute.Report, error) {
+	var r compute.Report
 	if err := decodeJSON(data, &r); err != nil {
 		return r, err
 	}
@@ -269,7 +279,7 @@ func (s *Service) Report(ctx context.Context, id string, data []byte) (r compute
 	if s.creds == nil || !s.creds.Verify(id, r.Generation, r.Credential) {
 		return r, events.Errorf(events.CodeUnauthenticated, "sandbox %s generation %d: bad supervisor credential", id, r.Generation)
 	}
-	return r, s.report(ctx, id, r)
+	return r, nil
 }
 
 func (s *Service) report(ctx context.Context, id string, r compute.Report) error {

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -71,20 +70,26 @@ func (b *beats) silent(now time.Time, limit time.Duration) map[string]int64 {
 	return out
 }
 
-// listenBeats subscribes to the beats every gateway passes on.
+// listenBeats subscribes to the beats every gateway passes on. A beat
+// passed on is the supervisor's own report, its credential checked again:
+// bytes anyone else publishes there are dropped, so no one but the
+// supervisor can have a sandbox watched (and, once silent, detached).
 func (b *Bus) listenBeats() (*nats.Subscription, error) {
 	return b.nc.Subscribe(beatPrefix+"*", func(m *nats.Msg) {
-		gen, err := strconv.ParseInt(string(m.Data), 10, 64)
+		id := strings.TrimPrefix(m.Subject, beatPrefix)
+		r, err := b.svc.verify(id, m.Data)
 		if err != nil {
+			b.log.Debug().Err(err).Str("subject", m.Subject).Msg("beat passed on refused")
 			return
 		}
-		b.beats.note(strings.TrimPrefix(m.Subject, beatPrefix), gen, time.Now())
+		b.beats.note(id, r.Generation, time.Now())
 	})
 }
 
-// passOn tells every gateway that the supervisor of gen of id beat.
-func (b *Bus) passOn(id string, gen int64) {
-	_ = b.nc.Publish(beatPrefix+id, strconv.AppendInt(nil, gen, 10))
+// passOn tells every gateway that a supervisor of id beat: report is its
+// report (a heartbeat, or the attach of a new generation).
+func (b *Bus) passOn(id string, report []byte) {
+	_ = b.nc.Publish(beatPrefix+id, report)
 }
 
 // watchBeats records supervisor.detached for each supervisor silent past

@@ -53,7 +53,8 @@ func sendReport(t *testing.T, nc *nats.Conn, id string, gen int64, cred, kind st
 // credential; two gateways share a supervisor's beats (each beat reaches one
 // of them), so neither takes it for silent while it beats; once it falls
 // silent past the limit it is recorded detached, once. Refused reports are
-// counted. A supervisor that
+// counted. Beats published by anyone but a gateway passing on a supervisor's
+// report are dropped. A supervisor that
 // never heartbeats (the sim's) is never detached.
 func TestHeartbeats(t *testing.T) {
 	r := newRig(t)
@@ -73,6 +74,15 @@ func TestHeartbeats(t *testing.T) {
 	}
 	if code := sendReport(t, nc, v.ID, 1, "forged", compute.ReportHeartbeat); code != events.CodeUnauthenticated {
 		t.Fatalf("heartbeat with a forged credential: %q, want UNAUTHENTICATED", code)
+	}
+	// Beats published straight on the subject gateways pass them on by,
+	// not by the supervisor: a bare generation, a forged report. Neither
+	// gets the quiet one watched (nor, once "silent", detached).
+	forged, _ := json.Marshal(compute.Report{SandboxID: quiet.ID, Generation: 1, Credential: "forged", Kind: compute.ReportHeartbeat})
+	for _, data := range [][]byte{[]byte("1"), forged} {
+		if err := nc.Publish(beatPrefix+quiet.ID, data); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// Beats at a third of the limit, for three limits: whichever gateway
 	// takes each, neither finds the supervisor silent.

@@ -300,9 +300,7 @@ func (s *Service) report(ctx context.Context, id string, r compute.Report) error
 	if r.Kind == compute.ReportAttached {
 		// Two appends, not one atomic batch: each stands alone, and an atomic
 		// batch costs far more than two appends (see jsstore.Store.Append).
-		if err := s.RecordFunc(ctx, id, actor, func(sb *Sandbox) ([]events.Event, error) {
-			return consumedByAttach(sb, r.Generation), nil
-		}); err != nil {
+		if err := s.recordProof(ctx, id, actor, r.Generation); err != nil {
 			return err
 		}
 	}

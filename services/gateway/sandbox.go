@@ -35,6 +35,9 @@ type Sandbox struct {
 	Attached int64
 	// Fallback is the resume's restart_if_restore_fails, while Resuming.
 	Fallback bool
+	// ResumeCause is the newest resume request (its id and causal
+	// metadata): what a restore the attach proves was caused by.
+	ResumeCause events.Envelope
 	// Restored is the newest generation whose restore is recorded
 	// (sandbox.resumed); 0 for none.
 	Restored int64
@@ -89,6 +92,7 @@ func (s *Sandbox) apply(env events.Envelope) error {
 		s.RestoreRef = e.RestoreRef
 	case *events.ResumeRequested:
 		s.Generation, s.Resuming, s.Exited, s.Fallback = e.Generation, true, false, e.RestartIfRestoreFails
+		s.ResumeCause = events.Envelope{ID: env.ID, SandboxID: env.SandboxID, CommandID: env.CommandID, CorrelationID: env.CorrelationID}
 	case *events.ResumeFailed:
 		s.Resuming = false
 	case *events.Resumed:

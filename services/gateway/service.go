@@ -356,11 +356,7 @@ func (s *Service) Record(ctx context.Context, cause events.Envelope, actor strin
 		return err
 	}
 	defer s.lock(cause.SandboxID)()
-	dedup := ""
-	if cause.ID != "" {
-		dedup = "r:" + cause.ID
-	}
-	sb, err := s.append(ctx, cause.SandboxID, false, cause.Caused(actor), dedup, func(sb *Sandbox) ([]events.Event, error) {
+	sb, err := s.append(ctx, cause.SandboxID, false, cause.Caused(actor), dedupOf(cause), func(sb *Sandbox) ([]events.Event, error) {
 		return reported(sb, evs, s.now())
 	})
 	if err == nil && sb.Gone() {
@@ -372,17 +368,34 @@ func (s *Service) Record(ctx context.Context, cause events.Envelope, actor strin
 	return err
 }
 
-// RecordFunc appends what f decides from sandbox id's current state, as a
-// report of actor's (under the sandbox's lock; no events is a no-op).
-func (s *Service) RecordFunc(ctx context.Context, id, actor string, f func(*Sandbox) ([]events.Event, error)) error {
+// dedupOf is what derives the message ids of the events a report caused by
+// cause appends (none for a cause without an id): the same fact reported
+// twice for one cause lands once.
+func dedupOf(cause events.Envelope) string {
+	if cause.ID == "" {
+		return ""
+	}
+	return "r:" + cause.ID
+}
+
+// recordProof appends what the attach of generation gen of sandbox id
+// proves before the attach itself (consumedByAttach), as a report of actor's
+// caused by the resume request under way, so that it carries the request's
+// command, correlation and causation like the resume saga's own records.
+func (s *Service) recordProof(ctx context.Context, id, actor string, gen int64) error {
 	if err := ParseID(id); err != nil {
 		return err
 	}
 	defer s.lock(id)()
-	_, err := s.append(ctx, id, false, events.Meta{Actor: actor}, "", func(sb *Sandbox) ([]events.Event, error) {
-		evs, err := f(sb)
-		if err != nil || len(evs) == 0 {
-			return nil, err
+	sb, _, err := s.load(ctx, id)
+	if err != nil {
+		return err
+	}
+	cause := sb.ResumeCause
+	_, err = s.appendFrom(ctx, sb, false, cause.Caused(actor), dedupOf(cause), func(sb *Sandbox) ([]events.Event, error) {
+		evs := consumedByAttach(sb, gen)
+		if len(evs) == 0 || sb.ResumeCause.ID != cause.ID {
+			return nil, nil // nothing to prove, or of another resume than the cause stamped
 		}
 		return reported(sb, evs, s.now())
 	})

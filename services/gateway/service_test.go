@@ -572,3 +572,54 @@ func TestLostReservationIsReclaimed(t *testing.T) {
 		t.Fatalf("the live name moved to %s", id)
 	}
 }
+
+// TestAttachProofCarriesTheResumeCause: the resumed generation's supervisor
+// attaches before the saga records anything; the consumption and the
+// restore its attach records carry the resume command's id and
+// correlation, caused by the resume request, as the saga's own would
+// (CONTRACT §3); the attach itself is the supervisor's.
+func TestAttachProofCarriesTheResumeCause(t *testing.T) {
+	r := newRig(t)
+	svc := r.service(t)
+	ctx := context.Background()
+	v := readySandbox(t, svc)
+	if _, err := svc.Handle(ctx, Command{Verb: VerbSuspend, ID: v.ID, CommandID: "suspend-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Record(ctx, events.Envelope{SandboxID: v.ID}, "saga", &events.Suspended{Generation: 1, RestoreRef: "ref-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Handle(ctx, Command{Verb: VerbResume, ID: v.ID, CommandID: "resume-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Report(ctx, v.ID, attachReport(t, r, v.ID, 2)); err != nil {
+		t.Fatal(err)
+	}
+	envs, err := r.store.Load(ctx, v.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var request events.Envelope
+	got := map[string]events.Envelope{}
+	for _, e := range envs {
+		if e.Type == events.TypeResumeRequested {
+			request = e
+		}
+		got[e.Type] = e
+	}
+	if request.CommandID != "resume-1" {
+		t.Fatalf("the resume request %+v", request)
+	}
+	for _, typ := range []string{events.TypeRetainedStateConsumed, events.TypeResumed} {
+		e, ok := got[typ]
+		if !ok || e.CommandID != "resume-1" || e.CorrelationID != request.CorrelationID || e.CausationID != request.ID || e.Actor != "supervisor:2" {
+			t.Errorf("%s recorded by the attach: %+v, ok %v; want the resume request's command and correlation, caused by %s", typ, e, ok, request.ID)
+		}
+	}
+	if a := got[events.TypeSupervisorAttached]; a.Actor != "supervisor:2" {
+		t.Errorf("the attach: %+v", a)
+	}
+	if sb, err := svc.Sandbox(ctx, v.ID); err != nil || sb.Phase != events.PhaseReady || sb.View.LastOutcome != events.OutcomeRestored {
+		t.Fatalf("after the attach: %+v, %v", sb.View, err)
+	}
+}

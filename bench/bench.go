@@ -99,35 +99,42 @@ func (c Config) withDefaults() Config {
 // Validate reports the first setting of c the bench cannot run with, by
 // the flag of `torpor bench` that sets it.
 func (c Config) Validate() error {
+	_, err := c.resolved()
+	return err
+}
+
+// resolved is c with its defaults filled (withDefaults), or the error of
+// Validate.
+func (c Config) resolved() (Config, error) {
 	c = c.withDefaults()
 	switch {
 	case c.Sandboxes < 1 || c.Concurrency < 1:
-		return errors.New("--sandboxes and --concurrency: want 1 or more")
+		return Config{}, errors.New("--sandboxes and --concurrency: want 1 or more")
 	case c.Concurrency > c.Sandboxes:
-		return fmt.Errorf("--concurrency %d above --sandboxes %d: each client needs a sandbox of its own", c.Concurrency, c.Sandboxes)
+		return Config{}, fmt.Errorf("--concurrency %d above --sandboxes %d: each client needs a sandbox of its own", c.Concurrency, c.Sandboxes)
 	case c.Fsync != "" && c.Fsync != "always" && c.Fsync != "interval":
-		return fmt.Errorf("--fsync %q: want always or interval (or nothing for both)", c.Fsync)
+		return Config{}, fmt.Errorf("--fsync %q: want always or interval (or nothing for both)", c.Fsync)
 	case c.Transport != "bus" && c.Transport != "http":
-		return fmt.Errorf("--transport %q: want bus or http", c.Transport)
+		return Config{}, fmt.Errorf("--transport %q: want bus or http", c.Transport)
 	case c.Duration <= 0:
-		return errors.New("--duration: want a positive duration")
+		return Config{}, errors.New("--duration: want a positive duration")
 	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
-		return fmt.Errorf("--rate %v: want transitions per second above 0, or 0 for half the measured maximum", c.Rate)
+		return Config{}, fmt.Errorf("--rate %v: want transitions per second above 0, or 0 for half the measured maximum", c.Rate)
 	case slices.ContainsFunc(c.Sizes, func(n int) bool { return n < 1 }) || !slices.IsSorted(c.Sizes):
-		return fmt.Errorf("growth sizes %v: want sizes of 1 or more, growing", c.Sizes)
+		return Config{}, fmt.Errorf("growth sizes %v: want sizes of 1 or more, growing", c.Sizes)
 	case c.ShortHistory < 0 || c.LongHistory < 0 || c.LongSample < 0 || c.Sample < 0:
-		return errors.New("growth histories and samples: want 0 (the default) or more")
+		return Config{}, errors.New("growth histories and samples: want 0 (the default) or more")
 	}
-	return nil
+	return c, nil
 }
 
 // Run runs every section of cfg on services start starts, and assembles the
 // report; what it is doing goes to progress.
 func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*Report, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg, err := cfg.resolved()
+	if err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
 	began := time.Now()
 	host, _ := os.Hostname()
 	rep := &Report{
@@ -236,10 +243,10 @@ func profile(cfg Config, fsync string) (stop func(), err error) {
 // durability mode, fsync "always" or "interval".
 func RunMode(ctx context.Context, cfg Config, fsync string, start Starter) (Mode, error) {
 	mr := Mode{Fsync: fsync, Ratios: map[string]float64{}}
-	if err := cfg.Validate(); err != nil {
+	cfg, err := cfg.resolved()
+	if err != nil {
 		return mr, err
 	}
-	cfg = cfg.withDefaults()
 	dir, err := os.MkdirTemp("", "torpor-bench-")
 	if err != nil {
 		return mr, err

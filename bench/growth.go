@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -52,14 +53,16 @@ type Replay struct {
 
 // history returns a settled lifecycle of about n events for sandbox id, each
 // stamped with the phase the table gives: created, attached, then suspend and
-// resume cycles, ending ready. It is what a long-lived sandbox's log looks like.
-func history(id string, n int, now time.Time) ([]events.Envelope, error) {
+// resume cycles, ending ready; and the generation it ends running. It is
+// what a long-lived sandbox's log looks like.
+func history(id string, n int, now time.Time) ([]events.Envelope, int64, error) {
 	evs := []events.Event{
 		&events.Created{Name: "bench-" + id[len(id)-12:], Driver: "sim", Node: "local", Generation: 1},
 		&events.Started{Generation: 1},
 		&events.SupervisorAttached{Generation: 1},
 	}
-	for g := int64(1); len(evs)+6 <= n; g++ {
+	g := int64(1)
+	for ; len(evs)+6 <= n; g++ {
 		ref := "sim:" + id + ":" + strconv.FormatInt(g, 10) + ":bench"
 		evs = append(evs,
 			&events.SuspendRequested{Generation: g},
@@ -75,15 +78,15 @@ func history(id string, n int, now time.Time) ([]events.Envelope, error) {
 	for i, e := range evs {
 		env, err := events.NewEnvelope(id, e, events.Meta{Actor: "bench"}, now)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if phase, err = gateway.Next(phase, e.Type()); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		env.Phase = phase
 		out[i] = env
 	}
-	return out, nil
+	return out, g, nil
 }
 
 // populate appends n settled sandboxes of about perSandbox events each
@@ -103,12 +106,11 @@ func populate(ctx context.Context, dir string, nc *nats.Conn, store *jsstore.Sto
 	now := time.Now()
 	for i := range ids {
 		ids[i] = uuid.Must(uuid.NewV7()).String()
-		envs, err := history(ids[i], perSandbox, now)
+		envs, gen, err := history(ids[i], perSandbox, now)
 		if err != nil {
 			return nil, 0, err
 		}
-		last, _ := envs[len(envs)-1].Decode()
-		running[ids[i]] = last.(*events.SupervisorAttached).Generation
+		running[ids[i]] = gen
 		for _, env := range envs {
 			data, err := json.Marshal(env)
 			if err != nil {
@@ -150,22 +152,33 @@ func settleSagas(ctx context.Context, store *jsstore.Store) error {
 	return nil
 }
 
-// caughtUp waits until the service is ready and its view has no lag.
-func caughtUp(ctx context.Context, svc Service) error {
-	t := time.NewTicker(20 * time.Millisecond)
+// poll asks ok every interval until it says yes or ctx ends.
+func poll(ctx context.Context, every time.Duration, ok func() bool) error {
+	t := time.NewTicker(every)
 	defer t.Stop()
-	for {
-		if svc.Ready(ctx) == nil {
-			if lag, err := svc.ViewLag(ctx); err == nil && lag == 0 {
-				return nil
-			}
-		}
+	for !ok() {
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			return fmt.Errorf("view not caught up: %w", ctx.Err())
+			return ctx.Err()
 		}
 	}
+	return nil
+}
+
+// caughtUp waits until the service is ready and its view has no lag.
+func caughtUp(ctx context.Context, svc Service) error {
+	err := poll(ctx, 20*time.Millisecond, func() bool {
+		if svc.Ready(ctx) != nil {
+			return false
+		}
+		lag, err := svc.ViewLag(ctx)
+		return err == nil && lag == 0
+	})
+	if err != nil {
+		return fmt.Errorf("view not caught up: %w", err)
+	}
+	return nil
 }
 
 // heap is the live heap after a full collection.
@@ -182,8 +195,7 @@ func heap() uint64 {
 // touch. Then, with every id warm, each goes through two more suspend →
 // resume cycles: the steady latency, not disturbed by other ids' cold loads.
 func sampleLatency(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, c int) (first, steady Latency, err error) {
-	cycle := [][2]string{{"suspend", string(events.PhaseSuspended)}, {"resume", string(events.PhaseReady)}}
-	cold, _, err := timeSteps(ctx, cmd, vw, ids, c, cycle)
+	cold, _, err := timeSteps(ctx, cmd, vw, ids, c, suspendResume)
 	if err != nil {
 		return first, steady, err
 	}
@@ -191,24 +203,19 @@ func sampleLatency(ctx context.Context, cmd commander, vw *viewWaiter, ids []str
 	// long ones); collect that garbage now rather than during the steady
 	// sample, which is about the cost of a command, not of those loads.
 	runtime.GC()
-	warm, el, err := timeSteps(ctx, cmd, vw, ids, c, append(cycle, cycle...))
+	warm, el, err := timeSteps(ctx, cmd, vw, ids, c, slices.Concat(suspendResume, suspendResume))
 	if err != nil {
 		return first, steady, err
 	}
-	first = Latency{Samples: len(cold[0])}
-	first.P50, first.P90, first.P99, first.Max = percentiles(cold[0])
-	var all []time.Duration
-	for _, ds := range warm {
-		all = append(all, ds...)
-	}
-	steady = Latency{Samples: len(all), AchievedPerS: float64(len(all)) / el}
-	steady.P50, steady.P90, steady.P99, steady.Max = percentiles(all)
+	first = Latency{Percentiles: percentilesOf(cold[0])}
+	all := slices.Concat(warm...)
+	steady = Latency{AchievedPerS: float64(len(all)) / el, Percentiles: percentilesOf(all)}
 	return first, steady, nil
 }
 
 // timeSteps runs steps on every id with c clients and returns the latencies
 // by step index, and the seconds it took.
-func timeSteps(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, c int, steps [][2]string) ([][]time.Duration, float64, error) {
+func timeSteps(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, c int, steps []move) ([][]time.Duration, float64, error) {
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
@@ -226,9 +233,9 @@ func timeSteps(ctx context.Context, cmd commander, vw *viewWaiter, ids []string,
 		go func() {
 			defer wg.Done()
 			for id := range work {
-				for i, s := range steps {
+				for i, mv := range steps {
 					t0 := time.Now()
-					err := step(ctx, cmd, vw, s[0], id, events.Phase(s[1]))
+					err := step(ctx, cmd, vw, mv.verb, id, mv.target)
 					mu.Lock()
 					if err != nil {
 						ferr = errors.Join(ferr, err)
@@ -251,10 +258,10 @@ func timeSteps(ctx context.Context, cmd commander, vw *viewWaiter, ids []string,
 // to catch up, and measures command latency on a sample. Then it measures the
 // restart to ready at the largest size, the heap per sandbox, and the replay.
 func RunGrowth(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*Growth, *Replay, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg, err := cfg.resolved()
+	if err != nil {
 		return nil, nil, err
 	}
-	cfg = cfg.withDefaults()
 	dir, err := os.MkdirTemp("", "torpor-bench-growth-")
 	if err != nil {
 		return nil, nil, err
@@ -265,7 +272,6 @@ func RunGrowth(ctx context.Context, cfg Config, start Starter, progress io.Write
 		total     int
 		logEvents int
 		heapSmall uint64
-		catchEv   int
 		catchSecs float64
 	)
 	for i, size := range cfg.Sizes {
@@ -287,7 +293,7 @@ func RunGrowth(ctx context.Context, cfg Config, start Starter, progress io.Write
 			return nil, nil, err
 		}
 		err = caughtUp(ctx, svc)
-		catchEv, catchSecs = catchEv+written, catchSecs+time.Since(t0).Seconds()
+		catchSecs += time.Since(t0).Seconds()
 		if err != nil {
 			_ = svc.Stop()
 			return nil, nil, err
@@ -307,7 +313,7 @@ func RunGrowth(ctx context.Context, cfg Config, start Starter, progress io.Write
 		}
 		g.Rows = append(g.Rows, rows...)
 	}
-	g.CatchUpEPS = float64(catchEv) / catchSecs
+	g.CatchUpEPS = float64(logEvents) / catchSecs
 
 	// Restart to ready with everything in the log.
 	t0 := time.Now()
@@ -316,7 +322,7 @@ func RunGrowth(ctx context.Context, cfg Config, start Starter, progress io.Write
 		return nil, nil, err
 	}
 	defer func() { _ = svc.Stop() }()
-	if err := readyWait(ctx, svc); err != nil {
+	if err := poll(ctx, 5*time.Millisecond, func() bool { return svc.Ready(ctx) == nil }); err != nil {
 		return nil, nil, err
 	}
 	g.RecoverySeconds, g.RecoverySandboxes = time.Since(t0).Seconds(), total
@@ -389,20 +395,6 @@ func measureGrowth(ctx context.Context, cfg Config, svc Service, short, long []s
 		rows = append(rows, GrowthRow{Sandboxes: total, EventsPerSandbox: set.per, LogEvents: logEvents, FirstTouch: first, Steady: steady})
 	}
 	return rows, nil
-}
-
-// readyWait waits until the service answers ready.
-func readyWait(ctx context.Context, svc Service) error {
-	t := time.NewTicker(5 * time.Millisecond)
-	defer t.Stop()
-	for svc.Ready(ctx) != nil {
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
 }
 
 // measureReplay reads the whole log with an ordered consumer, then rebuilds

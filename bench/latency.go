@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-
-	"github.com/torpor/torpor/events"
 )
 
 // Latency is command-to-visible latency at a fixed offered rate.
@@ -21,12 +19,8 @@ type Latency struct {
 	// no sandbox was idle, Skipped.
 	Offered      int     `json:"offered,omitempty"`
 	AchievedPerS float64 `json:"achieved_per_s"`
-	Samples      int     `json:"samples"`
 	Skipped      int     `json:"skipped"`
-	P50          float64 `json:"p50"`
-	P90          float64 `json:"p90"`
-	P99          float64 `json:"p99"`
-	Max          float64 `json:"max"`
+	Percentiles
 	// CPUMsPerTransition and CoresBusy: as in Pipeline, at this
 	// offered rate.
 	CPUMsPerTransition float64 `json:"cpu_ms_per_transition,omitempty"`
@@ -66,12 +60,12 @@ func openLoop(ctx context.Context, cmd commander, vw *viewWaiter, m *mix, rate f
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			verb, target := "suspend", events.PhaseSuspended
+			mv := suspendResume[0]
 			if suspended {
-				verb, target = "resume", events.PhaseReady
+				mv = suspendResume[1]
 			}
 			t0 := time.Now()
-			err := step(ctx, cmd, vw, verb, id, target)
+			err := step(ctx, cmd, vw, mv.verb, id, mv.target)
 			lat := time.Since(t0)
 			mu.Lock()
 			defer mu.Unlock()
@@ -80,7 +74,7 @@ func openLoop(ctx context.Context, cmd commander, vw *viewWaiter, m *mix, rate f
 				return
 			}
 			lats = append(lats, lat)
-			byVerb[verb] = append(byVerb[verb], lat)
+			byVerb[mv.verb] = append(byVerb[mv.verb], lat)
 			m.done(id, !suspended)
 		}()
 		return true
@@ -91,14 +85,11 @@ func openLoop(ctx context.Context, cmd commander, vw *viewWaiter, m *mix, rate f
 	if oerr != nil {
 		return res, oerr
 	}
-	res.Samples = len(lats)
 	res.AchievedPerS = float64(len(lats)) / elapsed
-	res.P50, res.P90, res.P99, res.Max = percentiles(lats)
+	res.Percentiles = percentilesOf(lats)
 	res.ByVerb = map[string]*Latency{}
 	for verb, ls := range byVerb {
-		v := &Latency{Samples: len(ls)}
-		v.P50, v.P90, v.P99, v.Max = percentiles(ls)
-		res.ByVerb[verb] = v
+		res.ByVerb[verb] = &Latency{Percentiles: percentilesOf(ls)}
 	}
 	return res, ferr
 }
@@ -177,6 +168,22 @@ func offer(ctx context.Context, rate float64, d time.Duration, send func(k int) 
 		}
 	}
 	return offered, skipped, nil
+}
+
+// Percentiles of a set of durations, in milliseconds.
+type Percentiles struct {
+	Samples int     `json:"samples"`
+	P50     float64 `json:"p50"`
+	P90     float64 `json:"p90"`
+	P99     float64 `json:"p99"`
+	Max     float64 `json:"max"`
+}
+
+// percentilesOf is the Percentiles of ds, which it sorts.
+func percentilesOf(ds []time.Duration) Percentiles {
+	p := Percentiles{Samples: len(ds)}
+	p.P50, p.P90, p.P99, p.Max = percentiles(ds)
+	return p
 }
 
 // percentiles returns p50, p90, p99 and max in milliseconds.

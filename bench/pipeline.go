@@ -254,6 +254,16 @@ type Pipeline struct {
 // phase target, is visible to the client.
 type stepFunc func(ctx context.Context, verb, id string, target events.Phase) error
 
+// move is one command of the load and the phase that is its outcome.
+type move struct {
+	verb   string
+	target events.Phase
+}
+
+// suspendResume is the cycle every load drives a sandbox through: suspend
+// → suspended, then resume → ready.
+var suspendResume = []move{{"suspend", events.PhaseSuspended}, {"resume", events.PhaseReady}}
+
 // viewStep is step through cmd and the bench's own watch of the view.
 func viewStep(cmd commander, vw *viewWaiter) stepFunc {
 	return func(ctx context.Context, verb, id string, target events.Phase) error {
@@ -299,12 +309,9 @@ func cycle(ctx context.Context, step stepFunc, ids []string, c int, d time.Durat
 			}()
 			for k := 0; time.Now().Before(until); k++ {
 				id := mine[k%len(mine)]
-				for _, s := range []struct {
-					verb   string
-					target events.Phase
-				}{{"suspend", events.PhaseSuspended}, {"resume", events.PhaseReady}} {
+				for _, mv := range suspendResume {
 					t0 := time.Now()
-					if err := step(ctx, s.verb, id, s.target); err != nil {
+					if err := step(ctx, mv.verb, id, mv.target); err != nil {
 						mu.Lock()
 						ferr = errors.Join(ferr, err)
 						mu.Unlock()

@@ -37,21 +37,6 @@ type FreezerRow struct {
 	Missing string `json:"missing,omitempty"`
 }
 
-// Percentiles of a set of durations, in milliseconds.
-type Percentiles struct {
-	Samples int     `json:"samples"`
-	P50     float64 `json:"p50"`
-	P90     float64 `json:"p90"`
-	P99     float64 `json:"p99"`
-	Max     float64 `json:"max"`
-}
-
-func percentilesOf(ds []time.Duration) Percentiles {
-	p := Percentiles{Samples: len(ds)}
-	p.P50, p.P90, p.P99, p.Max = percentiles(ds)
-	return p
-}
-
 // processCommand is the workload of the pipeline's process sandboxes.
 var processCommand = []string{"sh", "-c", "while :; do sleep 0.05; done"}
 
@@ -60,7 +45,8 @@ var processCommand = []string{"sh", "-c", "while :; do sleep 0.05; done"}
 // resumes. The sandboxes are deleted before the service stops (a stopped
 // service leaves process sandboxes running).
 func RunProcess(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*Process, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg, err := cfg.resolved()
+	if err != nil {
 		return nil, err
 	}
 	cycles, sandboxes, rounds := 3000, 4, 50
@@ -110,26 +96,28 @@ func RunProcess(ctx context.Context, cfg Config, start Starter, progress io.Writ
 			return nil, fmt.Errorf("process: create: %w", err)
 		}
 		ids = append(ids, v.ID)
-		if v, err := c.Wait(ctx, v.ID, events.PhaseReady, 30*time.Second); err != nil || v.Phase != events.PhaseReady {
-			return nil, fmt.Errorf("process: sandbox %s not ready: %+v %w", v.ID, v, err)
+		ready, err := c.Wait(ctx, v.ID, events.PhaseReady, 30*time.Second)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("process: sandbox %s not ready: %w", v.ID, err)
+		case ready.Phase != events.PhaseReady:
+			return nil, fmt.Errorf("process: sandbox %s not ready: %+v", v.ID, ready)
 		}
 	}
 	fmt.Fprintf(progress, "bench: process: %d sandboxes suspended and resumed %d times each through the pipeline\n", sandboxes, rounds)
 	step := waitStep(c)
-	var suspends, resumes []time.Duration
+	lats := make([][]time.Duration, len(suspendResume)) // by move
 	for range rounds {
 		for _, id := range ids {
-			t0 := time.Now()
-			if err := step(ctx, "suspend", id, events.PhaseSuspended); err != nil {
-				return nil, fmt.Errorf("process: %w", err)
+			for i, mv := range suspendResume {
+				t0 := time.Now()
+				if err := step(ctx, mv.verb, id, mv.target); err != nil {
+					return nil, fmt.Errorf("process: %w", err)
+				}
+				lats[i] = append(lats[i], time.Since(t0))
 			}
-			t1 := time.Now()
-			if err := step(ctx, "resume", id, events.PhaseReady); err != nil {
-				return nil, fmt.Errorf("process: %w", err)
-			}
-			suspends, resumes = append(suspends, t1.Sub(t0)), append(resumes, time.Since(t1))
 		}
 	}
-	p.Suspend, p.Resume = percentilesOf(suspends), percentilesOf(resumes)
+	p.Suspend, p.Resume = percentilesOf(lats[0]), percentilesOf(lats[1])
 	return p, nil
 }

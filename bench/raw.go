@@ -222,9 +222,8 @@ func rawAppendLatency(ctx context.Context, nc *nats.Conn, subjects int, rate flo
 	if oerr != nil {
 		return res, oerr
 	}
-	res.Samples = len(lats)
 	res.AchievedPerS = float64(len(lats)) / time.Since(start).Seconds()
-	res.P50, res.P90, res.P99, res.Max = percentiles(lats)
+	res.Percentiles = percentilesOf(lats)
 	return res, ferr
 }
 

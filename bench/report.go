@@ -22,6 +22,8 @@ type Mode struct {
 	Ratios map[string]float64 `json:"ratios"`
 }
 
+// Target is one target checked against this run: met when Value compares
+// to Want by Cmp (">=" or "<=").
 type Target struct {
 	Name  string  `json:"name"`
 	Value float64 `json:"value"`
@@ -94,7 +96,7 @@ func (r *Report) targets() {
 	}
 }
 
-// print writes the report as tables, with the gap of every target missed.
+// Print writes the report as tables, with the gap of every target missed.
 func (r *Report) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "torpor bench — %v CPUs, %s, %s; transport %s, %d sandboxes, %d clients\n\n", r.Machine["cpus"], r.Machine["go"], r.Machine["os"], r.Pipeline.Transport, r.Pipeline.Sandboxes, r.Pipeline.Concurrency)
@@ -179,7 +181,7 @@ func (r *Report) Print(w io.Writer) {
 	}
 	if p := r.Process; p != nil {
 		fmt.Fprintln(w)
-		fmt.Fprintln(tw, "process freezer	cycles	freeze p50 ms	freeze p99 ms	freeze max ms	thaw p50 ms	thaw p99 ms	thaw max ms	")
+		fmt.Fprintln(tw, "process freezer\tcycles\tfreeze p50 ms\tfreeze p99 ms\tfreeze max ms\tthaw p50 ms\tthaw p99 ms\tthaw max ms\t")
 		for _, f := range p.Freezers {
 			if f.Cycles == 0 {
 				continue
@@ -213,7 +215,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "\nran %.0fs\n", r.Seconds)
 }
 
-// markdown writes BENCHMARKS.md: the machine, the exact command, the tables.
+// Markdown writes BENCHMARKS.md: the machine, the exact command, the tables.
 func (r *Report) Markdown(w io.Writer, command string) {
 	cpu := "unknown CPU"
 	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {

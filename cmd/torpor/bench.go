@@ -74,14 +74,12 @@ var benchStart = benchStarter("")
 func benchStarter(torpor string) bench.Starter {
 	return func(ctx context.Context, dir, fsync string) (bench.Service, error) {
 		a, err := start(ctx, serveConfig{Data: dir, HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: fsync, Node: "local",
-			Deadline: time.Minute, DuplicateWindow: jsstore.DefaultDuplicateWindow, HeartbeatLimit: 15 * time.Second, Torpor: torpor}, zerolog.Nop())
+			Deadline: time.Minute, DuplicateWindow: jsstore.DefaultDuplicateWindow, HeartbeatLimit: defaultHeartbeatLimit, Torpor: torpor}, zerolog.Nop())
 		if err != nil {
 			return nil, err
 		}
 		return a, nil
 	}
 }
-
-var _ bench.Starter = benchStart
 
 var _ bench.Service = (*app)(nil)

@@ -63,6 +63,10 @@ func rootCmd() *cobra.Command {
 	return root
 }
 
+// defaultHeartbeatLimit is serve's --heartbeat-limit default, which the
+// bench's service runs with too.
+const defaultHeartbeatLimit = 15 * time.Second
+
 func serveCmd() *cobra.Command {
 	cfg := serveConfig{}
 	cmd := &cobra.Command{
@@ -90,7 +94,7 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.Fsync, "fsync", "always", "always: fsync every write; interval: fsync periodically (faster, may lose the last writes on a crash)")
 	f.StringVar(&cfg.Node, "node", "local", "the node this service runs sandboxes for")
 	f.DurationVar(&cfg.Deadline, "deadline", 2*time.Minute, "deadline of every transient phase")
-	f.DurationVar(&cfg.HeartbeatLimit, "heartbeat-limit", 15*time.Second, "how long a supervisor that heartbeats may fall silent before it is recorded detached (process supervisors beat three times within it)")
+	f.DurationVar(&cfg.HeartbeatLimit, "heartbeat-limit", defaultHeartbeatLimit, "how long a supervisor that heartbeats may fall silent before it is recorded detached (process supervisors beat three times within it)")
 	f.DurationVar(&cfg.DuplicateWindow, "duplicate-window", jsstore.DefaultDuplicateWindow, "how long the event stream remembers message ids for deduplication (about 125 bytes of server heap per append for that long)")
 	return cmd
 }

@@ -129,7 +129,6 @@ type app struct {
 	svc    *gateway.Service
 	store  *jsstore.Store
 	proj   *projections.Runner
-	ready  func(context.Context) error
 }
 
 // start binds and starts every part of the service; they run until ctx ends
@@ -221,26 +220,12 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	}
 	a.httpAddr = ln.Addr().String()
 	a.store, a.proj = store, proj
-	ready := func(ctx context.Context) error {
-		if !a.nc.IsConnected() {
-			return errors.New("not connected to NATS")
-		}
-		lag, err := proj.Lag(ctx)
-		if err != nil {
-			return err
-		}
-		if lag > 1000 {
-			return fmt.Errorf("phase view %d events behind", lag)
-		}
-		return nil
-	}
-	a.ready = ready
 	fwdIndex, err := forward.NewKVIndex(ctx, js, 1)
 	if err != nil {
 		return nil, err
 	}
 	fwd := forward.New(sandboxes{svc: svc}, fwdIndex, forward.Config{}, log.With().Str("part", "forwards").Logger())
-	h := gateway.NewHTTP(svc, viewAdapter{view}, ready, log.With().Str("part", "http").Logger()).WithForwards(fwd)
+	h := gateway.NewHTTP(svc, viewAdapter{view}, a.Ready, log.With().Str("part", "http").Logger()).WithForwards(fwd)
 	a.hsrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, a.cancel = context.WithCancel(ctx)
@@ -304,7 +289,19 @@ func (a *app) NATSURL() string { return a.natsURL }
 func (a *app) Server() *server.Server { return a.ns }
 
 // Ready reports whether the service may take traffic (/readyz).
-func (a *app) Ready(ctx context.Context) error { return a.ready(ctx) }
+func (a *app) Ready(ctx context.Context) error {
+	if !a.nc.IsConnected() {
+		return errors.New("not connected to NATS")
+	}
+	lag, err := a.proj.Lag(ctx)
+	if err != nil {
+		return err
+	}
+	if lag > 1000 {
+		return fmt.Errorf("phase view %d events behind", lag)
+	}
+	return nil
+}
 
 // ViewLag is how many events of the log the phase view has yet to apply.
 func (a *app) ViewLag(ctx context.Context) (uint64, error) { return a.proj.Lag(ctx) }

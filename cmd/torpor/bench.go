@@ -24,13 +24,16 @@ func benchCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			output, _ := cmd.Flags().GetString("output")
 			if output != "table" && output != "json" && output != "markdown" {
-				return fmt.Errorf("-o %q: want table, json or markdown", output)
+				return invalid(fmt.Errorf("-o %q: want table, json or markdown", output))
 			}
 			// From the environment, so that `task benchmarks` measures SQL
 			// where a database is at hand and the command BENCHMARKS.md
 			// records carries no password.
 			if !cmd.Flags().Changed("database-url") {
 				cfg.DatabaseURL = os.Getenv("TORPOR_BENCH_DATABASE_URL")
+			}
+			if err := cfg.Validate(); err != nil {
+				return invalid(err)
 			}
 			rep, err := bench.Run(cmd.Context(), cfg, benchStart, cmd.ErrOrStderr())
 			if err != nil {

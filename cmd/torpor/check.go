@@ -22,6 +22,9 @@ func checkCmd(f *clientFlags) *cobra.Command {
 		Use:   "check [ID|NAME...]",
 		Short: "check the invariants of CONTRACT §1 over the live log (every sandbox when none is named); non-zero on a violation",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if deadline < 0 || slack < 0 {
+				return invalid(fmt.Errorf("--deadline %s, --slack %s: want 0 or more", deadline, slack))
+			}
 			c := f.client()
 			ctx := cmd.Context()
 			ids := make([]string, 0, len(args))

@@ -125,3 +125,27 @@ func TestCheckVerb(t *testing.T) {
 		t.Fatalf("check of an unknown sandbox: exit %d, %s", code, stderr)
 	}
 }
+
+// TestFlagsRefusedWithContractCode: a verb that refuses the flags it was
+// given (after cobra took them) says INVALID_ARGUMENT and names the flag,
+// as cobra's own refusals do, rather than INTERNAL; nothing runs.
+func TestFlagsRefusedWithContractCode(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--data", t.TempDir(), "--duplicate-window", "0"}, "--duplicate-window"},
+		{[]string{"serve", "--data", t.TempDir(), "--heartbeat-limit", "0"}, "--heartbeat-limit"},
+		{[]string{"serve", "--data", t.TempDir(), "--node", "Bad.Node"}, "--node"},
+		{[]string{"bench", "--sandboxes", "4", "--concurrency", "8"}, "--concurrency"},
+		{[]string{"check", "--slack", "-1s"}, "--slack"},
+		{[]string{"supervise", "--generation", "1", "--nats-url", "nats://127.0.0.1:1", "--", "true"}, "no sandbox"},
+		{[]string{"supervise", "--sandbox", "s1", "--generation", "0", "--nats-url", "nats://127.0.0.1:1", "--", "true"}, "generation 0"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), tc.args, &out, &errb)
+		if code != 1 || !strings.HasPrefix(errb.String(), "torpor: INVALID_ARGUMENT: ") || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want INVALID_ARGUMENT naming %q", tc.args, code, errb.String(), tc.want)
+		}
+	}
+}

@@ -61,6 +61,10 @@ type serveConfig struct {
 	wrapDrivers func(compute.Registry)
 }
 
+// minHeartbeatLimit is the shortest --heartbeat-limit: supervisors beat
+// every third of it, and a beat takes a round trip on the bus.
+const minHeartbeatLimit = 100 * time.Millisecond
+
 func (c serveConfig) Validate() error {
 	switch {
 	case c.Fsync != "always" && c.Fsync != "interval":
@@ -71,8 +75,8 @@ func (c serveConfig) Validate() error {
 		return fmt.Errorf("--duplicate-window %s: want 1s or more", c.DuplicateWindow)
 	case c.NATSURL == "" && c.Data == "":
 		return errors.New("--data: want a directory")
-	case c.HeartbeatLimit <= 0:
-		return fmt.Errorf("--heartbeat-limit %s: want a positive duration", c.HeartbeatLimit)
+	case c.HeartbeatLimit < minHeartbeatLimit:
+		return fmt.Errorf("--heartbeat-limit %s: want %s or more (supervisors beat three times within it)", c.HeartbeatLimit, minHeartbeatLimit)
 	case c.HTTP == "":
 		return errors.New("--http: want an address")
 	case !validNode.MatchString(c.Node):
@@ -135,7 +139,7 @@ type app struct {
 // or Stop is called. Wait returns when all have finished.
 func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, err error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, invalid(err)
 	}
 	a = &app{}
 	defer func() {

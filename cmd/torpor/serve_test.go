@@ -29,6 +29,7 @@ func TestServeConfigValidate(t *testing.T) {
 		{"no duplicate window", "--duplicate-window", func(c *serveConfig) { c.DuplicateWindow = 0 }},
 		{"duplicate window under a second", "--duplicate-window", func(c *serveConfig) { c.DuplicateWindow = 500 * time.Millisecond }},
 		{"no heartbeat limit", "--heartbeat-limit", func(c *serveConfig) { c.HeartbeatLimit = 0 }},
+		{"a heartbeat limit too short to beat within", "--heartbeat-limit", func(c *serveConfig) { c.HeartbeatLimit = 2 * time.Nanosecond }},
 		{"no data", "--data", func(c *serveConfig) { c.Data = "" }},
 		{"no http", "--http", func(c *serveConfig) { c.HTTP = "" }},
 		{"nats listen", "--nats-listen", func(c *serveConfig) { c.NATSListen = "nowhere" }},

@@ -32,6 +32,9 @@ func superviseCmd() *cobra.Command {
 			if readyFD > 0 {
 				s.Ready = os.NewFile(uintptr(readyFD), "ready")
 			}
+			if err := s.Validate(); err != nil {
+				return invalid(err)
+			}
 			log := zerolog.New(os.Stderr).With().Timestamp().Str("part", "supervise").Logger()
 			return process.Supervise(cmd.Context(), s, log)
 		},

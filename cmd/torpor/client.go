@@ -115,6 +115,7 @@ func addClientCmds(root *cobra.Command) {
 	var (
 		req           torpor.CreateRequest
 		opts, labels  []string
+		env           []string
 		phase, label  string
 		limit         int
 		cursor, at    string
@@ -125,10 +126,18 @@ func addClientCmds(root *cobra.Command) {
 		createIdemKey string
 	)
 	create := &cobra.Command{
-		Use:   "create [NAME]",
-		Short: "create a sandbox, waiting until it is ready unless --no-wait",
-		Args:  cobra.MaximumNArgs(1),
+		Use:   "create [NAME] [--env K=V…] [-- CMD ARG…]",
+		Short: "create a sandbox, waiting until it is ready unless --no-wait; what follows -- is the workload's command (the process driver runs it)",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if dash := cmd.ArgsLenAtDash(); dash > 1 || (dash < 0 && len(args) > 1) {
+				return fmt.Errorf("create takes one NAME, then -- and the command: got %q", args)
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
+				args, req.Command = args[:dash], args[dash:]
+			}
 			if len(args) == 1 {
 				req.Name = args[0]
 			}
@@ -137,6 +146,9 @@ func addClientCmds(root *cobra.Command) {
 				return err
 			}
 			if req.Labels, err = pairs(labels); err != nil {
+				return err
+			}
+			if req.Env, err = pairs(env); err != nil {
 				return err
 			}
 			c := f.client()
@@ -155,6 +167,7 @@ func addClientCmds(root *cobra.Command) {
 	create.Flags().StringVar(&req.Driver, "driver", "", "compute driver (default sim)")
 	create.Flags().StringSliceVar(&opts, "opt", nil, "driver option k=v (repeatable)")
 	create.Flags().StringSliceVar(&labels, "label", nil, "label k=v (repeatable)")
+	create.Flags().StringArrayVar(&env, "env", nil, "the workload's environment variable K=V (repeatable; a value may hold commas)")
 	create.Flags().BoolVar(&createNoWait, "no-wait", false, "return once the create is accepted")
 	create.Flags().DurationVar(&createTimeout, "timeout", 2*time.Minute, "how long to wait for ready")
 	create.Flags().StringVar(&createIdemKey, "idempotency-key", "", "makes a retry of this create safe")

@@ -287,7 +287,8 @@ func TestProcessForwardCarriesHTTP(t *testing.T) {
 }
 
 // TestProcessBadInput: what each bad process create gets. A create the
-// driver can tell is wrong (no command, an option) is refused with
+// driver can tell is wrong (no command, an option, an environment or an
+// argument exec cannot take) is refused with
 // INVALID_ARGUMENT and nothing is recorded; a command the node does not
 // have is accepted and its start fails: error, reason StartFailed, with the
 // driver's message; a workload that exits gets error with its exit code.
@@ -301,6 +302,10 @@ func TestProcessBadInput(t *testing.T) {
 		{"no command", torpor.CreateRequest{Driver: "process"}},
 		{"an empty command", torpor.CreateRequest{Driver: "process", Command: []string{""}}},
 		{"an option", torpor.CreateRequest{Driver: "process", Command: counting, DriverOptions: map[string]string{"suspend": "reject"}}},
+		{"an empty env name", torpor.CreateRequest{Driver: "process", Command: counting, Env: map[string]string{"": "x"}}},
+		{"an env name with '='", torpor.CreateRequest{Driver: "process", Command: counting, Env: map[string]string{"A=B": "x"}}},
+		{"a NUL in an env value", torpor.CreateRequest{Driver: "process", Command: counting, Env: map[string]string{"A": "x\x00y"}}},
+		{"a NUL in an argument", torpor.CreateRequest{Driver: "process", Command: []string{"sh", "-c", "true\x00"}}},
 	} {
 		_, err := c.Create(ctx, tc.r, "")
 		if code := events.CodeOf(err); code != events.CodeInvalidArgument {
@@ -358,4 +363,38 @@ func freePort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestProcessCreateFromTheCLI: `torpor create --driver process --env K=V
+// -- CMD…` runs the command with the variable, and `torpor logs` shows its
+// output; a second NAME, a variable without '=' and a process create with no
+// command are refused with INVALID_ARGUMENT.
+func TestProcessCreateFromTheCLI(t *testing.T) {
+	a, c, _ := processApp(t, 15*time.Second)
+	server := "http://" + a.HTTPAddr()
+	code, out, errs := cli(t, server, "-o", "json", "create", "greeter", "--driver", "process", "--env", "GREETING=hello, there",
+		"--", "sh", "-c", `echo "$GREETING"; exec sleep 1000`)
+	if code != 0 {
+		t.Fatalf("create: %d %s", code, errs)
+	}
+	var v events.View
+	if err := json.Unmarshal([]byte(out), &v); err != nil || v.Phase != events.PhaseReady || v.Driver != "process" {
+		t.Fatalf("create printed %q (%v)", out, err)
+	}
+	eventually(t, "the greeting in the logs", func() bool {
+		code, out, _ := cli(t, server, "logs", "greeter")
+		return code == 0 && out == "hello, there\n"
+	})
+	for _, args := range [][]string{
+		{"create", "one", "two", "--", "true"},
+		{"create", "--driver", "process", "--env", "NOVALUE", "--", "true"},
+		{"create", "--driver", "process", "--no-wait"},
+	} {
+		if code, _, errs := cli(t, server, args...); code != 1 || !strings.HasPrefix(errs, "torpor: INVALID_ARGUMENT: ") {
+			t.Errorf("%v: exit %d, %q; want INVALID_ARGUMENT", args, code, errs)
+		}
+	}
+	if page, err := c.List(context.Background(), "", "", 100, ""); err != nil || len(page.Items) != 1 {
+		t.Fatalf("sandboxes after the refused creates: %+v, %v", page.Items, err)
+	}
 }

@@ -153,7 +153,8 @@ func (d *Driver) Capabilities(map[string]string) compute.Capabilities {
 }
 
 // ValidateSpec refuses a create with any option (the process driver has
-// none) or with no command to run. Whether the command is found is the
+// none), with no command to run, or with an environment or command exec
+// cannot take (an empty name, '=' in a name, a NUL anywhere). Whether the command is found is the
 // start's to say, on its node, with the workload's PATH.
 func (d *Driver) ValidateSpec(spec compute.Spec) error {
 	for k := range spec.Options {
@@ -161,6 +162,16 @@ func (d *Driver) ValidateSpec(spec compute.Spec) error {
 	}
 	if len(spec.Command) == 0 || spec.Command[0] == "" {
 		return errors.New("the process driver runs a command: give one (\"command\": [\"prog\", \"arg\", …])")
+	}
+	for k, v := range spec.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return fmt.Errorf("env %q=%q: a name must be non-empty without '=' or NUL, a value without NUL", k, v)
+		}
+	}
+	for _, a := range spec.Command {
+		if strings.ContainsRune(a, 0) {
+			return fmt.Errorf("command argument %q holds a NUL", a)
+		}
 	}
 	return nil
 }

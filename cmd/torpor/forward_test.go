@@ -111,7 +111,11 @@ func TestForwardsThroughSuspensions(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := throughLater(t, fw2.Address)
-	time.Sleep(100 * time.Millisecond) // the request waits meanwhile
+	select {
+	case got := <-held:
+		t.Fatalf("a request to the suspended sandbox was answered: %q", got)
+	case <-time.After(300 * time.Millisecond): // it waits meanwhile
+	}
 	if _, err := c.Lifecycle(ctx, "resume", sb.ID, false, ""); err != nil {
 		t.Fatal(err)
 	}

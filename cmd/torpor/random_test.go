@@ -182,6 +182,11 @@ func TestRandomizedRunWithKills(t *testing.T) {
 	if accepted < 50 {
 		t.Errorf("only %d commands accepted: the run did not exercise the service", accepted)
 	}
+	// Every refusal has a contract code that says why; none is an
+	// internal error.
+	if n := answered[string(events.CodeInternal)]; n > 0 {
+		t.Errorf("%d commands answered INTERNAL", n)
+	}
 }
 
 // faults draws a sandbox's sim options: the faults of CONTRACT §8 at

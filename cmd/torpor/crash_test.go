@@ -250,9 +250,11 @@ func TestKillDuringSuspendAndResume(t *testing.T) {
 		// The state is consumed in the driver; nothing recorded, and the
 		// restored supervisor not attached yet.
 		{"resume", step{"after the driver consumed the state, nothing recorded", map[string]string{"answer_delay": "3s", "attach": "4s"}, afterEffect("resume", 2)}},
-		// The restored supervisor's attach recorded the consumption (the
-		// point of no return); the saga's outcome has not come.
-		{"resume", step{"between the consumption and the outcome", map[string]string{"answer_delay": "3s"}, afterIntent(events.TypeRetainedStateConsumed)}},
+		// The restored supervisor's attach recorded the consumption and the
+		// restore it proves (past the point of no return); the driver's
+		// answer to the saga has not come. The restarted saga must take
+		// the resume as settled: no second effect.
+		{"resume", step{"after the attach recorded the restore, before the driver's answer", map[string]string{"answer_delay": "3s"}, afterIntent(events.TypeRetainedStateConsumed)}},
 	} {
 		t.Run(c.verb+" "+c.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -48,6 +48,17 @@ func Decode(typ string, data []byte) (Event, error) {
 // Known reports whether typ is a registered event type.
 func Known(typ string) bool { _, ok := registry[typ]; return ok }
 
+// Intent reports whether typ is an intent: one of the types that ask a
+// driver for a step.
+func Intent(typ string) bool {
+	switch typ {
+	case TypeCreated, TypeStartRequested, TypeStopRequested,
+		TypeSuspendRequested, TypeResumeRequested, TypeDeleteRequested:
+		return true
+	}
+	return false
+}
+
 // Types lists every registered event type, sorted.
 func Types() []string {
 	ts := make([]string, 0, len(registry))

@@ -49,15 +49,22 @@ import (
 // open is a transient phase a sandbox entered and has not left, as the
 // runner read the log.
 type open struct {
-	env    events.Envelope // the event that entered the phase
-	timer  *time.Timer
-	graced bool // the attach grace after a restart was given
+	env   events.Envelope // the event that entered the phase
+	timer *time.Timer
+}
+
+// enters says whether an event of type typ, moving a sandbox from phase
+// prev to phase next, enters next: a change of phase, or an intent. Each
+// intent enters its phase anew (a fallback start after a failed restore
+// gets a deadline of its own).
+func enters(prev, next events.Phase, typ string) bool {
+	return prev != next || events.Intent(typ)
 }
 
 // track follows env's sandbox in and out of transient phases, arming and
-// disarming its deadline; r.mu is held. Each intent enters its phase anew
-// (a fallback start after a failed restore gets a deadline of its own).
-func (r *Runner) track(ctx context.Context, env events.Envelope) {
+// disarming its deadline; r.mu is held. created is env decoded when it is
+// a sandbox.created, else nil.
+func (r *Runner) track(ctx context.Context, env events.Envelope, created *events.Created) {
 	id, p := env.SandboxID, env.Phase
 	if p == events.PhaseNone {
 		return // not stamped: no phase to track
@@ -70,19 +77,17 @@ func (r *Runner) track(ctx context.Context, env events.Envelope) {
 		}
 		return
 	}
-	if cur != nil && cur.env.Phase == p && !intents[env.Type] {
+	var prev events.Phase // none open: any transient phase is entered
+	if cur != nil {
+		prev = cur.env.Phase
+	}
+	if !enters(prev, p, env.Type) {
 		return
 	}
-	if env.Type == events.TypeCreated {
-		if c, err := env.Decode(); err == nil {
-			c := c.(*events.Created)
-			r.specs.put(id, c)
-			if c.Node != r.cfg.Node {
-				return
-			}
-		}
+	if created == nil {
+		created = r.specs.get(id)
 	}
-	if c := r.specs.get(id); c != nil && c.Node != r.cfg.Node {
+	if created != nil && created.Node != r.cfg.Node {
 		return // another node's runner keeps its deadlines
 	}
 	if cur != nil {
@@ -102,10 +107,7 @@ func (r *Runner) due(ctx context.Context, o *open) {
 	if r.stopping || r.open[id] != o {
 		return
 	}
-	q, busy := r.queues[id]
-	r.queues[id] = append(q, &job{env: o.env, deadline: o})
-	if !busy {
-		r.workers.Add(1)
+	if r.enqueue(&job{env: o.env, deadline: o}) {
 		r.warm.Go(func() { r.work(ctx, id) })
 	}
 }
@@ -158,10 +160,9 @@ func (r *Runner) settle(ctx context.Context, o *open) error {
 	s := &step{intent: o.env, created: st.created, spec: compute.SpecOf(id, st.created), log: log}
 	s.driver, s.drvErr = r.drv.Driver(st.created.Driver)
 	obs := r.observe(ctx, s)
-	evs, cleanup, wait := r.compensation(o, st, obs)
+	evs, cleanup, wait := r.compensation(st, obs)
 	if wait > 0 {
 		log.Info().Dur("grace", wait).Msg("deadline passed while the service was down; waiting for the supervisor")
-		o.graced = true
 		r.rearm(o, wait)
 		return nil
 	}
@@ -215,7 +216,7 @@ func (r *Runner) observe(ctx context.Context, s *step) compute.Observation {
 // compensation is what a passed deadline records (see the table at the top
 // of this file), what the driver is then told to clean up (cleanStop,
 // cleanDelete or nothing), or how long to wait before looking again.
-func (r *Runner) compensation(o *open, st state, obs compute.Observation) (evs []events.Event, cleanup string, wait time.Duration) {
+func (r *Runner) compensation(st state, obs compute.Observation) (evs []events.Event, cleanup string, wait time.Duration) {
 	gen, v := st.view.Generation, st.view
 	passed := &events.DeadlinePassed{Phase: v.Phase, Deadline: r.cfg.Deadline.String()}
 	msg := fmt.Sprintf("no outcome within the %s deadline; observed %q", r.cfg.Deadline, obs.State)
@@ -223,13 +224,16 @@ func (r *Runner) compensation(o *open, st state, obs compute.Observation) (evs [
 	switch v.Phase {
 	case events.PhaseStarting, events.PhaseProvisioning:
 		resuming := v.Phase == events.PhaseStarting && v.Restore.Held
+		// The attach grace after a restart still to give: a deadline
+		// rearmed to wait for it comes back when none is left.
+		grace := time.Until(r.began.Add(r.cfg.Grace))
 		switch {
 		case resuming && obs.State == compute.StateGone:
 			return []events.Event{&events.ResourceLost{Generation: gen, Message: msg}}, "", 0
 		case resuming && !is(compute.StateRunning):
 			return []events.Event{&events.ResumeFailed{Generation: gen, Message: msg}, passed}, "", 0
-		case is(compute.StateRunning) && !o.graced && time.Since(r.began) < r.cfg.Grace:
-			return nil, "", time.Until(r.began.Add(r.cfg.Grace))
+		case is(compute.StateRunning) && grace > 0:
+			return nil, "", grace
 		}
 		evs = []events.Event{passed}
 		if resuming {
@@ -278,8 +282,8 @@ type state struct {
 	entered uint64 // the sequence of the event that entered the phase
 }
 
-// fold reads a sandbox's log into a state. Entering is what track calls
-// entering: a change of phase, or an intent.
+// fold reads a sandbox's log into a state; a phase is entered as track
+// enters it (enters).
 func fold(log []events.Envelope) state {
 	var st state
 	for _, env := range log {
@@ -287,7 +291,7 @@ func fold(log []events.Envelope) state {
 		if !st.view.Fold(env) {
 			continue
 		}
-		if st.view.Phase != prev || intents[env.Type] {
+		if enters(prev, st.view.Phase, env.Type) {
 			st.entered = env.Seq
 		}
 		if env.Type == events.TypeCreated {

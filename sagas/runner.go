@@ -61,16 +61,6 @@ const (
 	retryMax = 5 * time.Second
 )
 
-// intents are the event types that ask for a driver step.
-var intents = map[string]bool{
-	events.TypeCreated:          true,
-	events.TypeStartRequested:   true,
-	events.TypeStopRequested:    true,
-	events.TypeSuspendRequested: true,
-	events.TypeResumeRequested:  true,
-	events.TypeDeleteRequested:  true,
-}
-
 // Runner runs the sagas of one node. Run it once.
 type Runner struct {
 	src   Source
@@ -106,6 +96,9 @@ const warmKeep = time.Second
 // way to being settled.
 type job struct {
 	env events.Envelope
+	// intent is env decoded when dispatch decoded it (a sandbox.created),
+	// else nil: the step decodes env.
+	intent events.Event
 	// later holds the sandbox's events that came after the intent while the
 	// job waited in its queue.
 	later []events.Envelope
@@ -272,28 +265,44 @@ func (r *Runner) dispatch(ctx context.Context, envs []events.Envelope, pending u
 		for _, j := range r.queues[env.SandboxID] {
 			j.later = append(j.later, env)
 		}
-		if intents[env.Type] {
+		// A sandbox.created is decoded once, here: track reads its node,
+		// its job takes it to the step.
+		created := r.createdOf(env)
+		if events.Intent(env.Type) {
 			j := &job{env: env}
+			if created != nil {
+				j.intent = created
+			}
 			r.jobs[env.Seq] = j
-			q, busy := r.queues[env.SandboxID]
-			r.queues[env.SandboxID] = append(q, j)
-			if !busy {
+			if r.enqueue(j) {
 				start = append(start, env.SandboxID)
 			}
 		}
 		// After the intent's job: a deadline already passed queues behind it.
-		r.track(ctx, env)
+		r.track(ctx, env, created)
 		r.processed = env.Seq
 	}
 	if pending == 0 && len(envs) > 0 {
 		r.caughtUp = max(r.caughtUp, envs[len(envs)-1].Seq)
 	}
-	r.workers.Add(len(start))
 	r.mu.Unlock()
 	for _, id := range start {
 		r.warm.Go(func() { r.work(ctx, id) })
 	}
 	return nil
+}
+
+// enqueue puts j at the end of its sandbox's queue; r.mu is held. When the
+// queue had no worker it counts one in r.workers and returns true: the
+// caller then starts it, r.work on j's sandbox.
+func (r *Runner) enqueue(j *job) (start bool) {
+	id := j.env.SandboxID
+	q, busy := r.queues[id]
+	r.queues[id] = append(q, j)
+	if !busy {
+		r.workers.Add(1)
+	}
+	return !busy
 }
 
 // room waits until fewer than queuedFactor × Workers jobs are unfinished.
@@ -341,7 +350,7 @@ func (r *Runner) work(ctx context.Context, id string) {
 				if j.deadline != nil {
 					err = r.settle(ctx, j.deadline)
 				} else {
-					err = r.step(ctx, j.env, later, seen)
+					err = r.step(ctx, j, later, seen)
 				}
 				<-r.sem
 			case <-ctx.Done():

@@ -24,7 +24,7 @@ func TestSettled(t *testing.T) {
 		{"only its consumption (progress)", resume, []events.Envelope{env("c", events.TypeRetainedStateConsumed, "r")}, false},
 		{"its outcome", resume, []events.Envelope{env("c", events.TypeRetainedStateConsumed, "r"), env("o", events.TypeResumed, "r")}, true},
 		{"the restore recorded by the attach", resume, []events.Envelope{
-			env("c", events.TypeRetainedStateConsumed, ""), env("o", events.TypeResumed, ""), env("a", events.TypeSupervisorAttached, "")}, true},
+			env("c", events.TypeRetainedStateConsumed, "r"), env("o", events.TypeResumed, "r"), env("a", events.TypeSupervisorAttached, "")}, true},
 		{"an attach alone", resume, []events.Envelope{env("a", events.TypeSupervisorAttached, "")}, false},
 		{"a later intent", resume, []events.Envelope{env("x", events.TypeStopRequested, "")}, true},
 		{"a suspension and a restore not its own", suspend, []events.Envelope{env("o", events.TypeResumed, "")}, false},

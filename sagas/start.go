@@ -22,14 +22,13 @@ func (r *Runner) start(ctx context.Context, s *step, gen int64) error {
 	if s.drvErr != nil {
 		return r.recordOrDrop(ctx, s, &events.StartFailed{Generation: gen, Message: s.drvErr.Error()})
 	}
-	for _, ref := range discardedWith(s.later) {
-		if s.suspender == nil {
-			break // a driver that cannot suspend retains nothing
-		}
-		err := r.within(ctx, s, unanswered, func(ctx context.Context) error { return s.suspender.Discard(ctx, s.spec, ref) })
-		if err != nil && !errors.Is(err, errDeadline) {
-			s.log.Warn().Err(err).Str("step", "discard").Msg("discard retained state")
-			return err
+	if s.suspender != nil { // a driver that cannot suspend retains nothing
+		for _, ref := range discardedWith(s.later) {
+			err := r.within(ctx, s, unanswered, func(ctx context.Context) error { return s.suspender.Discard(ctx, s.spec, ref) })
+			if err != nil && !errors.Is(err, errDeadline) {
+				s.log.Warn().Err(err).Str("step", "discard").Msg("discard retained state")
+				return err
+			}
 		}
 	}
 	req := compute.Start{Spec: s.spec, Generation: gen, Credential: r.creds.Mint(s.spec.SandboxID, gen)}

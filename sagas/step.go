@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,41 +48,38 @@ type step struct {
 	log       zerolog.Logger
 }
 
-// sagaOf names the saga an intent type starts.
+// sagaOf names the saga an intent type starts, "" for any other type: the
+// verb of sandbox.<verb>_requested, and create for sandbox.created.
 func sagaOf(typ string) string {
-	switch typ {
-	case events.TypeCreated:
+	switch {
+	case !events.Intent(typ):
+		return ""
+	case typ == events.TypeCreated:
 		return "create"
-	case events.TypeStartRequested:
-		return "start"
-	case events.TypeStopRequested:
-		return "stop"
-	case events.TypeSuspendRequested:
-		return "suspend"
-	case events.TypeResumeRequested:
-		return "resume"
-	case events.TypeDeleteRequested:
-		return "delete"
 	}
-	return ""
+	return strings.TrimSuffix(strings.TrimPrefix(typ, "sandbox."), "_requested")
 }
 
-// step drives one intent: it checks the intent is ours and still open, then
+// step drives j's intent: it checks the intent is ours and still open, then
 // runs its saga. later holds the sandbox's events after the intent when seen
 // says they are all there is; otherwise step loads them. A nil error means
 // the intent is finished with (recorded, skipped or compensated); an error
 // means it must come again.
-func (r *Runner) step(ctx context.Context, env events.Envelope, later []events.Envelope, seen bool) error {
+func (r *Runner) step(ctx context.Context, j *job, later []events.Envelope, seen bool) error {
+	env := j.env
 	log := r.log.With().
 		Str("sandbox_id", env.SandboxID).
 		Str("event_type", env.Type).
 		Uint64("seq", env.Seq).
 		Str("saga", sagaOf(env.Type)).
 		Logger()
-	intent, err := env.Decode()
-	if err != nil {
-		log.Error().Err(err).Msg("undecodable intent dropped")
-		return nil
+	intent := j.intent
+	if intent == nil {
+		var err error
+		if intent, err = env.Decode(); err != nil {
+			log.Error().Err(err).Msg("undecodable intent dropped")
+			return nil
+		}
 	}
 	created, err := r.created(ctx, env, intent)
 	if err != nil {
@@ -140,19 +138,15 @@ func (r *Runner) step(ctx context.Context, env events.Envelope, later []events.E
 }
 
 // settled says why the intent needs no step, or "" if it does: an event it
-// caused is in the log (its outcome is recorded), a later intent supersedes
-// it, or, for a resume, its restore is recorded: the resumed generation's
-// supervisor may attach before the saga records the outcome, and its attach
-// records the restore (no later intent came between, so it is this
-// resume's).
+// caused is in the log (its outcome is recorded: by the saga, or, for a
+// resume, by the resumed generation's attach, which records the restore as
+// caused by the request) or a later intent supersedes it.
 func settled(intent events.Envelope, later []events.Envelope) string {
 	for _, e := range later {
 		switch {
 		case e.CausationID == intent.ID && !progress[e.Type]:
 			return "outcome already recorded"
-		case intent.Type == events.TypeResumeRequested && e.Type == events.TypeResumed:
-			return "restore recorded by the attach"
-		case intents[e.Type]:
+		case events.Intent(e.Type):
 			return "superseded by " + e.Type
 		}
 	}
@@ -184,25 +178,28 @@ func (r *Runner) within(ctx context.Context, s *step, retry func(error) bool, ca
 	}
 	dctx, cancel := context.WithDeadline(ctx, at.Add(r.cfg.Deadline))
 	defer cancel()
+	// ended is the error of a call, last failing with err, that ctx or the
+	// deadline ended.
+	ended := func(err error) error {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: %w", errStopping, ctx.Err())
+		}
+		return fmt.Errorf("%w after %s: %w", errDeadline, r.cfg.Deadline, err)
+	}
 	wait := backoffMin
 	for {
 		err := call(dctx)
 		switch {
 		case err == nil:
 			return nil
-		case ctx.Err() != nil:
-			return fmt.Errorf("%w: %w", errStopping, ctx.Err())
-		case dctx.Err() != nil:
-			return fmt.Errorf("%w after %s: %w", errDeadline, r.cfg.Deadline, err)
+		case ctx.Err() != nil, dctx.Err() != nil:
+			return ended(err)
 		case !retry(err):
 			return err
 		}
 		s.log.Warn().Err(err).Dur("backoff", wait).Msg("driver call without an answer; calling again")
 		if !sleep(dctx, wait) {
-			if ctx.Err() != nil {
-				return fmt.Errorf("%w: %w", errStopping, ctx.Err())
-			}
-			return fmt.Errorf("%w after %s: %w", errDeadline, r.cfg.Deadline, err)
+			return ended(err)
 		}
 		wait = min(2*wait, backoffMax)
 	}
@@ -272,11 +269,27 @@ func (r *Runner) compensate(ctx context.Context, s *step, name string, undo func
 	return nil
 }
 
+// createdOf returns env decoded if it is a sandbox.created, kept in the
+// cache; nil for any other event, or one that does not decode (its step
+// drops it).
+func (r *Runner) createdOf(env events.Envelope) *events.Created {
+	if env.Type != events.TypeCreated {
+		return nil
+	}
+	e, err := env.Decode()
+	if err != nil {
+		return nil
+	}
+	c := e.(*events.Created)
+	r.specs.put(env.SandboxID, c)
+	return c
+}
+
 // created returns the sandbox.created event of env's sandbox (from the intent
-// itself, the cache or the log), or nil if the log has none.
+// itself, which createdOf cached, the cache or the log), or nil if the log
+// has none.
 func (r *Runner) created(ctx context.Context, env events.Envelope, intent events.Event) (*events.Created, error) {
 	if c, ok := intent.(*events.Created); ok {
-		r.specs.put(env.SandboxID, c)
 		return c, nil
 	}
 	if c := r.specs.get(env.SandboxID); c != nil {

@@ -145,7 +145,7 @@ func (s *sandbox) step(env events.Envelope) {
 	if err != nil {
 		return // readers pass it over; it changes nothing
 	}
-	if env.CommandID != "" && isIntent(env.Type) {
+	if env.CommandID != "" && events.Intent(env.Type) {
 		k := env.CommandID + "\x00" + env.Type
 		if s.intents[k] {
 			s.fail(seq, CommandsOnce, "command %s appended %s twice", env.CommandID, env.Type)
@@ -209,13 +209,4 @@ func (s *sandbox) mint(seq uint64, typ string, gen int64) {
 		s.fail(seq, GenerationsFenced, "%s mints generation %d, not above %d", typ, gen, s.top)
 	}
 	s.gen, s.top = gen, max(s.top, gen)
-}
-
-func isIntent(typ string) bool {
-	switch typ {
-	case events.TypeCreated, events.TypeStartRequested, events.TypeStopRequested,
-		events.TypeSuspendRequested, events.TypeResumeRequested, events.TypeDeleteRequested:
-		return true
-	}
-	return false
 }

@@ -151,12 +151,9 @@ func (s *Store) decodeMsg(msg jetstream.Msg) (events.Envelope, *jetstream.MsgMet
 	if err != nil {
 		return events.Envelope{}, nil, fmt.Errorf("metadata of %s: %w", msg.Subject(), err)
 	}
-	env, err := vet(msg.Data(), msg.Subject(), msg.Headers().Get(HeaderType))
+	env, err := s.envelope(meta.Sequence.Stream, msg.Subject(), msg.Headers(), msg.Data())
 	if err != nil {
-		s.foreign.skip(meta.Sequence.Stream, msg.Subject(), err)
 		return env, meta, fmt.Errorf("%s at %d: %w", msg.Subject(), meta.Sequence.Stream, err)
 	}
-	env.Seq = meta.Sequence.Stream
-	env.MsgID = msg.Headers().Get(jetstream.MsgIDHeader)
 	return env, meta, nil
 }

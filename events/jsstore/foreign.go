@@ -6,6 +6,9 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/torpor/torpor/events"
 )
 
@@ -63,5 +66,18 @@ func vet(data []byte, subject, typ string) (events.Envelope, error) {
 	if err := events.Vet(env, strings.TrimPrefix(subject, SubjectPrefix), typ); err != nil {
 		return env, err
 	}
+	return env, nil
+}
+
+// envelope vets the message at seq on subject, with headers h and body
+// data, into its envelope with Seq and MsgID set. A foreign message is
+// counted and reported (see Foreign) and comes back as vet's error.
+func (s *Store) envelope(seq uint64, subject string, h nats.Header, data []byte) (events.Envelope, error) {
+	env, err := vet(data, subject, h.Get(HeaderType))
+	if err != nil {
+		s.foreign.skip(seq, subject, err)
+		return env, err
+	}
+	env.Seq, env.MsgID = seq, h.Get(jetstream.MsgIDHeader)
 	return env, nil
 }

@@ -38,13 +38,11 @@ func (s *Store) Load(ctx context.Context, id string, after uint64) ([]events.Env
 		// Most loads after a sequence find nothing (a saga checking that
 		// nothing followed its intent): one direct get of the subject's last
 		// message answers that for a fraction of a batched get.
-		last, err := s.stream.GetLastMsgForSubject(ctx, Subject(id))
+		head, err := s.Head(ctx, id)
 		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return out, nil
 		case err != nil:
-			return nil, fmt.Errorf("load %s after %d: %w", id, after, unavailable(err))
-		case last.Sequence <= after:
+			return nil, fmt.Errorf("load %s after %d: %w", id, after, err)
+		case head <= after:
 			return out, nil
 		}
 	}
@@ -86,14 +84,9 @@ func (s *Store) loadBatch(ctx context.Context, id string, from uint64, out *[]ev
 		last = msg.Sequence
 		n++
 		pending = msg.Header.Get(headerNumPending)
-		env, err := vet(msg.Data, msg.Subject, msg.Header.Get(HeaderType))
-		if err != nil {
-			s.foreign.skip(msg.Sequence, msg.Subject, err)
-			continue
+		if env, err := s.envelope(msg.Sequence, msg.Subject, msg.Header, msg.Data); err == nil {
+			*out = append(*out, env)
 		}
-		env.Seq = msg.Sequence
-		env.MsgID = msg.Header.Get(jetstream.MsgIDHeader)
-		*out = append(*out, env)
 	}
 	switch {
 	case n > 0 && pending == "0":

@@ -25,9 +25,6 @@ const writeWindow = 1000
 // when the caller's context has no deadline.
 const writeTimeout = 30 * time.Second
 
-// typeCreated is the first event of every sandbox.
-var typeCreated = events.TypeCreated
-
 // Apply folds env into its sandbox's view and stores the result: ApplyBatch
 // of one event.
 func (v *View) Apply(ctx context.Context, env events.Envelope) error {
@@ -293,7 +290,7 @@ func (v *View) base(ctx context.Context, g group, assumeNew bool) (entry, error)
 	if ok {
 		return e, nil
 	}
-	if assumeNew && g.envs[0].Type == typeCreated {
+	if assumeNew && g.envs[0].Type == events.TypeCreated { // the first event of every sandbox
 		return entry{}, nil
 	}
 	view, rev, err := v.load(ctx, g.id)

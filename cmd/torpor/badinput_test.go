@@ -52,6 +52,7 @@ func TestBadInputOverHTTP(t *testing.T) {
 		{"invalid id with a subject wildcard", "POST", "/v1/sandboxes/a.*.%3E/stop", ``, 400, events.CodeInvalidArgument},
 		{"wrong phase", "POST", "/v1/sandboxes/" + v.ID + "/resume", ``, 409, events.CodeFailedPrecondition},
 		{"option of another verb", "POST", "/v1/sandboxes/" + v.ID + "/stop", `{"restart_if_restore_fails":true}`, 400, events.CodeInvalidArgument},
+		{"node, an option of resume", "POST", "/v1/sandboxes/" + v.ID + "/suspend", `{"node":"n2"}`, 400, events.CodeInvalidArgument},
 		{"body id differs from path", "POST", "/v1/sandboxes/" + v.ID + "/stop", `{"id":"` + unknown + `"}`, 400, events.CodeInvalidArgument},
 		{"malformed lifecycle body", "POST", "/v1/sandboxes/" + v.ID + "/stop", `{`, 400, events.CodeInvalidArgument},
 		{"bad at", "GET", "/v1/sandboxes/" + v.ID + "?at=yesterday", ``, 400, events.CodeInvalidArgument},

@@ -76,7 +76,10 @@ func addClientCmds(root *cobra.Command) {
 	pf.StringVarP(&f.output, "output", "o", "table", "output: table or json")
 
 	lifecycle := func(verb string, target events.Phase) *cobra.Command {
-		var restart bool
+		var (
+			restart bool
+			node    string
+		)
 		cmd := &cobra.Command{
 			Use:   verb + " ID|NAME",
 			Short: verb + " a sandbox, waiting until it is " + string(target) + " unless --no-wait",
@@ -86,9 +89,12 @@ func addClientCmds(root *cobra.Command) {
 					v   events.View
 					err error
 				)
-				if verb == "delete" {
+				switch verb {
+				case "delete":
 					v, err = c.Delete(cmd.Context(), id, f.key)
-				} else {
+				case "resume":
+					v, err = c.Resume(cmd.Context(), id, torpor.ResumeOptions{RestartIfRestoreFails: restart, Node: node}, f.key)
+				default:
 					v, err = c.Lifecycle(cmd.Context(), verb, id, restart, f.key)
 				}
 				if err != nil || f.noWait || v.Phase == target {
@@ -102,6 +108,7 @@ func addClientCmds(root *cobra.Command) {
 		cmd.Flags().StringVar(&f.key, "idempotency-key", "", "makes a retry of this command safe")
 		if verb == "resume" {
 			cmd.Flags().BoolVar(&restart, "restart-if-restore-fails", false, "cold-start if the retained state is lost")
+			cmd.Flags().StringVar(&node, "node", "", "resume on this node rather than the sandbox's, where its driver can move the retained state")
 		}
 		return cmd
 	}

@@ -365,11 +365,14 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// TestProcessCreateFromTheCLI: `torpor create --driver process --env K=V
+// TestProcessFromTheCLI: `torpor create --driver process --env K=V
 // -- CMD…` runs the command with the variable, and `torpor logs` shows its
 // output; a second NAME, a variable without '=' and a process create with no
-// command are refused with INVALID_ARGUMENT.
-func TestProcessCreateFromTheCLI(t *testing.T) {
+// command are refused with INVALID_ARGUMENT. Suspended, `resume --node`
+// another node is refused with FAILED_PRECONDITION (a frozen group stays on
+// its node, CONTRACT §9) and leaves it suspended; `--node` its own node
+// resumes it.
+func TestProcessFromTheCLI(t *testing.T) {
 	a, c, _ := processApp(t, 15*time.Second)
 	server := "http://" + a.HTTPAddr()
 	code, out, errs := cli(t, server, "-o", "json", "create", "greeter", "--driver", "process", "--env", "GREETING=hello, there",
@@ -396,5 +399,19 @@ func TestProcessCreateFromTheCLI(t *testing.T) {
 	}
 	if page, err := c.List(context.Background(), "", "", 100, ""); err != nil || len(page.Items) != 1 {
 		t.Fatalf("sandboxes after the refused creates: %+v, %v", page.Items, err)
+	}
+
+	if code, _, errs := cli(t, server, "suspend", "greeter"); code != 0 {
+		t.Fatalf("suspend: %d %s", code, errs)
+	}
+	if code, _, errs := cli(t, server, "resume", "greeter", "--node", "elsewhere"); code != 1 || !strings.HasPrefix(errs, "torpor: FAILED_PRECONDITION: ") {
+		t.Fatalf("resume on another node: exit %d, %q; want FAILED_PRECONDITION", code, errs)
+	}
+	if got, _ := c.Get(context.Background(), v.ID); got.Phase != events.PhaseSuspended || !got.Restore.Held {
+		t.Fatalf("after the refused resume: %+v", got)
+	}
+	code, out, errs = cli(t, server, "-o", "json", "resume", "greeter", "--node", "local")
+	if err := json.Unmarshal([]byte(out), &v); code != 0 || err != nil || v.Phase != events.PhaseReady || v.Generation != 2 {
+		t.Fatalf("resume on its own node: %d %s %s", code, out, errs)
 	}
 }

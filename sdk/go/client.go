@@ -135,10 +135,25 @@ func (c *Client) List(ctx context.Context, phase, label string, limit int, curso
 func (c *Client) Lifecycle(ctx context.Context, verb, id string, restartIfRestoreFails bool, key string) (events.View, error) {
 	var body any
 	if restartIfRestoreFails {
-		body = map[string]bool{"restart_if_restore_fails": true}
+		body = ResumeOptions{RestartIfRestoreFails: true}
 	}
 	var v events.View
 	return v, c.do(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/"+verb, key, body, &v)
+}
+
+// ResumeOptions are resume's options (CONTRACT §5).
+type ResumeOptions struct {
+	// RestartIfRestoreFails: a cold start if the retained state is lost.
+	RestartIfRestoreFails bool `json:"restart_if_restore_fails,omitempty"`
+	// Node resumes on another node than the sandbox's, where its driver
+	// can move the retained state (else FAILED_PRECONDITION).
+	Node string `json:"node,omitempty"`
+}
+
+// Resume resumes a suspended sandbox with options o.
+func (c *Client) Resume(ctx context.Context, id string, o ResumeOptions, key string) (events.View, error) {
+	var v events.View
+	return v, c.do(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/resume", key, o, &v)
 }
 
 // Delete deletes a sandbox.

@@ -24,11 +24,22 @@ const (
 	HeaderActor          = "Torpor-Actor"
 )
 
-// BusRequest is the body of a command on torpor.cmd.<verb> other than create:
-// the HTTP body plus the sandbox id.
+// BusRequest is the body of a command on torpor.cmd.<verb> other than
+// create, and of POST /v1/sandboxes/{id}/<verb> (where id may be left out).
 type BusRequest struct {
-	ID                    string `json:"id"`
+	ID                    string `json:"id,omitempty"`
 	RestartIfRestoreFails bool   `json:"restart_if_restore_fails,omitempty"`
+	// Node is where a resume is to run, when not on the sandbox's node.
+	Node string `json:"node,omitempty"`
+}
+
+// options puts br's options of verb into c, refusing those verb has not.
+func (br BusRequest) options(verb string, c *Command) error {
+	if verb != VerbResume && (br.RestartIfRestoreFails || br.Node != "") {
+		return events.Errorf(events.CodeInvalidArgument, "restart_if_restore_fails and node are options of resume, not %s", verb)
+	}
+	c.RestartIfRestoreFails, c.ResumeOn = br.RestartIfRestoreFails, br.Node
+	return nil
 }
 
 // Bus serves the commands as the NATS micro service "torpor" on
@@ -198,10 +209,10 @@ func (b *Bus) command(ctx context.Context, verb string, req micro.Request) (even
 		if br.ID == "" {
 			return events.View{}, events.Errorf(events.CodeInvalidArgument, "%s needs \"id\"", verb)
 		}
-		if br.RestartIfRestoreFails && verb != VerbResume {
-			return events.View{}, events.Errorf(events.CodeInvalidArgument, "restart_if_restore_fails is an option of resume, not %s", verb)
+		if err := br.options(verb, &c); err != nil {
+			return events.View{}, err
 		}
-		c.ID, c.RestartIfRestoreFails = br.ID, br.RestartIfRestoreFails
+		c.ID = br.ID
 	}
 	return b.svc.Handle(ctx, c)
 }

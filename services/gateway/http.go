@@ -151,15 +151,9 @@ func (h *HTTP) create(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, v)
 }
 
-// lifecycleBody is the body of start, stop, suspend, resume and delete.
-type lifecycleBody struct {
-	ID                    string `json:"id,omitempty"`
-	RestartIfRestoreFails bool   `json:"restart_if_restore_fails,omitempty"`
-}
-
 func (h *HTTP) lifecycle(verb string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		var body lifecycleBody
+		var body BusRequest
 		if err := h.decode(w, r, &body); err != nil {
 			writeError(w, err)
 			return
@@ -169,11 +163,11 @@ func (h *HTTP) lifecycle(verb string) http.HandlerFunc {
 			writeError(w, events.Errorf(events.CodeInvalidArgument, "body id %q differs from path id %q", body.ID, id))
 			return
 		}
-		if body.RestartIfRestoreFails && verb != VerbResume {
-			writeError(w, events.Errorf(events.CodeInvalidArgument, "restart_if_restore_fails is an option of resume, not %s", verb))
+		c := Command{Verb: verb, ID: id, Actor: actor(r), IdempotencyKey: r.Header.Get("Idempotency-Key")}
+		if err := body.options(verb, &c); err != nil {
+			writeError(w, err)
 			return
 		}
-		c := Command{Verb: verb, ID: id, Actor: actor(r), IdempotencyKey: r.Header.Get("Idempotency-Key"), RestartIfRestoreFails: body.RestartIfRestoreFails}
 		v, err := h.svc.Handle(r.Context(), c)
 		if err != nil {
 			writeError(w, err)

@@ -131,8 +131,10 @@ type Command struct {
 	Create    events.CreateRequest
 	// Node is the node a created sandbox belongs to.
 	Node string
-	// RestartIfRestoreFails is resume's option.
+	// RestartIfRestoreFails and ResumeOn (a node other than the sandbox's)
+	// are resume's options.
 	RestartIfRestoreFails bool
+	ResumeOn              string
 	// Forward is the forward a forward command opens (bound already) or,
 	// by its ID, the one an unforward closes.
 	Forward events.Forward
@@ -170,6 +172,12 @@ func decide(s *Sandbox, c Command, caps compute.Capabilities) ([]events.Event, e
 	}
 	if _, known := commandRules[c.Verb]; !known {
 		return nil, events.Errorf(events.CodeInvalidArgument, "unknown command %q", c.Verb)
+	}
+	if c.Verb == VerbResume && c.ResumeOn != "" && c.ResumeOn != s.Spec.Node {
+		if !caps.ResumeElsewhere {
+			return nil, events.Errorf(events.CodeFailedPrecondition, "driver %s cannot resume on another node: the retained state of %s stays on %s", s.Spec.Driver, s.ID, s.Spec.Node)
+		}
+		return nil, events.Errorf(events.CodeUnimplemented, "resuming %s on node %s: moving retained state between nodes is not built yet", s.ID, c.ResumeOn)
 	}
 	_, open := s.View.Forward(c.Forward.ID)
 	row, ok := Lookup(s.Phase, c.Verb, Facts{AfterResume: s.Resuming, CanSuspend: caps.Suspend, Holds: s.RestoreRef != "", Forwarded: open})

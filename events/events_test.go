@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -224,4 +225,15 @@ func ExampleCodeOf() {
 	err := fmt.Errorf("suspend x: %w", Errorf(CodeUnimplemented, "driver sim cannot suspend"))
 	fmt.Println(CodeOf(err), CodeOf(err).HTTPStatus())
 	// Output: UNIMPLEMENTED 501
+}
+
+// TestHistoryEntryRoundTrip: an envelope listed in the history and read
+// back from it is the envelope the log holds (but for the store's MsgID).
+func TestHistoryEntryRoundTrip(t *testing.T) {
+	env := Envelope{ID: "e1", SandboxID: "s1", Type: TypeResumed, Schema: SchemaVersion, Time: time.Unix(1700000000, 5).UTC(),
+		Actor: "supervisor:2", CommandID: "c1", CorrelationID: "k1", CausationID: "r1", Phase: PhaseStarting,
+		Data: json.RawMessage(`{"generation":2,"outcome":"restored"}`), Seq: 42}
+	if got := env.HistoryEntry().Envelope("s1"); !reflect.DeepEqual(got, env) {
+		t.Fatalf("round trip:\n got %+v\nwant %+v", got, env)
+	}
 }

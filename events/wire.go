@@ -47,6 +47,12 @@ func (e HistoryEntry) Envelope(id string) Envelope {
 		CommandID: e.CommandID, CorrelationID: e.CorrelationID, CausationID: e.CausationID, Phase: e.Phase, Data: e.Data, Seq: e.Seq}
 }
 
+// HistoryEntry is e as the history lists it: Envelope's inverse.
+func (e Envelope) HistoryEntry() HistoryEntry {
+	return HistoryEntry{Seq: e.Seq, Type: e.Type, Time: e.Time, Actor: e.Actor, CommandID: e.CommandID, Phase: e.Phase, Data: e.Data,
+		ID: e.ID, CorrelationID: e.CorrelationID, CausationID: e.CausationID}
+}
+
 // History is the body of GET /v1/sandboxes/{id}/events.
 type History struct {
 	Items []HistoryEntry `json:"items"`

@@ -259,8 +259,7 @@ func (h *HTTP) history(w http.ResponseWriter, r *http.Request) {
 	}
 	items := make([]events.HistoryEntry, len(envs))
 	for i, e := range envs {
-		items[i] = events.HistoryEntry{Seq: e.Seq, Type: e.Type, Time: e.Time, Actor: e.Actor, CommandID: e.CommandID, Phase: e.Phase, Data: e.Data,
-			ID: e.ID, CorrelationID: e.CorrelationID, CausationID: e.CausationID}
+		items[i] = e.HistoryEntry()
 	}
 	writeJSON(w, http.StatusOK, events.History{Items: items})
 }

@@ -569,3 +569,25 @@ func TestMeasureFreezer(t *testing.T) {
 		})
 	}
 }
+
+// TestRepeatedStartStartsNothing: a start repeated, as a saga re-driven
+// after a crash makes it, answers as the first did and leaves the one
+// supervisor and workload it started: no second process of the sandbox.
+func TestRepeatedStartStartsNothing(t *testing.T) {
+	g := newGateway(t)
+	d, _ := newDriver(t, g, nil)
+	spec := newSpec("sleep", "3600")
+	startReady(t, d, g, spec, 1)
+	sup, work := process.Pids(d, spec.SandboxID)
+	for range 3 {
+		if err := d.Start(ctx(t), compute.Start{Spec: spec, Generation: 1, Credential: cred(1)}); err != nil {
+			t.Fatalf("repeated start: %v", err)
+		}
+	}
+	if s, w := process.Pids(d, spec.SandboxID); s != sup || w != work || !alive(sup) || !alive(work) {
+		t.Fatalf("after the repeats: supervisor %d workload %d, were %d and %d", s, w, sup, work)
+	}
+	if sups := processesNaming("--sandbox " + spec.SandboxID); len(sups) != 1 || sups[0] != sup {
+		t.Fatalf("supervisors of the sandbox: %v, want only %d", sups, sup)
+	}
+}

@@ -58,7 +58,7 @@ func rootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCmd(), benchCmd(), superviseCmd(), superviseExecCmd())
+	root.AddCommand(serveCmd(), driverCmd(), benchCmd(), superviseCmd(), superviseExecCmd())
 	addClientCmds(root)
 	return root
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"strings"
 	"time"
@@ -9,6 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torpor/torpor/services/compute/process"
+	"github.com/torpor/torpor/services/compute/supervisor"
+	"github.com/torpor/torpor/services/compute/vm"
 )
 
 // superviseCmd is `torpor supervise`: it runs a workload for its driver and
@@ -17,11 +20,17 @@ import (
 func superviseCmd() *cobra.Command {
 	s := process.Supervision{}
 	var readyFD int
+	var isVM, restore bool
 	cmd := &cobra.Command{
-		Use:   "supervise --sandbox ID --generation N --nats-url URL [--dir DIR] -- CMD…",
-		Short: "run a sandbox's workload and report on it as its generation (started by the process driver)",
-		Args:  cobra.MinimumNArgs(1),
+		Use:   "supervise --sandbox ID --generation N --nats-url URL [--dir DIR] (-- CMD… | --vm [--restore])",
+		Short: "run a sandbox's workload (a process group, or a VM's QEMU) and report on it as its generation (started by its driver)",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if isVM {
+				return superviseVM(cmd, s, readyFD, restore, args)
+			}
+			if len(args) == 0 {
+				return invalid(errors.New("supervise: no command"))
+			}
 			s.Command = args
 			s.Credential = os.Getenv(process.CredentialEnv)
 			for _, kv := range os.Environ() {
@@ -50,7 +59,27 @@ func superviseCmd() *cobra.Command {
 	f.StringVar(&s.Cgroup, "cgroup", "", "the cgroup directory the workload starts in")
 	f.IntVar(&readyFD, "ready-fd", 0, "a file descriptor to say on whether the workload runs")
 	_ = f.MarkHidden("ready-fd")
+	f.BoolVar(&isVM, "vm", false, "supervise the QEMU of the vm driver's sandbox in --dir (no command)")
+	f.BoolVar(&restore, "restore", false, "with --vm: QEMU waits for the driver's snapshot, and the supervisor attaches once the guest runs")
 	return cmd
+}
+
+// superviseVM is `torpor supervise --vm`: vm.Supervise over the flags that
+// the process supervisor shares with it.
+func superviseVM(cmd *cobra.Command, p process.Supervision, readyFD int, restore bool, args []string) error {
+	if len(args) > 0 {
+		return invalid(errors.New("supervise --vm: the guest's command is in its image, not on this command line"))
+	}
+	s := vm.Supervision{Sandbox: p.Sandbox, Generation: p.Generation, Credential: os.Getenv(supervisor.CredentialEnv),
+		NATSURL: p.NATSURL, Dir: p.Dir, Heartbeat: p.Heartbeat, Restore: restore}
+	if readyFD > 0 {
+		s.Ready = os.NewFile(uintptr(readyFD), "ready")
+	}
+	if err := s.Validate(); err != nil {
+		return invalid(err)
+	}
+	log := zerolog.New(os.Stderr).With().Timestamp().Str("part", "supervise").Logger()
+	return vm.Supervise(cmd.Context(), s, log)
 }
 
 // superviseExecCmd is the hidden entry through which a supervisor starts its

@@ -178,3 +178,15 @@ type Observation struct {
 type Observer interface {
 	Observe(ctx context.Context, spec Spec) (Observation, error)
 }
+
+// Exporter is a Suspender whose retained state can move to another node
+// (the vm driver's snapshots). A resume on another node first asks the
+// sandbox's own node to export its reference, then asks the target node to
+// resume the reference Export returned.
+type Exporter interface {
+	// Export makes the retained state behind ref restorable on any node and
+	// returns the reference that names it there; ref stays valid on its own
+	// node. It is idempotent: a repeated Export of ref returns the same
+	// reference. A ref not held here is ErrUnknownRef.
+	Export(ctx context.Context, spec Spec, ref string) (string, error)
+}

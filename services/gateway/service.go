@@ -485,7 +485,14 @@ func (s *Service) create(ctx context.Context, c Command) (events.View, error) {
 		r.Driver = s.cfg.DefaultDriver
 	}
 	if err := s.drivers.Validate(r.Driver, compute.Spec{Options: r.DriverOptions, Command: r.Command, Env: r.Env}); err != nil {
-		return events.View{}, events.Errorf(events.CodeInvalidArgument, "create: %v", err)
+		// A refusal that carries a code keeps it (a node that lacks what
+		// the driver needs is FAILED_PRECONDITION); any other is the
+		// request's fault.
+		code := events.CodeOf(err)
+		if code == events.CodeInternal {
+			code = events.CodeInvalidArgument
+		}
+		return events.View{}, events.Errorf(code, "create: %v", err)
 	}
 	if r.Name != "" && !validName.MatchString(r.Name) {
 		return events.View{}, events.Errorf(events.CodeInvalidArgument, "invalid name %q: 1 to 63 lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit", r.Name)

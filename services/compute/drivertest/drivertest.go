@@ -85,7 +85,10 @@ func (s *suite) ctx() context.Context {
 // sandbox is a new sandbox's spec.
 func (s *suite) sandbox() compute.Spec { return s.h.Spec(uuid.Must(uuid.NewV7()).String()) }
 
-func cred(gen int64) string { return fmt.Sprintf("credential-of-%d", gen) }
+// Cred is the credential the suite (and its Gateway) mints for generation gen.
+func Cred(gen int64) string { return fmt.Sprintf("credential-of-%d", gen) }
+
+func cred(gen int64) string { return Cred(gen) }
 
 // attached waits for the attach of generation gen of spec's sandbox, with
 // its credential; other reports are passed over.

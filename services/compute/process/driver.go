@@ -497,7 +497,7 @@ func (d *Driver) end(ctx context.Context, dir string, st *state, grace time.Dura
 	if err != nil {
 		return err
 	}
-	if grace > 0 && st.Workload.alive() {
+	if grace > 0 && st.Workload.Alive() {
 		if err := g.thaw(ctx); err != nil && !isNotExist(err) {
 			return err
 		}
@@ -505,12 +505,12 @@ func (d *Driver) end(ctx context.Context, dir string, st *state, grace time.Dura
 			return err
 		}
 		gctx, cancel := context.WithTimeout(ctx, grace)
-		_ = until(gctx, func() (bool, error) { return !st.Workload.alive(), nil })
+		_ = until(gctx, func() (bool, error) { return !st.Workload.Alive(), nil })
 		cancel()
 	}
 	err = until(ctx, func() (bool, error) {
 		empty, err := g.empty()
-		if isNotExist(err) || (err == nil && empty && !st.Workload.alive()) {
+		if isNotExist(err) || (err == nil && empty && !st.Workload.Alive()) {
 			return true, nil
 		}
 		if err != nil {
@@ -525,7 +525,7 @@ func (d *Driver) end(ctx context.Context, dir string, st *state, grace time.Dura
 		return err
 	}
 	return until(ctx, func() (bool, error) {
-		if !st.Supervisor.alive() {
+		if !st.Supervisor.Alive() {
 			return true, nil
 		}
 		r, err := loadRun(dir)
@@ -547,14 +547,14 @@ func (d *Driver) Suspend(ctx context.Context, t compute.Target) (string, error) 
 		return "", fmt.Errorf("suspend %s generation %d: %w: no such sandbox here", id, gen, compute.ErrRejected)
 	}
 	if s := st.Suspension; s != nil && s.Generation == gen {
-		if _, held := st.held(); held && st.Workload.alive() {
+		if _, held := st.held(); held && st.Workload.Alive() {
 			if err := d.freeze(ctx, st); err != nil {
 				return "", fmt.Errorf("suspend %s generation %d: %w", id, gen, err)
 			}
 		}
 		return s.Ref, nil
 	}
-	if gen != st.Generation || st.Stopped || !st.Workload.alive() {
+	if gen != st.Generation || st.Stopped || !st.Workload.Alive() {
 		return "", fmt.Errorf("suspend %s generation %d: %w: the workload of that generation is not running", id, gen, compute.ErrRejected)
 	}
 	var b [8]byte
@@ -577,7 +577,7 @@ func (d *Driver) Suspend(ctx context.Context, t compute.Target) (string, error) 
 		if serr := save(dir, st); serr != nil {
 			err = errors.Join(err, serr)
 		}
-		if !st.Workload.alive() {
+		if !st.Workload.Alive() {
 			err = fmt.Errorf("%w: the workload ended: %w", compute.ErrRejected, err)
 		}
 		return "", fmt.Errorf("suspend %s generation %d: %w", id, gen, err)
@@ -619,7 +619,7 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 		case c.Failed:
 			return consumed, fmt.Errorf("resume %s generation %d: %s was consumed, and its group had died while frozen", id, gen, ref)
 		}
-		if st.Generation == gen && st.Workload.alive() {
+		if st.Generation == gen && st.Workload.Alive() {
 			if err := d.restore(ctx, dir, st, req); err != nil {
 				return consumed, fmt.Errorf("resume %s generation %d: %w", id, gen, err)
 			}
@@ -631,7 +631,7 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 	}
 	st.Suspension.Held = false
 	st.Consumed = &consumption{Ref: ref, Generation: gen}
-	if !st.Workload.alive() || !st.Supervisor.alive() {
+	if !st.Workload.Alive() || !st.Supervisor.Alive() {
 		st.Consumed.Failed = true
 		err := save(dir, st)
 		if err == nil {
@@ -663,7 +663,7 @@ func (d *Driver) restore(ctx context.Context, dir string, st *state, req compute
 	if err := writeJSON(filepath.Join(dir, handoffFile), handoff{Generation: req.Generation, Credential: req.Credential}); err != nil {
 		return err
 	}
-	if !st.Supervisor.alive() {
+	if !st.Supervisor.Alive() {
 		return errors.New("the supervisor is gone")
 	}
 	if err := syscall.Kill(st.Supervisor.Pid, syscall.SIGUSR1); err != nil {
@@ -713,11 +713,11 @@ func (d *Driver) Delete(ctx context.Context, spec compute.Spec) error {
 		if err := d.end(ctx, dir, st, 0); err != nil {
 			return fmt.Errorf("delete %s: %w", id, err)
 		}
-		if st.Supervisor.alive() {
+		if st.Supervisor.Alive() {
 			if err := syscall.Kill(st.Supervisor.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 				return fmt.Errorf("delete %s: end the supervisor: %w", id, err)
 			}
-			if err := until(ctx, func() (bool, error) { return !st.Supervisor.alive(), nil }); err != nil {
+			if err := until(ctx, func() (bool, error) { return !st.Supervisor.Alive(), nil }); err != nil {
 				return fmt.Errorf("delete %s: %w", id, err)
 			}
 		}
@@ -748,7 +748,7 @@ func (d *Driver) Observe(ctx context.Context, spec compute.Spec) (compute.Observ
 		return compute.Observation{State: compute.StateGone}, nil
 	}
 	o := compute.Observation{Generation: st.Generation, How: st.Freezer}
-	if st.Workload.alive() {
+	if st.Workload.Alive() {
 		o.State = compute.StateRunning
 		if ref, held := st.held(); held {
 			g, err := st.group()

@@ -432,10 +432,10 @@ func (g signalGroup) members() ([]member, error) {
 			continue
 		}
 		st, err := readStat(pid)
-		if err != nil || st.pgrp != g.pgid || st.dead() {
+		if err != nil || st.Pgrp != g.pgid || st.Dead() {
 			continue
 		}
-		ms = append(ms, member{pid: pid, state: st.state, stopped: st.state == 'T' || st.state == 't'})
+		ms = append(ms, member{pid: pid, state: st.State, stopped: st.State == 'T' || st.State == 't'})
 	}
 	return ms, nil
 }

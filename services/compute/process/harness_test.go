@@ -1,25 +1,18 @@
 package process_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 
-	"github.com/torpor/torpor/events"
-	"github.com/torpor/torpor/events/natstest"
 	"github.com/torpor/torpor/services/compute"
+	"github.com/torpor/torpor/services/compute/drivertest"
 	"github.com/torpor/torpor/services/compute/process"
 )
 
@@ -50,136 +43,17 @@ func TestMain(m *testing.M) {
 // cred is the credential the tests mint for generation gen (as drivertest does).
 func cred(gen int64) string { return fmt.Sprintf("credential-of-%d", gen) }
 
-// gateway answers supervisor reports on torpor.supervisor.* of a real
-// nats-server as the gateway does: a report with a wrong credential is
-// refused (UNAUTHENTICATED), one of an older generation than the newest
-// attached is fenced (FAILED_PRECONDITION); a report taken goes to its
-// sandbox's channel, and to all.
-type gateway struct {
-	url    string
-	all    chan compute.Report
-	nc     *nats.Conn
-	handle nats.MsgHandler
+// gateway is the fake gateway of drivertest.
+type gateway = drivertest.Gateway
 
-	mu     sync.Mutex
-	boxes  map[string]chan compute.Report
-	newest map[string]int64
-	// received is every report each sandbox's supervisors sent, taken or not.
-	received map[string][]compute.Report
-	sub      *nats.Subscription // nil while down
-}
-
-func newGateway(t testing.TB) *gateway {
-	t.Helper()
-	srv := natstest.StartWith(t, natstest.Options{Listen: true})
-	g := &gateway{url: srv.ClientURL(), all: make(chan compute.Report, 4096), boxes: map[string]chan compute.Report{}, newest: map[string]int64{}, received: map[string][]compute.Report{}}
-	g.nc = srv.Conn
-	g.handle = func(m *nats.Msg) {
-		var r compute.Report
-		if err := json.Unmarshal(m.Data, &r); err != nil {
-			t.Errorf("a report that is no JSON: %q", m.Data)
-			return
-		}
-		body, _ := json.Marshal(g.take(r))
-		_ = m.Respond(body)
-	}
-	g.up(t)
-	t.Cleanup(g.down)
-	return g
-}
-
-// up starts answering reports (again).
-func (g *gateway) up(t testing.TB) {
-	t.Helper()
-	sub, err := g.nc.Subscribe(compute.ReportSubject("*"), g.handle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	g.mu.Lock()
-	g.sub = sub
-	g.mu.Unlock()
-}
-
-// down stops answering reports, as a service that is down does not.
-func (g *gateway) down() {
-	g.mu.Lock()
-	sub := g.sub
-	g.sub = nil
-	g.mu.Unlock()
-	if sub != nil {
-		_ = sub.Unsubscribe()
-		_ = g.nc.Flush()
-	}
-}
-
-// take judges r as the gateway would and returns the answer's body.
-func (g *gateway) take(r compute.Report) any {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.received[r.SandboxID] = append(g.received[r.SandboxID], r)
-	switch {
-	case r.Credential != cred(r.Generation):
-		return events.ErrorBody{Error: events.Errorf(events.CodeUnauthenticated, "bad credential")}
-	case r.Generation < g.newest[r.SandboxID]:
-		return events.ErrorBody{Error: events.Errorf(events.CodeFailedPrecondition, "generation %d is fenced", r.Generation)}
-	}
-	if r.Kind == compute.ReportAttached {
-		g.newest[r.SandboxID] = r.Generation
-	}
-	g.box(r.SandboxID) <- r
-	select {
-	case g.all <- r:
-	default: // a test that does not read all
-	}
-	return map[string]bool{"ok": true}
-}
-
-// sent is every report sandbox id's supervisors sent so far, taken or not.
-func (g *gateway) sent(id string) []compute.Report {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return append([]compute.Report(nil), g.received[id]...)
-}
-
-// box is sandbox id's channel of reports taken; g.mu is held.
-func (g *gateway) box(id string) chan compute.Report {
-	ch := g.boxes[id]
-	if ch == nil {
-		ch = make(chan compute.Report, 4096)
-		g.boxes[id] = ch
-	}
-	return ch
-}
-
-// await returns the next report taken of sandbox id of kind at gen, passing
-// over others (heartbeats, say); it fails the test after wait.
-func (g *gateway) await(t testing.TB, id, kind string, gen int64) compute.Report {
-	t.Helper()
-	g.mu.Lock()
-	ch := g.box(id)
-	g.mu.Unlock()
-	timeout := time.After(wait)
-	for {
-		select {
-		case r := <-ch:
-			if r.Kind == kind && r.Generation == gen {
-				return r
-			}
-		case <-timeout:
-			t.Fatalf("no %s report of generation %d of %s in %s", kind, gen, id, wait)
-		}
-	}
-}
+func newGateway(t testing.TB) *gateway { return drivertest.NewGateway(t) }
 
 // newDriver is a process driver on a fresh data directory, reporting to g,
 // with cfg's changes. At cleanup every sandbox left is deleted, and no
 // process and no cgroup of this driver may be left.
 func newDriver(t testing.TB, g *gateway, mod func(*process.Config)) (*process.Driver, process.Config) {
 	t.Helper()
-	cfg := process.Config{Data: t.TempDir(), NATSURL: g.url, Binary: torporBin, Heartbeat: 100 * time.Millisecond, Grace: time.Second}
+	cfg := process.Config{Data: t.TempDir(), NATSURL: g.URL, Binary: torporBin, Heartbeat: 100 * time.Millisecond, Grace: time.Second}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -222,38 +96,12 @@ func cleanUp(t testing.TB, d *process.Driver, data string) {
 	}
 }
 
-// processesNaming lists the live processes whose command line holds s.
-func processesNaming(s string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if strings.Contains(cmdline(pid), s) && !zombie(pid) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
-func cmdline(pid int) string {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return string(bytes.ReplaceAll(b, []byte{0}, []byte{' '}))
-}
-
-func zombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
-}
-
-// alive says whether pid runs (not a zombie).
-func alive(pid int) bool { return pid > 0 && !zombie(pid) }
+// processesNaming, cmdline and alive are drivertest's.
+var (
+	processesNaming = drivertest.ProcessesNaming
+	cmdline         = drivertest.Cmdline
+	alive           = drivertest.Alive
+)
 
 func newSpec(command ...string) compute.Spec {
 	return compute.Spec{SandboxID: uuid.Must(uuid.NewV7()).String(), Node: "n1", Command: command}
@@ -289,7 +137,7 @@ func startReady(t testing.TB, d *process.Driver, g *gateway, spec compute.Spec, 
 	if err := d.Start(ctx(t), compute.Start{Spec: spec, Generation: gen, Credential: cred(gen)}); err != nil {
 		t.Fatalf("start generation %d: %v", gen, err)
 	}
-	g.await(t, spec.SandboxID, compute.ReportAttached, gen)
+	g.Await(t, spec.SandboxID, compute.ReportAttached, gen)
 }
 
 // observe checks the driver observes spec's sandbox in state at gen.

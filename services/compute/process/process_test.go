@@ -30,7 +30,7 @@ func TestContract(t *testing.T) {
 				d, _ := newDriver(t, g, func(c *process.Config) { c.Freezer = kind })
 				return drivertest.Harness{
 					Driver:  d,
-					Reports: g.all,
+					Reports: g.All,
 					Spec: func(id string) compute.Spec {
 						return compute.Spec{SandboxID: id, Node: "n1", Command: []string{"sleep", "3600"}}
 					},
@@ -128,14 +128,14 @@ func TestCounterFreezesAndResumes(t *testing.T) {
 			if err != nil || !res.Consumed {
 				t.Fatalf("resume: %+v, %v", res, err)
 			}
-			g.await(t, a.SandboxID, compute.ReportAttached, 2)
+			g.Await(t, a.SandboxID, compute.ReportAttached, 2)
 			if pid, n := ca.reach(t, frozenAt+1); pid != pidA || n > frozenAt+10 {
 				t.Errorf("after the resume the counter is %d by pid %d; want it to go on from %d, by pid %d", n, pid, frozenAt, pidA)
 			}
 			observe(t, d, a, compute.StateRunning, 2)
-			g.await(t, a.SandboxID, compute.ReportHeartbeat, 2)
+			g.Await(t, a.SandboxID, compute.ReportHeartbeat, 2)
 			// From its attach as 2 on, the supervisor sends nothing as 1.
-			sent := g.sent(a.SandboxID)
+			sent := g.Sent(a.SandboxID)
 			for i, r := range sent {
 				if r.Kind == compute.ReportAttached && r.Generation == 2 {
 					for _, later := range sent[i:] {
@@ -174,7 +174,7 @@ func TestExitCodes(t *testing.T) {
 	if err := d.Start(ctx(t), compute.Start{Spec: seven, Generation: 1, Credential: cred(1)}); err != nil {
 		t.Fatal(err)
 	}
-	if r := g.await(t, seven.SandboxID, compute.ReportExited, 1); r.ExitCode != 7 {
+	if r := g.Await(t, seven.SandboxID, compute.ReportExited, 1); r.ExitCode != 7 {
 		t.Errorf("exit code %d, want 7", r.ExitCode)
 	}
 	if o := observe(t, d, seven, compute.StateExited, 1); o.ExitCode != 7 {
@@ -187,7 +187,7 @@ func TestExitCodes(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	if r := g.await(t, killed.SandboxID, compute.ReportExited, 1); r.ExitCode != 137 {
+	if r := g.Await(t, killed.SandboxID, compute.ReportExited, 1); r.ExitCode != 137 {
 		t.Errorf("exit code %d, want 137", r.ExitCode)
 	}
 	if o := observe(t, d, killed, compute.StateExited, 1); o.ExitCode != 137 {
@@ -242,7 +242,7 @@ func TestDiesWhileFrozen(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	if r := g.await(t, spec.SandboxID, compute.ReportExited, 1); r.ExitCode != 137 {
+	if r := g.Await(t, spec.SandboxID, compute.ReportExited, 1); r.ExitCode != 137 {
 		t.Errorf("exit code %d, want 137", r.ExitCode)
 	}
 	if o := observe(t, d, spec, compute.StateExited, 1); o.ExitCode != 137 {
@@ -292,7 +292,7 @@ func TestRestartedDriver(t *testing.T) {
 	if res, err := d2.Resume(ctx(t), compute.Resume{Spec: frozen, Generation: 2, Credential: cred(2), RestoreRef: ref}); err != nil || !res.Consumed {
 		t.Fatalf("resume: %+v, %v", res, err)
 	}
-	g.await(t, frozen.SandboxID, compute.ReportAttached, 2)
+	g.Await(t, frozen.SandboxID, compute.ReportAttached, 2)
 	if p, n := counterOf(d2, frozen).reach(t, at+1); p != pid {
 		t.Errorf("counter at %d by pid %d, want it to count on by pid %d", n, p, pid)
 	}
@@ -355,7 +355,7 @@ func TestInsideTheCgroupFromTheStart(t *testing.T) {
 			if err := d.Start(ctx(t), compute.Start{Spec: first, Generation: 1, Credential: cred(1)}); err != nil {
 				t.Fatal(err)
 			}
-			g.await(t, first.SandboxID, compute.ReportExited, 1)
+			g.Await(t, first.SandboxID, compute.ReportExited, 1)
 			out, err := d.Logs(ctx(t), first, 100)
 			if err != nil {
 				t.Fatal(err)
@@ -419,7 +419,7 @@ func TestDial(t *testing.T) {
 func TestReportsWaitForTheService(t *testing.T) {
 	g := newGateway(t)
 	d, _ := newDriver(t, g, nil)
-	g.down()
+	g.Down()
 	spec := newSpec("sh", "-c", "while [ ! -e done ]; do sleep 0.02; done; exit 3")
 	if err := d.Start(ctx(t), compute.Start{Spec: spec, Generation: 1, Credential: cred(1)}); err != nil {
 		t.Fatal(err)
@@ -439,9 +439,9 @@ func TestReportsWaitForTheService(t *testing.T) {
 		o, err := d.Observe(ctx(t), spec)
 		return err == nil && o.State == compute.StateExited
 	})
-	g.up(t)
-	g.await(t, spec.SandboxID, compute.ReportAttached, 1)
-	if r := g.await(t, spec.SandboxID, compute.ReportExited, 1); r.ExitCode != 3 {
+	g.Up(t)
+	g.Await(t, spec.SandboxID, compute.ReportAttached, 1)
+	if r := g.Await(t, spec.SandboxID, compute.ReportExited, 1); r.ExitCode != 3 {
 		t.Fatalf("exit code %d, want 3", r.ExitCode)
 	}
 	eventually(t, "the supervisor gone", func() bool {
@@ -472,7 +472,7 @@ func TestStopIsGraceful(t *testing.T) {
 	if out, _ := d.Logs(ctx(t), polite, 1); !strings.HasPrefix(string(out), "bye\n") {
 		t.Errorf("the polite workload said %q, want bye: it was not asked to end", out)
 	}
-	if r := g.await(t, deaf.SandboxID, compute.ReportExited, 1); r.ExitCode != 137 {
+	if r := g.Await(t, deaf.SandboxID, compute.ReportExited, 1); r.ExitCode != 137 {
 		t.Errorf("the deaf workload ended with %d, want 137 (killed)", r.ExitCode)
 	}
 }
@@ -488,7 +488,7 @@ func TestRefusedReportsAreNotAskedAgain(t *testing.T) {
 	}
 	var sent []compute.Report
 	eventually(t, "two heartbeats after the attach", func() bool {
-		sent = g.sent(spec.SandboxID)
+		sent = g.Sent(spec.SandboxID)
 		beats := 0
 		for _, r := range sent {
 			if r.Kind == compute.ReportHeartbeat {
@@ -514,7 +514,7 @@ func TestRefusedReportsAreNotAskedAgain(t *testing.T) {
 func TestSuperviseOnItsOwn(t *testing.T) {
 	g := newGateway(t)
 	id := newSpec().SandboxID
-	cmd := exec.Command(torporBin, "supervise", "--sandbox", id, "--generation", "4", "--nats-url", g.url, "--heartbeat", "50ms",
+	cmd := exec.Command(torporBin, "supervise", "--sandbox", id, "--generation", "4", "--nats-url", g.URL, "--heartbeat", "50ms",
 		"--", "sh", "-c", `echo "hello, credential=$`+process.CredentialEnv+`"; exit 5`)
 	cmd.Env = append(os.Environ(), process.CredentialEnv+"="+cred(4))
 	out, err := cmd.Output()
@@ -524,8 +524,8 @@ func TestSuperviseOnItsOwn(t *testing.T) {
 	if string(out) != "hello, credential=\n" {
 		t.Errorf("the command said %q", out)
 	}
-	g.await(t, id, compute.ReportAttached, 4)
-	if r := g.await(t, id, compute.ReportExited, 4); r.ExitCode != 5 {
+	g.Await(t, id, compute.ReportAttached, 4)
+	if r := g.Await(t, id, compute.ReportExited, 4); r.ExitCode != 5 {
 		t.Errorf("exit code %d, want 5", r.ExitCode)
 	}
 }

@@ -1,14 +1,7 @@
 package process
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
+	"github.com/torpor/torpor/services/compute/supervisor"
 )
 
 // A sandbox's directory, <data>/process/<sandbox id>, holds:
@@ -103,118 +96,15 @@ type handoff struct {
 	Credential string `json:"credential"`
 }
 
-// writeJSON replaces path with v's JSON: a temporary file in the same
-// directory renamed over it. Not synced: the file must survive a crash of
-// its writer, and a power loss ends the processes it describes anyway.
-func writeJSON(path string, v any) (err error) {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	// CreateTemp makes the file 0600.
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			os.Remove(f.Name())
-		}
-	}()
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	return err
-}
+// The host helpers of the supervisors, as this package names them.
+type proc = supervisor.Proc
 
-// openAppend opens the file at path for appending, making it (0600) if it
-// is missing: the workload's output and the supervisor's log.
-func openAppend(path string) (*os.File, error) {
-	return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-}
-
-// readJSON reads path into v; a missing file is os.ErrNotExist.
-func readJSON(path string, v any) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
-}
-
-// proc names one process: its pid and its start time (in clock ticks since
-// boot), so that a pid the kernel gave to another process since is not
-// taken for it.
-type proc struct {
-	Pid   int    `json:"pid"`
-	Start uint64 `json:"start"`
-}
-
-// stat is what /proc/<pid>/stat says of a process.
-type stat struct {
-	state byte // R, S, D, T, t, Z, X, …
-	pgrp  int
-	start uint64
-}
-
-// readStat reads /proc/<pid>/stat; a process that is not there is
-// os.ErrNotExist.
-func readStat(pid int) (stat, error) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return stat{}, err
-	}
-	// The command name, in parentheses, may hold anything: the fields
-	// start after its last closing parenthesis.
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return stat{}, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(string(data[i+1:]))
-	// f[0] is field 3 of proc(5) (state), f[2] field 5 (pgrp), f[19] field 22 (starttime).
-	if len(f) < 20 {
-		return stat{}, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-	}
-	pgrp, err := strconv.Atoi(f[2])
-	if err != nil {
-		return stat{}, fmt.Errorf("/proc/%d/stat: pgrp: %w", pid, err)
-	}
-	start, err := strconv.ParseUint(f[19], 10, 64)
-	if err != nil {
-		return stat{}, fmt.Errorf("/proc/%d/stat: starttime: %w", pid, err)
-	}
-	return stat{state: f[0][0], pgrp: pgrp, start: start}, nil
-}
-
-// dead says whether a process in this state has ended (a zombie is dead:
-// its parent has yet to reap it, which on a machine whose init does not
-// reap orphans is never).
-func (s stat) dead() bool { return s.state == 'Z' || s.state == 'X' }
-
-// procOf names the running process pid.
-func procOf(pid int) (proc, error) {
-	st, err := readStat(pid)
-	if err != nil {
-		return proc{}, err
-	}
-	return proc{Pid: pid, Start: st.start}, nil
-}
-
-// alive says whether p still runs (a stopped or frozen process runs).
-func (p proc) alive() bool {
-	if p.Pid <= 0 {
-		return false
-	}
-	st, err := readStat(p.Pid)
-	return err == nil && st.start == p.Start && !st.dead()
-}
-
-// isNotExist says whether err means a file is missing.
-func isNotExist(err error) bool { return errors.Is(err, os.ErrNotExist) }
+var (
+	writeJSON  = supervisor.WriteJSON
+	readJSON   = supervisor.ReadJSON
+	openAppend = supervisor.OpenAppend
+	procOf     = supervisor.ProcOf
+	isNotExist = supervisor.IsNotExist
+	readStat   = supervisor.ReadStat
+	lastLines  = supervisor.LastLines
+)

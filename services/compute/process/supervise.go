@@ -2,7 +2,6 @@ package process
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,14 +16,13 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
-	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/services/compute"
+	"github.com/torpor/torpor/services/compute/supervisor"
 )
 
 // CredentialEnv is the environment variable through which a supervisor
-// gets its credential: the environment, unlike the arguments, is not for
-// every user of the machine to read. The workload does not inherit it.
-const CredentialEnv = "TORPOR_SUPERVISOR_CREDENTIAL"
+// gets its credential (supervisor.CredentialEnv).
+const CredentialEnv = supervisor.CredentialEnv
 
 // ExecVerb is the hidden verb of the torpor binary through which a
 // supervisor starts its workload: `torpor supervise-exec [--cgroup DIR] --
@@ -32,12 +30,9 @@ const CredentialEnv = "TORPOR_SUPERVISOR_CREDENTIAL"
 // (see Exec).
 const ExecVerb = "supervise-exec"
 
-// How often a supervisor retries a report nobody answered, and how long it
-// waits for one answer.
 const (
-	backoffMin     = 50 * time.Millisecond
-	backoffMax     = 2 * time.Second
-	requestTimeout = 2 * time.Second
+	backoffMin = supervisor.BackoffMin
+	backoffMax = supervisor.BackoffMax
 )
 
 // Supervision is one run of `torpor supervise`: the workload it starts and
@@ -130,8 +125,7 @@ func Supervise(ctx context.Context, s Supervision, log zerolog.Logger) error {
 
 	// Connected (or connecting: a service down now is asked again) before
 	// the workload starts, so that a URL that cannot work refuses the start.
-	nc, err := nats.Connect(s.NATSURL, nats.Name("torpor supervise "+s.Sandbox),
-		nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.ReconnectWait(250*time.Millisecond))
+	nc, err := supervisor.Connect(s.NATSURL, s.Sandbox)
 	if err != nil {
 		err = fmt.Errorf("supervise: nats %s: %w", s.NATSURL, err)
 		s.tell(err)
@@ -151,7 +145,7 @@ func Supervise(ctx context.Context, s Supervision, log zerolog.Logger) error {
 	log.Info().Int64("generation", s.Generation).Int("pid", w.Pid).Strs("command", s.Command).Msg("workload started")
 
 	g, _ := groupOf(s.freezer(), s.Cgroup, w.Pid)
-	v := &supervisor{s: s, nc: nc, log: log, gen: s.Generation, cred: s.Credential, w: w, group: g}
+	v := &supervision{s: s, nc: nc, log: log, gen: s.Generation, cred: s.Credential, w: w, group: g, sender: &supervisor.Sender{NC: nc, Log: log}}
 	return v.loop(ctx, chld, usr1)
 }
 
@@ -228,8 +222,8 @@ func (s Supervision) start() (proc, error) {
 	return p, err
 }
 
-// supervisor is the state of Supervise's loop.
-type supervisor struct {
+// supervision is the state of Supervise's loop.
+type supervision struct {
 	s     Supervision
 	nc    *nats.Conn
 	log   zerolog.Logger
@@ -241,13 +235,10 @@ type supervisor struct {
 	// each is sent until a gateway answers it.
 	queue  []compute.Report
 	exited bool
-	// unanswered: the last report got no answer; beat is the answer to
-	// the last heartbeat.
-	unanswered bool
-	beat       string
+	sender *supervisor.Sender
 }
 
-func (v *supervisor) loop(ctx context.Context, chld, usr1 <-chan os.Signal) error {
+func (v *supervision) loop(ctx context.Context, chld, usr1 <-chan os.Signal) error {
 	v.queue = []compute.Report{v.report(compute.ReportAttached, 0)}
 	tick := time.NewTicker(v.s.Heartbeat)
 	defer tick.Stop()
@@ -296,13 +287,13 @@ func (v *supervisor) loop(ctx context.Context, chld, usr1 <-chan os.Signal) erro
 	}
 }
 
-func (v *supervisor) report(kind string, code int) compute.Report {
+func (v *supervision) report(kind string, code int) compute.Report {
 	return compute.Report{SandboxID: v.s.Sandbox, Generation: v.gen, Credential: v.cred, Kind: kind, ExitCode: code}
 }
 
 // reap reaps every child that has ended, and returns the exit code of the
 // workload's main process if it was one of them.
-func (v *supervisor) reap() (code int, main bool) {
+func (v *supervision) reap() (code int, main bool) {
 	for {
 		var ws syscall.WaitStatus
 		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
@@ -322,7 +313,7 @@ func (v *supervisor) reap() (code int, main bool) {
 // exit ends the rest of the main process's group (a sandbox lives as long
 // as its main process), reaps it, then records and queues the exit: a
 // driver that finds the exit recorded finds nothing of the group left.
-func (v *supervisor) exit(code int) {
+func (v *supervision) exit(code int) {
 	v.exited = true
 	v.log.Info().Int64("generation", v.gen).Int("exit_code", code).Msg("workload exited")
 	if err := v.group.kill(); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -351,7 +342,7 @@ func (v *supervisor) exit(code int) {
 
 // handoff takes the generation a resume handed over, if it is newer: the
 // supervisor attaches as it, and reports as it from then on.
-func (v *supervisor) handoff() bool {
+func (v *supervision) handoff() bool {
 	if v.s.Dir == "" || v.exited {
 		return false
 	}
@@ -373,49 +364,8 @@ func (v *supervisor) handoff() bool {
 	return true
 }
 
-// send asks a gateway to take r and says whether one answered, taking it
-// or refusing it. What it logs is the changes: the first report unanswered
-// (the service is down, say) and the first answered after, every refusal of
-// an attach or an exit, and a heartbeat's answer when it differs from the
-// last heartbeat's, so a supervisor waiting out a long downtime, or
-// heartbeating where heartbeats are refused, does not fill its log.
-func (v *supervisor) send(r compute.Report) bool {
-	log := v.log.With().Int64("generation", r.Generation).Str("kind", r.Kind).Logger()
-	data, err := json.Marshal(r)
-	if err != nil {
-		log.Error().Err(err).Msg("report")
-		return true
-	}
-	msg, err := v.nc.Request(compute.ReportSubject(r.SandboxID), data, requestTimeout)
-	if err != nil {
-		if !v.unanswered {
-			log.Warn().Err(err).Msg("report unanswered; reports are asked again until a gateway answers")
-		}
-		v.unanswered = true
-		return false
-	}
-	if v.unanswered {
-		log.Info().Msg("reports answered again")
-		v.unanswered = false
-	}
-	answer := "taken"
-	var body events.ErrorBody
-	if json.Unmarshal(msg.Data, &body) == nil && body.Error != nil {
-		answer = string(body.Error.Code) + ": " + body.Error.Message
-	}
-	if r.Kind == compute.ReportHeartbeat {
-		if answer == v.beat {
-			return true
-		}
-		v.beat = answer
-	}
-	if body.Error != nil {
-		log.Warn().Str("code", string(body.Error.Code)).Str("message", body.Error.Message).Msg("report refused")
-	} else {
-		log.Info().Msg("report taken")
-	}
-	return true
-}
+// send asks a gateway to take r and says whether one answered.
+func (v *supervision) send(r compute.Report) bool { return v.sender.Send(r) }
 
 // Exec is the hidden entry through which a supervisor starts its workload
 // (ExecVerb): it moves this process into the cgroup at dir, if any, and

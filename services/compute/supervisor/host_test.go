@@ -1,4 +1,4 @@
-package process
+package supervisor
 
 import (
 	"os"
@@ -30,7 +30,7 @@ func TestLastLines(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tc.file), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			got, err := lastLines(path, tc.n)
+			got, err := LastLines(path, tc.n)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -39,7 +39,7 @@ func TestLastLines(t *testing.T) {
 			}
 		})
 	}
-	if got, err := lastLines(filepath.Join(t.TempDir(), "none"), 3); err != nil || got != nil {
+	if got, err := LastLines(filepath.Join(t.TempDir(), "none"), 3); err != nil || got != nil {
 		t.Fatalf("a missing file: %q, %v", got, err)
 	}
 }

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/torpor/torpor/services/compute"
+	"github.com/torpor/torpor/services/compute/vm"
+)
+
+// vmDriver is the vm driver of `torpor driver`: asked for by name, it must
+// be able to run here (QEMU, the kernel, busybox), or the verb refuses to
+// start (FAILED_PRECONDITION, naming what is missing). torpor serve adds it
+// whatever the node has, and refuses each vm create instead.
+func vmDriver(cfg driverConfig, nc *nats.Conn) (compute.Driver, error) {
+	d, err := newVM(nc, cfg.Data, cfg.NATSURL, cfg.Torpor, cfg.VMKernel, cfg.Heartbeat)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Missing(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// newVM is the vm driver over data, its supervisors reporting on url, its
+// snapshots moving through the torpor_snapshots object store on nc's
+// JetStream (made if missing).
+func newVM(nc *nats.Conn, data, url, binary, kernel string, heartbeat time.Duration) (*vm.Driver, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	store, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      vm.SnapshotBucket,
+		Description: "torpor vm snapshots that move between nodes",
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return vm.New(vm.Config{Data: data, NATSURL: url, Binary: binary, Kernel: kernel, Heartbeat: heartbeat, Snapshots: store})
+}

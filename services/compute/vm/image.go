@@ -1,0 +1,207 @@
+package vm
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/cavaliergopher/cpio"
+
+	"github.com/torpor/torpor/services/compute"
+	"github.com/torpor/torpor/services/compute/supervisor"
+)
+
+// The guest's init speaks to its supervisor on the second serial port
+// (ttyS1, QEMU's stdout), a line each; the workload's output goes to the
+// first (ttyS0, the console log). The workload runs as the guest's root and
+// could write on ttyS1 too: it can lie about its own exit, nothing more.
+const (
+	lineReady      = "torpor:ready"
+	linePrefixExit = "torpor:exit "
+)
+
+// initScript is the guest's /init: mount what a busybox userland needs,
+// say ready, run the workload (/torpor/run, made per sandbox), say its exit
+// code, and end the VM (reboot=t with -no-reboot: QEMU exits).
+const initScript = `#!/bin/busybox sh
+/bin/busybox mkdir -p /proc /sys /dev /tmp /root /sbin /usr/bin /usr/sbin
+/bin/busybox --install -s
+mount -t devtmpfs dev /dev
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t tmpfs tmp /tmp
+hostname torpor
+stty -F /dev/ttyS0 -onlcr 2>/dev/null
+stty -F /dev/ttyS1 -onlcr 2>/dev/null
+echo ` + lineReady + ` >/dev/ttyS1
+cd /root
+/bin/sh /torpor/run </dev/null >/dev/ttyS0 2>&1
+echo "` + linePrefixExit + `$?" >/dev/ttyS1
+sync
+reboot -f
+`
+
+// images builds guest initramfs images and keeps them under dir, named by
+// their content: the base (busybox and /init), compressed once per busybox,
+// followed by a small uncompressed archive of the sandbox's /torpor/run
+// (the kernel takes concatenated archives).
+type images struct {
+	dir     string
+	busybox string
+
+	mu      sync.Mutex
+	base    []byte
+	applets map[string]bool
+}
+
+// load reads busybox and makes the base archive, once.
+func (im *images) load() error {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	if im.base != nil {
+		return nil
+	}
+	bb, err := os.ReadFile(im.busybox)
+	if err != nil {
+		return fmt.Errorf("busybox: %w", err)
+	}
+	out, err := exec.Command(im.busybox, "--list").Output()
+	if err != nil {
+		return fmt.Errorf("busybox --list: %w", err)
+	}
+	applets := map[string]bool{}
+	for _, a := range strings.Fields(string(out)) {
+		applets[a] = true
+	}
+	var buf bytes.Buffer
+	gz, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	w := cpio.NewWriter(gz)
+	for _, f := range []struct {
+		name string
+		mode cpio.FileMode
+		data []byte
+	}{
+		{"bin", cpio.TypeDir | 0o755, nil},
+		{"dev", cpio.TypeDir | 0o755, nil},
+		{"bin/busybox", cpio.TypeReg | 0o755, bb},
+		{"init", cpio.TypeReg | 0o755, []byte(initScript)},
+	} {
+		if err := writeFile(w, f.name, f.mode, f.data); err != nil {
+			return err
+		}
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	if err := gz.Close(); err != nil {
+		return err
+	}
+	im.base, im.applets = buf.Bytes(), applets
+	return nil
+}
+
+func writeFile(w *cpio.Writer, name string, mode cpio.FileMode, data []byte) error {
+	if err := w.WriteHeader(&cpio.Header{Name: name, Mode: mode, Size: int64(len(data))}); err != nil {
+		return err
+	}
+	_, err := w.Write(data)
+	return err
+}
+
+// runs says whether command can run in the guest: its program is a busybox
+// applet (by name, or as /bin/NAME and the like) — the guest has nothing else.
+func (im *images) runs(command []string) error {
+	if err := im.load(); err != nil {
+		return err
+	}
+	if len(command) == 0 || command[0] == "" {
+		return fmt.Errorf("%w: no command", compute.ErrRejected)
+	}
+	name := command[0]
+	if strings.Contains(name, "/") {
+		switch filepath.Dir(name) {
+		case "/bin", "/sbin", "/usr/bin", "/usr/sbin":
+			name = filepath.Base(name)
+		default:
+			return fmt.Errorf("%w: command %s: the guest has busybox's applets in /bin and nothing else", compute.ErrRejected, command[0])
+		}
+	}
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	if !im.applets[name] {
+		return fmt.Errorf("%w: command %s: not a busybox applet, and the guest has nothing else", compute.ErrRejected, command[0])
+	}
+	return nil
+}
+
+// image is the path of the initramfs that runs spec's command with its
+// environment, made if it is not there yet.
+func (im *images) image(spec compute.Spec) (string, error) {
+	if err := im.load(); err != nil {
+		return "", err
+	}
+	var buf bytes.Buffer
+	buf.Write(im.base)
+	// The kernel finds an archive that follows a compressed one only at a
+	// 4-byte boundary (it skips zeros up to it).
+	for buf.Len()%4 != 0 {
+		buf.WriteByte(0)
+	}
+	w := cpio.NewWriter(&buf)
+	if err := writeFile(w, "torpor", cpio.TypeDir|0o755, nil); err != nil {
+		return "", err
+	}
+	if err := writeFile(w, "torpor/run", cpio.TypeReg|0o644, []byte(runScript(spec))); err != nil {
+		return "", err
+	}
+	if err := w.Close(); err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	path := filepath.Join(im.dir, hex.EncodeToString(sum[:16])+".img")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	if err := os.MkdirAll(im.dir, 0o750); err != nil {
+		return "", err
+	}
+	if err := supervisor.WriteFile(path, buf.Bytes()); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// runScript is the sandbox's /torpor/run: its environment exported and its
+// command executed, every word quoted for sh.
+func runScript(spec compute.Spec) string {
+	env := map[string]string{"PATH": "/bin:/sbin:/usr/bin:/usr/sbin", "HOME": "/root", "TORPOR_SANDBOX_ID": spec.SandboxID}
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "export %s=%s\n", k, quote(env[k]))
+	}
+	b.WriteString("exec")
+	for _, a := range spec.Command {
+		b.WriteString(" " + quote(a))
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// quote is s as one sh word.
+func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -55,6 +55,9 @@ type serveConfig struct {
 	// silent before it is recorded detached (gateway.Config.HeartbeatLimit);
 	// the process driver's supervisors beat three times within it.
 	HeartbeatLimit time.Duration
+	// VMKernel is the guest kernel of the vm driver (--vm-kernel); empty:
+	// $TORPOR_VM_KERNEL.
+	VMKernel string
 	// wrapDrivers, when set, may replace drivers of the registry before
 	// anything uses them: tests wrap a real driver to make it refuse a call.
 	// No flag sets it.
@@ -190,6 +193,11 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	// restart finds them.
 	if cfg.Data != "" && (cfg.NATSURL != "" || cfg.NATSListen != "") {
 		if drivers["process"], err = process.New(process.Config{Data: cfg.Data, NATSURL: url, Binary: cfg.Torpor, Heartbeat: cfg.HeartbeatLimit / 3, Path: os.Getenv("PATH")}); err != nil {
+			return nil, err
+		}
+		// The vm driver is there whatever the node has: a node without
+		// QEMU or a kernel refuses each vm create, saying what it lacks.
+		if drivers["vm"], err = newVM(a.nc, cfg.Data, url, cfg.Torpor, cfg.VMKernel, cfg.HeartbeatLimit/3); err != nil {
 			return nil, err
 		}
 	}

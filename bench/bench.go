@@ -55,8 +55,10 @@ type Config struct {
 	DatabaseURL string
 	CPUProfile  string
 	SkipGrowth  bool
-	// SkipProcess leaves out the process driver's section.
+	// SkipProcess leaves out the process driver's section, SkipVM the vm
+	// driver's.
 	SkipProcess bool
+	SkipVM      bool
 	// The growth section: the fleet sizes, the events of each sandbox's
 	// history, how many sandboxes of LongHistory events join at the
 	// largest size, and how many sandboxes are sampled at each. Zero means
@@ -196,6 +198,13 @@ func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*R
 			return nil, fmt.Errorf("process: %w", err)
 		}
 		rep.Process = p
+	}
+	if !cfg.SkipVM {
+		v, err := RunVM(ctx, cfg, start, progress)
+		if err != nil {
+			return nil, fmt.Errorf("vm: %w", err)
+		}
+		rep.VM = v
 	}
 	rep.targets()
 	if cfg.Rate > 0 {

@@ -47,6 +47,7 @@ type Report struct {
 	Growth   *Growth            `json:"growth,omitempty"`
 	Replay   *Replay            `json:"replay,omitempty"`
 	Process  *Process           `json:"process,omitempty"`
+	VM       *VM                `json:"vm,omitempty"`
 	Ratios   map[string]float64 `json:"ratios"`
 	Targets  []Target           `json:"targets"`
 	Notes    []string           `json:"notes"`
@@ -93,6 +94,11 @@ func (r *Report) targets() {
 			add(fmt.Sprintf("process group freeze p99 ms (%s)", f.Freezer), f.Freeze.P99, "<=", 10, f.Cycles > 0)
 			add(fmt.Sprintf("process group thaw p99 ms (%s)", f.Freezer), f.Thaw.P99, "<=", 10, f.Cycles > 0)
 		}
+	}
+	if v := r.VM; v != nil && v.Missing == "" {
+		add(fmt.Sprintf("vm suspend→suspended p50 ms, same node (%s, %d MiB)", v.Accel, v.MemoryMiB), v.Suspend.P50, "<=", 50, v.Rounds > 0)
+		add(fmt.Sprintf("vm resume→ready p50 ms, same node (%s, %d MiB)", v.Accel, v.MemoryMiB), v.Resume.P50, "<=", 300, v.Rounds > 0)
+		add("vm movable snapshot of an idle guest ÷ its memory", float64(v.MovableBytes)/float64(int64(v.MemoryMiB)<<20), "<=", 0.25, v.MovableBytes > 0)
 	}
 }
 
@@ -196,6 +202,17 @@ func (r *Report) Print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "process sandboxes through the pipeline (%d × %d rounds, over HTTP with the SDK's wait): suspend→suspended p50 %.2f p90 %.2f p99 %.2f max %.2f ms; resume→ready p50 %.2f p90 %.2f p99 %.2f max %.2f ms\n",
 			p.Sandboxes, p.Rounds, p.Suspend.P50, p.Suspend.P90, p.Suspend.P99, p.Suspend.Max, p.Resume.P50, p.Resume.P90, p.Resume.P99, p.Resume.Max)
+	}
+	if v := r.VM; v != nil {
+		fmt.Fprintln(w)
+		if v.Missing != "" {
+			fmt.Fprintf(w, "vm: not measured here (%s)\n", v.Missing)
+		} else {
+			fmt.Fprintf(w, "vm sandboxes (%s, %d MiB) through the pipeline (%d × %d rounds, over HTTP with the SDK's wait): boot→ready p50 %.0f max %.0f ms; suspend→suspended p50 %.2f p90 %.2f p99 %.2f max %.2f ms; resume→ready p50 %.2f p90 %.2f p99 %.2f max %.2f ms\n",
+				v.Accel, v.MemoryMiB, v.Sandboxes, v.Rounds, v.Boot.P50, v.Boot.Max, v.Suspend.P50, v.Suspend.P90, v.Suspend.P99, v.Suspend.Max, v.Resume.P50, v.Resume.P90, v.Resume.P99, v.Resume.Max)
+			fmt.Fprintf(w, "vm snapshot bytes per MiB of guest memory: same node %.0f (device state only; the RAM stays in the node's file), movable %.0f (compressed, in torpor_snapshots)\n",
+				float64(v.StateBytes)/float64(v.MemoryMiB), float64(v.MovableBytes)/float64(v.MemoryMiB))
+		}
 	}
 	fmt.Fprintln(w)
 	for _, t := range r.Targets {

@@ -333,7 +333,7 @@ func TestBenchRate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the service under load for a few seconds")
 	}
-	cfg := bench.Config{Sandboxes: 20, Concurrency: 4, Quick: true, Transport: "bus", Duration: 600 * time.Millisecond, Fsync: "interval", SkipGrowth: true, SkipProcess: true, Rate: 50}
+	cfg := bench.Config{Sandboxes: 20, Concurrency: 4, Quick: true, Transport: "bus", Duration: 600 * time.Millisecond, Fsync: "interval", SkipGrowth: true, SkipProcess: true, SkipVM: true, Rate: 50}
 	rep, err := bench.Run(context.Background(), cfg, benchStart, t.Output())
 	if err != nil {
 		t.Fatal(err)
@@ -409,7 +409,7 @@ func TestBenchQuickReportSQL(t *testing.T) {
 	}
 	url := pgtest.URL(t)
 	cfg := bench.Config{Sandboxes: 20, Concurrency: 4, Quick: true, Transport: "bus", Duration: 400 * time.Millisecond,
-		Fsync: "interval", SkipGrowth: true, SkipProcess: true, DatabaseURL: url}
+		Fsync: "interval", SkipGrowth: true, SkipProcess: true, SkipVM: true, DatabaseURL: url}
 	rep, err := bench.Run(context.Background(), cfg, benchStart, t.Output())
 	if err != nil {
 		t.Fatal(err)

@@ -127,11 +127,10 @@ func TestVMSandboxSuspendsAndResumes(t *testing.T) {
 // TestVMCreateWithoutKernel: a serve with no guest kernel refuses a vm
 // create at once, FAILED_PRECONDITION naming the kernel, and records nothing.
 func TestVMCreateWithoutKernel(t *testing.T) {
-	t.Setenv(vm.KernelEnv, "")
-	c := serveProcess(t, t.TempDir())
+	c := serveProcess(t, t.TempDir(), "--vm-kernel", "/nonexistent/vmlinuz")
 	cl := c.client()
 	_, err := cl.Create(context.Background(), torpor.CreateRequest{Driver: "vm", Command: []string{"true"}}, "")
-	if events.CodeOf(err) != events.CodeFailedPrecondition || !strings.Contains(err.Error(), "kernel") {
+	if events.CodeOf(err) != events.CodeFailedPrecondition || !strings.Contains(err.Error(), "/nonexistent/vmlinuz") {
 		t.Fatalf("a vm create without a kernel: %v, want FAILED_PRECONDITION naming the kernel", err)
 	}
 	list, err := cl.List(context.Background(), "", "", 0, "")

@@ -35,8 +35,12 @@ var (
 )
 
 // KernelEnv names the guest kernel when Config.Kernel (torpor serve
-// --vm-kernel) is empty.
-const KernelEnv = "TORPOR_VM_KERNEL"
+// --vm-kernel) is empty; DefaultKernel is where deploy/vm-kernel puts it,
+// taken when neither names one.
+const (
+	KernelEnv     = "TORPOR_VM_KERNEL"
+	DefaultKernel = "/var/lib/torpor/vm/vmlinuz"
+)
 
 // Limits of the driver options.
 const (
@@ -108,6 +112,9 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.Kernel == "" {
 		cfg.Kernel = os.Getenv(KernelEnv)
+	}
+	if _, err := os.Stat(DefaultKernel); cfg.Kernel == "" && err == nil {
+		cfg.Kernel = DefaultKernel
 	}
 	if cfg.Busybox == "" {
 		cfg.Busybox = "/bin/busybox"
@@ -731,6 +738,11 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 		return consumed, fmt.Errorf("resume %s generation %d: the restored guest died: %w", id, gen, err)
 	}
 	_ = os.Remove(filepath.Join(dir, s.State))
+	if s.Exported != "" && d.cfg.Snapshots != nil {
+		if o, err := parseObjectRef(s.Exported); err == nil {
+			_ = d.cfg.Snapshots.Delete(ctx, o.name) // restored here: the copy that could move is moot
+		}
+	}
 	if o, err := parseObjectRef(ref); err == nil && d.cfg.Snapshots != nil {
 		// Restored, the object is used up: nobody restores it twice.
 		_ = d.cfg.Snapshots.Delete(ctx, o.name)

@@ -45,16 +45,19 @@ func (m machine) args(incoming bool) []string {
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
 		"-m", strconv.Itoa(m.Memory) + "M",
 		"-smp", strconv.Itoa(m.CPUs),
-		"-object", fmt.Sprintf("memory-backend-file,id=mem,size=%dM,mem-path=%s,share=on", m.Memory, m.RAM),
+		"-object", fmt.Sprintf("memory-backend-file,id=mem,size=%dM,mem-path=%s,share=on", m.Memory, optPath(m.RAM)),
 		"-kernel", m.Kernel,
 		"-initrd", m.Initrd,
 		"-append", "console=ttyS0 quiet panic=-1 reboot=t init_on_free=1",
-		"-chardev", "file,id=con,append=on,path=" + m.Console,
+		"-chardev", "file,id=con,append=on,path=" + optPath(m.Console),
 		"-serial", "chardev:con",
 		"-chardev", "stdio,id=ctl,signal=off",
 		"-device", "isa-serial,chardev=ctl,iobase=0x2f8,irq=3",
-		"-qmp", "unix:" + m.QMP + ",server=on,wait=off",
-		"-qmp", "unix:" + m.SupervisorQMP + ",server=on,wait=off",
+		// Relative to QEMU's directory (the sandbox's, where both sockets
+		// live): a socket's path is at most 107 bytes, a data directory's
+		// may be longer.
+		"-qmp", "unix:" + optPath(filepath.Base(m.QMP)) + ",server=on,wait=off",
+		"-qmp", "unix:" + optPath(filepath.Base(m.SupervisorQMP)) + ",server=on,wait=off",
 	}
 	if m.Accel == AccelTCG {
 		// Virtual time from the instruction count: with the host's clock,
@@ -69,12 +72,26 @@ func (m machine) args(incoming bool) []string {
 	return a
 }
 
+// optPath is path as the value of a QEMU option, where a comma ends the
+// value unless doubled.
+func optPath(path string) string { return strings.ReplaceAll(path, ",", ",,") }
+
 // monitor is a QMP connection.
 type monitor struct{ m *qmp.SocketMonitor }
 
 // dial connects to the QMP socket at path, waiting (until ctx ends) for
 // QEMU to make it.
 func dial(ctx context.Context, path string) (*monitor, error) {
+	// A socket path longer than sun_path holds is reached through the
+	// directory's descriptor.
+	if len(path) > 100 {
+		d, err := os.Open(filepath.Dir(path))
+		if err != nil {
+			return nil, err
+		}
+		defer d.Close()
+		path = fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), filepath.Base(path))
+	}
 	var last error
 	for {
 		m, err := qmp.NewSocketMonitor("unix", path, 2*time.Second)
@@ -229,6 +246,7 @@ func probeKVM(ctx context.Context, m machine, dir string) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, m.QEMU, m.args(false)...)
+	cmd.Dir = dir
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err

@@ -90,7 +90,7 @@ func RunVM(ctx context.Context, cfg Config, start Starter, progress io.Writer) (
 			return nil, fmt.Errorf("vm: create: %w", err)
 		}
 		ids = append(ids, v.ID)
-		ready, err := c.Wait(ctx, v.ID, events.PhaseReady, 60*time.Second)
+		ready, err := c.Wait(ctx, v.ID, events.PhaseReady, 3*time.Minute)
 		if err != nil || ready.Phase != events.PhaseReady {
 			return nil, fmt.Errorf("vm: sandbox %s not ready: %+v, %w", v.ID, ready, err)
 		}

@@ -71,7 +71,11 @@ func TestVMSandboxSuspendsAndResumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustWait(t, cl, v.ID, events.PhaseReady)
+	// A TCG boot takes seconds, more on a machine whose cores other tests
+	// keep busy (other packages' VMs, the race detector).
+	if got, err := cl.Wait(ctx, v.ID, events.PhaseReady, 3*time.Minute); err != nil || got.Phase != events.PhaseReady {
+		t.Fatalf("the VM sandbox is not ready: %+v, %v", got, err)
+	}
 	eventually(t, "the guest counts to 5", func() bool { return vmCount(t, cl, v.ID) >= 5 })
 
 	if _, err := cl.Lifecycle(ctx, "suspend", v.ID, false, ""); err != nil {

@@ -30,6 +30,9 @@ type Harness struct {
 	// Spec is the spec of a new sandbox id: options and a command that runs
 	// until it is stopped.
 	Spec func(id string) compute.Spec
+	// Timeout bounds the suite's waits; 0 is Timeout (a VM's boot under
+	// emulation on a busy machine needs more).
+	Timeout time.Duration
 }
 
 // Run runs the suite; newHarness returns a fresh driver per subtest and
@@ -76,8 +79,16 @@ type suite struct {
 	sus compute.Suspender
 }
 
+// wait is how long the suite waits for anything.
+func (s *suite) wait() time.Duration {
+	if s.h.Timeout > 0 {
+		return s.h.Timeout
+	}
+	return Timeout
+}
+
 func (s *suite) ctx() context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), s.wait())
 	s.t.Cleanup(cancel)
 	return ctx
 }
@@ -94,7 +105,7 @@ func cred(gen int64) string { return Cred(gen) }
 // its credential; other reports are passed over.
 func (s *suite) attached(spec compute.Spec, gen int64) {
 	s.t.Helper()
-	timeout := time.After(Timeout)
+	timeout := time.After(s.wait())
 	for {
 		select {
 		case r := <-s.h.Reports:
@@ -105,7 +116,7 @@ func (s *suite) attached(spec compute.Spec, gen int64) {
 				return
 			}
 		case <-timeout:
-			s.t.Fatalf("no attach of generation %d of %s in %s", gen, spec.SandboxID, Timeout)
+			s.t.Fatalf("no attach of generation %d of %s in %s", gen, spec.SandboxID, s.wait())
 		}
 	}
 }

@@ -27,6 +27,8 @@ import (
 type Gateway struct {
 	// URL is the NATS server's; All receives every report taken.
 	URL string
+	// Wait bounds Await; 0 is Timeout.
+	Wait time.Duration
 	// JS is the server's JetStream (the object store of the vm driver's snapshots, say).
 	JS     jetstream.JetStream
 	All    chan compute.Report
@@ -133,7 +135,11 @@ func (g *Gateway) Await(t testing.TB, id, kind string, gen int64) compute.Report
 	g.mu.Lock()
 	ch := g.box(id)
 	g.mu.Unlock()
-	timeout := time.After(Timeout)
+	wait := g.Wait
+	if wait == 0 {
+		wait = Timeout
+	}
+	timeout := time.After(wait)
 	for {
 		select {
 		case r := <-ch:
@@ -141,7 +147,7 @@ func (g *Gateway) Await(t testing.TB, id, kind string, gen int64) compute.Report
 				return r
 			}
 		case <-timeout:
-			t.Fatalf("no %s report of generation %d of %s in %s", kind, gen, id, Timeout)
+			t.Fatalf("no %s report of generation %d of %s in %s", kind, gen, id, wait)
 		}
 	}
 }

@@ -24,7 +24,7 @@ import (
 )
 
 // wait bounds every wait of these tests (a TCG boot takes a few seconds).
-const wait = 60 * time.Second
+const wait = 3 * time.Minute
 
 var torporBin string
 
@@ -85,6 +85,7 @@ func ctx(t testing.TB) context.Context {
 // deleted and no process of the driver may be left.
 func newDriver(t testing.TB, g *drivertest.Gateway, mod func(*vm.Config)) (*vm.Driver, vm.Config) {
 	t.Helper()
+	g.Wait = wait
 	store, err := g.JS.CreateOrUpdateObjectStore(context.Background(), jetstream.ObjectStoreConfig{Bucket: vm.SnapshotBucket})
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +129,7 @@ func TestContract(t *testing.T) {
 	drivertest.Run(t, func(t *testing.T) drivertest.Harness {
 		g := drivertest.NewGateway(t)
 		d, _ := newDriver(t, g, nil)
-		return drivertest.Harness{Driver: d, Reports: g.All, Spec: func(id string) compute.Spec {
+		return drivertest.Harness{Driver: d, Reports: g.All, Timeout: wait, Spec: func(id string) compute.Spec {
 			return compute.Spec{SandboxID: id, Node: "n1", Command: []string{"sleep", "3600"}}
 		}}
 	})

@@ -82,29 +82,59 @@ func RunProcess(ctx context.Context, cfg Config, start Starter, progress io.Writ
 	defer func() { _ = svc.Stop() }()
 	c := httpClient(svc.HTTPAddr(), 1)
 	var ids []string
-	defer func() {
-		// Every sandbox made, whatever happened: none outlives the bench.
-		for _, id := range ids {
-			if acc, err := c.Delete(context.WithoutCancel(ctx), id, ""); err == nil {
-				_, _ = c.WaitAfter(context.WithoutCancel(ctx), id, events.PhaseDeleted, acc.Seq, 30*time.Second)
-			}
-		}
-	}()
-	for range sandboxes {
-		v, err := c.Create(ctx, torpor.CreateRequest{Driver: "process", Command: processCommand}, "")
-		if err != nil {
-			return nil, fmt.Errorf("process: create: %w", err)
-		}
-		ids = append(ids, v.ID)
-		ready, err := c.Wait(ctx, v.ID, events.PhaseReady, 30*time.Second)
-		switch {
-		case err != nil:
-			return nil, fmt.Errorf("process: sandbox %s not ready: %w", v.ID, err)
-		case ready.Phase != events.PhaseReady:
-			return nil, fmt.Errorf("process: sandbox %s not ready: %+v", v.ID, ready)
-		}
+	defer func() { deleteAll(ctx, c, ids) }()
+	_, err = createEach(ctx, c, torpor.CreateRequest{Driver: "process", Command: processCommand}, sandboxes, 30*time.Second, &ids)
+	if err != nil {
+		return nil, fmt.Errorf("process: %w", err)
 	}
 	fmt.Fprintf(progress, "bench: process: %d sandboxes suspended and resumed %d times each through the pipeline\n", sandboxes, rounds)
+	lats, err := suspendResumeRounds(ctx, c, ids, rounds)
+	if err != nil {
+		return nil, fmt.Errorf("process: %w", err)
+	}
+	p.Suspend, p.Resume = percentilesOf(lats[0]), percentilesOf(lats[1])
+	return p, nil
+}
+
+// deleteAll deletes the sandboxes ids, whatever happened before (none of
+// the bench's outlives it), and waits for each to be deleted.
+func deleteAll(ctx context.Context, c *torpor.Client, ids []string) {
+	ctx = context.WithoutCancel(ctx)
+	for _, id := range ids {
+		if acc, err := c.Delete(ctx, id, ""); err == nil {
+			_, _ = c.WaitAfter(ctx, id, events.PhaseDeleted, acc.Seq, 30*time.Second)
+		}
+	}
+}
+
+// createEach creates n sandboxes of r one at a time, each waited for until
+// ready (at most wait), appending each id to *made as it is created (for
+// the caller's cleanup), and returns each create→ready time.
+func createEach(ctx context.Context, c *torpor.Client, r torpor.CreateRequest, n int, wait time.Duration, made *[]string) ([]time.Duration, error) {
+	var took []time.Duration
+	for range n {
+		t0 := time.Now()
+		v, err := c.Create(ctx, r, "")
+		if err != nil {
+			return took, fmt.Errorf("create: %w", err)
+		}
+		*made = append(*made, v.ID)
+		ready, err := c.Wait(ctx, v.ID, events.PhaseReady, wait)
+		switch {
+		case err != nil:
+			return took, fmt.Errorf("sandbox %s not ready: %w", v.ID, err)
+		case ready.Phase != events.PhaseReady:
+			return took, fmt.Errorf("sandbox %s not ready: %+v", v.ID, ready)
+		}
+		took = append(took, time.Since(t0))
+	}
+	return took, nil
+}
+
+// suspendResumeRounds suspends and resumes each of ids rounds times, one
+// command at a time, each waited for through the pipeline, and returns the
+// suspend→suspended and the resume→ready times.
+func suspendResumeRounds(ctx context.Context, c *torpor.Client, ids []string, rounds int) ([][]time.Duration, error) {
 	step := waitStep(c)
 	lats := make([][]time.Duration, len(suspendResume)) // by move
 	for range rounds {
@@ -112,12 +142,11 @@ func RunProcess(ctx context.Context, cfg Config, start Starter, progress io.Writ
 			for i, mv := range suspendResume {
 				t0 := time.Now()
 				if err := step(ctx, mv.verb, id, mv.target); err != nil {
-					return nil, fmt.Errorf("process: %w", err)
+					return nil, err
 				}
 				lats[i] = append(lats[i], time.Since(t0))
 			}
 		}
 	}
-	p.Suspend, p.Resume = percentilesOf(lats[0]), percentilesOf(lats[1])
-	return p, nil
+	return lats, nil
 }

@@ -74,41 +74,17 @@ func RunVM(ctx context.Context, cfg Config, start Starter, progress io.Writer) (
 	defer func() { _ = svc.Stop() }()
 	c := httpClient(svc.HTTPAddr(), 1)
 	var ids []string
-	defer func() {
-		for _, id := range ids {
-			if acc, err := c.Delete(context.WithoutCancel(ctx), id, ""); err == nil {
-				_, _ = c.WaitAfter(context.WithoutCancel(ctx), id, events.PhaseDeleted, acc.Seq, 30*time.Second)
-			}
-		}
-	}()
+	defer func() { deleteAll(ctx, c, ids) }()
 	fmt.Fprintf(progress, "bench: vm: %d microVMs booted (%s), suspended and resumed %d times each through the pipeline\n", sandboxes, r.Accel, rounds)
-	var boots []time.Duration
-	for range sandboxes {
-		t0 := time.Now()
-		v, err := c.Create(ctx, torpor.CreateRequest{Driver: "vm", Command: vmCommand}, "")
-		if err != nil {
-			return nil, fmt.Errorf("vm: create: %w", err)
-		}
-		ids = append(ids, v.ID)
-		ready, err := c.Wait(ctx, v.ID, events.PhaseReady, 3*time.Minute)
-		if err != nil || ready.Phase != events.PhaseReady {
-			return nil, fmt.Errorf("vm: sandbox %s not ready: %+v, %w", v.ID, ready, err)
-		}
-		boots = append(boots, time.Since(t0))
+	// A boot under emulation takes seconds, more on a busy machine.
+	boots, err := createEach(ctx, c, torpor.CreateRequest{Driver: "vm", Command: vmCommand}, sandboxes, 3*time.Minute, &ids)
+	if err != nil {
+		return nil, fmt.Errorf("vm: %w", err)
 	}
 	r.Boot = percentilesOf(boots)
-	step := waitStep(c)
-	lats := make([][]time.Duration, len(suspendResume))
-	for range rounds {
-		for _, id := range ids {
-			for i, mv := range suspendResume {
-				t0 := time.Now()
-				if err := step(ctx, mv.verb, id, mv.target); err != nil {
-					return nil, fmt.Errorf("vm: %w", err)
-				}
-				lats[i] = append(lats[i], time.Since(t0))
-			}
-		}
+	lats, err := suspendResumeRounds(ctx, c, ids, rounds)
+	if err != nil {
+		return nil, fmt.Errorf("vm: %w", err)
 	}
 	r.Suspend, r.Resume = percentilesOf(lats[0]), percentilesOf(lats[1])
 	if err := r.snapshotBytes(ctx, svc, c, dir, ids[0]); err != nil {

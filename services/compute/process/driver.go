@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/torpor/torpor/services/compute"
+	"github.com/torpor/torpor/services/compute/supervisor"
 )
 
 var (
@@ -88,15 +88,7 @@ type Driver struct {
 	parent  string // where their cgroups are made
 	pickErr error
 
-	mu    sync.Mutex
-	locks map[string]*lock
-}
-
-// lock serializes the calls on one sandbox; refs counts its holders and
-// waiters.
-type lock struct {
-	mu   sync.Mutex
-	refs int
+	locks supervisor.Locks
 }
 
 // New returns a process driver over cfg. It starts nothing and touches no
@@ -122,7 +114,7 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("process driver: %w", err)
 	}
-	return &Driver{cfg: cfg, root: root, locks: map[string]*lock{}}, nil
+	return &Driver{cfg: cfg, root: root}, nil
 }
 
 // Freezer is the freezer new sandboxes get (Config.Freezer, or the first
@@ -184,27 +176,6 @@ func (d *Driver) dir(id string) (string, error) {
 	return filepath.Join(d.root, id), nil
 }
 
-// lock takes sandbox id's lock and returns its release.
-func (d *Driver) lock(id string) func() {
-	d.mu.Lock()
-	l := d.locks[id]
-	if l == nil {
-		l = &lock{}
-		d.locks[id] = l
-	}
-	l.refs++
-	d.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		d.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(d.locks, id)
-		}
-		d.mu.Unlock()
-	}
-}
-
 // load reads the state of the sandbox in dir; nil if it has none.
 func load(dir string) (*state, error) {
 	var st state
@@ -225,7 +196,7 @@ func (d *Driver) open(id string) (dir string, st *state, unlock func(), err erro
 	if dir, err = d.dir(id); err != nil {
 		return "", nil, func() {}, err
 	}
-	unlock = d.lock(id)
+	unlock = d.locks.Lock(id)
 	if st, err = load(dir); err != nil {
 		unlock()
 		return "", nil, func() {}, err
@@ -332,10 +303,8 @@ func (d *Driver) Start(ctx context.Context, req compute.Start) error {
 	return nil
 }
 
-// spawn starts `torpor supervise` for req in a session of its own (so no
-// signal to the service's process group reaches it, and it outlives the
-// service) and waits until it says the command runs (why is empty) or why
-// it does not.
+// spawn starts `torpor supervise` for req (supervisor.Spawn) and waits
+// until it says the command runs (why is empty) or why it does not.
 func (d *Driver) spawn(ctx context.Context, dir, cg, kind string, req compute.Start, env []string) (sup proc, why string, err error) {
 	args := []string{d.cfg.Binary, "supervise",
 		"--sandbox", req.Spec.SandboxID,
@@ -344,61 +313,13 @@ func (d *Driver) spawn(ctx context.Context, dir, cg, kind string, req compute.St
 		"--dir", dir,
 		"--heartbeat", d.cfg.Heartbeat.String(),
 		"--freezer", kind,
-		"--ready-fd", "3",
+		"--ready-fd", strconv.Itoa(supervisor.ReadyFD),
 	}
 	if cg != "" {
 		args = append(args, "--cgroup", cg)
 	}
 	args = append(append(args, "--"), req.Spec.Command...)
-	logf, err := openAppend(filepath.Join(dir, logFile))
-	if err != nil {
-		return proc{}, "", err
-	}
-	defer logf.Close()
-	r, w, err := os.Pipe()
-	if err != nil {
-		return proc{}, "", err
-	}
-	defer r.Close()
-	cmd := &exec.Cmd{
-		Path:        d.cfg.Binary,
-		Args:        args,
-		Env:         append(env, CredentialEnv+"="+req.Credential),
-		Dir:         dir,
-		Stdout:      logf,
-		Stderr:      logf,
-		ExtraFiles:  []*os.File{w},
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
-	}
-	err = cmd.Start()
-	w.Close()
-	if err != nil {
-		return proc{}, "", fmt.Errorf("start the supervisor: %w", err)
-	}
-	// This process reaps its supervisors; one started by an earlier
-	// service is an orphan, reaped by init. The reaper ends with the
-	// supervisor, not with the driver: the sandbox outlives both.
-	go func() { _ = cmd.Wait() }()
-	sup, _ = procOf(cmd.Process.Pid)
-
-	answer := make(chan string, 1)
-	go func() {
-		b, _ := io.ReadAll(r)
-		answer <- strings.TrimSpace(string(b))
-	}()
-	select {
-	case a := <-answer:
-		switch a {
-		case "ok":
-			return sup, "", nil
-		case "":
-			return proc{}, "", fmt.Errorf("the supervisor ended without a word (its log: %s)", filepath.Join(dir, logFile))
-		}
-		return proc{}, a, nil
-	case <-ctx.Done():
-		r.Close() // ends the reader
-		return proc{}, "", ctx.Err()
-	}
+	return supervisor.Spawn(ctx, args, append(env, CredentialEnv+"="+req.Credential), dir, filepath.Join(dir, logFile))
 }
 
 // env is the environment of spec's workload: PATH (Config.Path), HOME (its

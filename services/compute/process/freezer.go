@@ -452,31 +452,3 @@ func writeFile(path, v string) error {
 	}
 	return f.Close()
 }
-
-// until calls done, with growing pauses in between, until it says true,
-// fails, or ctx ends. The kernel tells of a frozen cgroup or an ended
-// process by no event a Go program can wait on portably, so this polls:
-// first often, as most freezes are done at once (README, Drivers), then
-// less.
-func until(ctx context.Context, done func() (bool, error)) error {
-	pause := 20 * time.Microsecond
-	var t *time.Timer
-	for {
-		ok, err := done()
-		if err != nil || ok {
-			return err
-		}
-		if t == nil {
-			t = time.NewTimer(pause)
-			defer t.Stop()
-		} else {
-			t.Reset(pause)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-		pause = min(2*pause, 5*time.Millisecond)
-	}
-}

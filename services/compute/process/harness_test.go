@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -23,22 +22,7 @@ const wait = 20 * time.Second
 // test binary, which has no `supervise` verb.
 var torporBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "torpor-process-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	torporBin = filepath.Join(dir, "torpor")
-	if out, err := exec.Command("go", "build", "-o", torporBin, "github.com/torpor/torpor/cmd/torpor").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { drivertest.Main(m, &torporBin) }
 
 // cred is the credential the tests mint for generation gen (as drivertest does).
 func cred(gen int64) string { return fmt.Sprintf("credential-of-%d", gen) }

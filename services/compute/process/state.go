@@ -107,4 +107,5 @@ var (
 	isNotExist = supervisor.IsNotExist
 	readStat   = supervisor.ReadStat
 	lastLines  = supervisor.LastLines
+	until      = supervisor.Until
 )

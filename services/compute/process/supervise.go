@@ -150,17 +150,7 @@ func Supervise(ctx context.Context, s Supervision, log zerolog.Logger) error {
 }
 
 // tell says on s.Ready whether the workload runs (err nil) and closes it.
-func (s Supervision) tell(err error) {
-	if s.Ready == nil {
-		return
-	}
-	msg := "ok\n"
-	if err != nil {
-		msg = err.Error() + "\n"
-	}
-	_, _ = io.WriteString(s.Ready, msg)
-	_ = s.Ready.Close()
-}
+func (s Supervision) tell(err error) { supervisor.Tell(s.Ready, err) }
 
 // record writes r to Dir/run.json.
 func (s Supervision) record(r run) error {

@@ -2,11 +2,8 @@ package remote_test
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,45 +13,16 @@ import (
 	"github.com/torpor/torpor/services/compute/remote"
 )
 
-// The torpor binary the process driver's supervisors run (the test binary
-// has no `supervise` verb), built once by torporBinary.
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildErr  error
-)
+// torporBin is the torpor binary the process driver's supervisors run.
+var torporBin string
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
-
-// torporBinary builds the torpor binary (once per run) and returns its path.
-func torporBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		if buildDir, buildErr = os.MkdirTemp("", "torpor-remote-bin-"); buildErr != nil {
-			return
-		}
-		out, err := exec.Command("go", "build", "-o", filepath.Join(buildDir, "torpor"), "github.com/torpor/torpor/cmd/torpor").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return filepath.Join(buildDir, "torpor")
-}
+func TestMain(m *testing.M) { drivertest.Main(m, &torporBin) }
 
 // TestRemoteContractProcess runs the driver contract suite against the
 // process driver behind the bus, its supervisors reporting on the same
 // server to drivertest's stand-in of the gateway.
 func TestRemoteContractProcess(t *testing.T) {
-	bin := torporBinary(t)
+	bin := torporBin
 	drivertest.Run(t, func(t *testing.T) drivertest.Harness {
 		g := drivertest.NewGateway(t)
 		data := t.TempDir()

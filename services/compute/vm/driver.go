@@ -14,7 +14,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -91,8 +90,7 @@ type Driver struct {
 	images images
 	accel  accel
 
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex
+	locks supervisor.Locks
 }
 
 // New returns a vm driver over cfg. What it needs on the node (QEMU, the
@@ -133,7 +131,7 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vm driver: %w", err)
 	}
-	d := &Driver{cfg: cfg, root: root, locks: map[string]*sync.Mutex{}}
+	d := &Driver{cfg: cfg, root: root}
 	d.images = images{dir: filepath.Join(root, "images"), busybox: cfg.Busybox}
 	return d, nil
 }
@@ -238,18 +236,6 @@ func (d *Driver) dir(id string) (string, error) {
 	return filepath.Join(d.root, id), nil
 }
 
-func (d *Driver) lock(id string) func() {
-	d.mu.Lock()
-	l := d.locks[id]
-	if l == nil {
-		l = &sync.Mutex{}
-		d.locks[id] = l
-	}
-	d.mu.Unlock()
-	l.Lock()
-	return l.Unlock
-}
-
 func load(dir string) (*state, error) {
 	var st state
 	err := supervisor.ReadJSON(filepath.Join(dir, stateFile), &st)
@@ -279,7 +265,7 @@ func (d *Driver) open(id string) (dir string, st *state, unlock func(), err erro
 	if dir, err = d.dir(id); err != nil {
 		return "", nil, func() {}, err
 	}
-	unlock = d.lock(id)
+	unlock = d.locks.Lock(id)
 	if st, err = load(dir); err != nil {
 		unlock()
 		return "", nil, func() {}, err
@@ -380,8 +366,8 @@ func (d *Driver) Start(ctx context.Context, req compute.Start) error {
 	return save(dir, next)
 }
 
-// spawn starts `torpor supervise --vm` for generation gen in a session of
-// its own (it outlives the service) and waits until it says QEMU runs.
+// spawn starts `torpor supervise --vm` for generation gen
+// (supervisor.Spawn) and waits until it says QEMU runs.
 func (d *Driver) spawn(ctx context.Context, dir, id string, gen int64, cred string, restore bool) (supervisor.Proc, error) {
 	args := []string{d.cfg.Binary, "supervise", "--vm",
 		"--sandbox", id,
@@ -389,56 +375,17 @@ func (d *Driver) spawn(ctx context.Context, dir, id string, gen int64, cred stri
 		"--nats-url", d.cfg.NATSURL,
 		"--dir", dir,
 		"--heartbeat", d.cfg.Heartbeat.String(),
-		"--ready-fd", "3",
+		"--ready-fd", strconv.Itoa(supervisor.ReadyFD),
 	}
 	if restore {
 		args = append(args, "--restore")
 	}
-	logf, err := supervisor.OpenAppend(filepath.Join(dir, logFile))
-	if err != nil {
-		return supervisor.Proc{}, err
+	env := []string{"PATH=" + os.Getenv("PATH"), supervisor.CredentialEnv + "=" + cred}
+	sup, why, err := supervisor.Spawn(ctx, args, env, dir, filepath.Join(dir, logFile))
+	if err == nil && why != "" {
+		err = errors.New(why)
 	}
-	defer logf.Close()
-	r, w, err := os.Pipe()
-	if err != nil {
-		return supervisor.Proc{}, err
-	}
-	defer r.Close()
-	cmd := &exec.Cmd{
-		Path:        d.cfg.Binary,
-		Args:        args,
-		Env:         []string{"PATH=" + os.Getenv("PATH"), supervisor.CredentialEnv + "=" + cred},
-		Dir:         dir,
-		Stdout:      logf,
-		Stderr:      logf,
-		ExtraFiles:  []*os.File{w},
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
-	}
-	err = cmd.Start()
-	w.Close()
-	if err != nil {
-		return supervisor.Proc{}, fmt.Errorf("start the supervisor: %w", err)
-	}
-	go func() { _ = cmd.Wait() }()
-	sup, _ := supervisor.ProcOf(cmd.Process.Pid)
-	answer := make(chan string, 1)
-	go func() {
-		b, _ := io.ReadAll(r)
-		answer <- strings.TrimSpace(string(b))
-	}()
-	select {
-	case a := <-answer:
-		switch a {
-		case "ok":
-			return sup, nil
-		case "":
-			return supervisor.Proc{}, fmt.Errorf("the supervisor ended without a word (its log: %s)", filepath.Join(dir, logFile))
-		}
-		return supervisor.Proc{}, errors.New(a)
-	case <-ctx.Done():
-		r.Close()
-		return supervisor.Proc{}, ctx.Err()
-	}
+	return sup, err
 }
 
 // end ends st's QEMU and waits until its supervisor is gone.
@@ -448,19 +395,7 @@ func (d *Driver) end(ctx context.Context, dir string, st *state) error {
 			return err
 		}
 	}
-	return until(ctx, func() bool { return !st.QEMU.Alive() && !st.Supervisor.Alive() })
-}
-
-// until polls f every 5ms until it holds or ctx ends.
-func until(ctx context.Context, f func() bool) error {
-	for !f() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	return nil
+	return supervisor.Until(ctx, func() (bool, error) { return !st.QEMU.Alive() && !st.Supervisor.Alive(), nil })
 }
 
 // Stop powers the generation's VM off (QEMU is killed: the guest has no
@@ -568,7 +503,7 @@ func (d *Driver) snapshot(ctx context.Context, dir string, st *state, spec compu
 	if _, err := mo.run("migrate", map[string]any{"uri": "exec:cat > " + shellPath(tmp)}); err != nil {
 		return nil, err
 	}
-	err = poll(ctx, func() (bool, error) {
+	err = supervisor.Until(ctx, func() (bool, error) {
 		status, why, err := mo.migration()
 		switch {
 		case err != nil:
@@ -774,7 +709,7 @@ func (d *Driver) restoreIncoming(ctx context.Context, dir, id string, gen int64,
 	if _, err := mo.run("migrate-incoming", map[string]any{"uri": "exec:cat " + shellPath(filepath.Join(dir, s.State))}); err != nil {
 		return sup, qemu, err
 	}
-	err = poll(ctx, func() (bool, error) {
+	err = supervisor.Until(ctx, func() (bool, error) {
 		if !qemu.Alive() {
 			return false, errors.New("QEMU ended while it took the snapshot")
 		}

@@ -171,21 +171,6 @@ func (mo *monitor) migration() (status, why string, err error) {
 	return s.Status, s.Error, err
 }
 
-// poll calls f every millisecond until it is done, fails, or ctx ends.
-func poll(ctx context.Context, f func() (bool, error)) error {
-	for {
-		done, err := f()
-		if err != nil || done {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Millisecond):
-		}
-	}
-}
-
 // shellPath quotes path for the sh of QEMU's exec: migration URI.
 func shellPath(path string) string { return "'" + strings.ReplaceAll(path, "'", `'\''`) + "'" }
 

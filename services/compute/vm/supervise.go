@@ -124,17 +124,7 @@ func Supervise(ctx context.Context, s Supervision, log zerolog.Logger) error {
 }
 
 // tell says on s.Ready whether QEMU runs (err nil) and closes it.
-func (s Supervision) tell(err error) {
-	if s.Ready == nil {
-		return
-	}
-	msg := "ok"
-	if err != nil {
-		msg = err.Error()
-	}
-	_, _ = io.WriteString(s.Ready, msg)
-	_ = s.Ready.Close()
-}
+func (s Supervision) tell(err error) { supervisor.Tell(s.Ready, err) }
 
 func (s Supervision) record(r run) error {
 	return supervisor.WriteJSON(filepath.Join(s.Dir, runFile), r)
@@ -314,11 +304,8 @@ func waitRunning(ctx context.Context, path string, running chan<- struct{}, log 
 		return
 	}
 	defer mo.close()
-	err = poll(ctx, func() (bool, error) {
+	err = supervisor.Until(ctx, func() (bool, error) {
 		s, err := mo.status()
-		if err == nil && s != "running" {
-			time.Sleep(5 * time.Millisecond)
-		}
 		return s == "running", err
 	})
 	if err != nil {

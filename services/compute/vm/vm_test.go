@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,22 +27,7 @@ const wait = 3 * time.Minute
 
 var torporBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "torpor-vm-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	torporBin = filepath.Join(dir, "torpor")
-	if out, err := exec.Command("go", "build", "-o", torporBin, "github.com/torpor/torpor/cmd/torpor").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { drivertest.Main(m, &torporBin) }
 
 // kernel is the guest kernel of these tests ($TORPOR_VM_KERNEL, else where
 // deploy/vm-kernel puts it). A machine without QEMU or a kernel fails the

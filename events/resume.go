@@ -6,6 +6,9 @@ type ResumeRequested struct {
 	Generation            int64  `json:"generation"`
 	RestoreRef            string `json:"restore_ref"`
 	RestartIfRestoreFails bool   `json:"restart_if_restore_fails"`
+	// Node is where the resume is to run when not on the sandbox's node
+	// (resume --node): the retained state moves there.
+	Node string `json:"node,omitempty"`
 }
 
 // RetainedStateConsumed: the driver consumed the retained state behind
@@ -13,6 +16,12 @@ type ResumeRequested struct {
 type RetainedStateConsumed struct {
 	Generation int64  `json:"generation"`
 	RestoreRef string `json:"restore_ref"`
+	// Node, when set, is the node the state was consumed on, another than
+	// the sandbox's: the sandbox belongs to it from here on. Via is the
+	// reference the state moved there under (the driver's export of
+	// RestoreRef).
+	Node string `json:"node,omitempty"`
+	Via  string `json:"via,omitempty"`
 }
 
 // RetainedStateDiscarded: the retained state was dropped on purpose (an

@@ -61,10 +61,12 @@ var foldReads = map[string]bool{
 	TypeStopped:         true,
 	TypeSuspendRejected: true,
 	TypeResumeRequested: true,
-	TypeResumed:         true,
-	TypeExited:          true,
-	TypeForwardOpened:   true,
-	TypeForwardClosed:   true,
+	// A consumption on another node moves the sandbox there.
+	TypeRetainedStateConsumed: true,
+	TypeResumed:               true,
+	TypeExited:                true,
+	TypeForwardOpened:         true,
+	TypeForwardClosed:         true,
 }
 
 // Fold folds env into v and reports whether it changed v. An event at or below
@@ -127,6 +129,9 @@ func (v *View) Fold(env Envelope) bool {
 		v.Generation, v.Reason = e.Generation, ""
 	case *RetainedStateConsumed:
 		v.Restore = Restore{Consumed: true}
+		if e.Node != "" {
+			v.Node = e.Node
+		}
 	case *RetainedStateDiscarded, *RetainedStateInvalidated:
 		v.Restore.Held = false
 	case *ResumeFailed:

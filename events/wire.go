@@ -13,6 +13,10 @@ type CreateRequest struct {
 	Command       []string          `json:"command,omitempty"`
 	Env           map[string]string `json:"env,omitempty"`
 	Labels        map[string]string `json:"labels,omitempty"`
+	// Node is the node the sandbox runs on: the service's own (the
+	// default) or one whose drivers it reaches on the bus (torpor serve
+	// --remote-nodes).
+	Node string `json:"node,omitempty"`
 }
 
 // Page is one page of a list, in creation order; Next is the opaque cursor of

@@ -3,14 +3,19 @@ package sagas
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
 // Config tunes a Runner.
 type Config struct {
 	// Node is the node this runner drives; sandboxes created on other nodes
-	// are left to their own runners.
-	Node string
+	// are left to their own runners, but for Nodes: other nodes whose
+	// sandboxes this runner drives too (through their drivers on the bus).
+	// A sandbox is driven by the runner of the node it is on, which
+	// changes when a resume consumes its state on another node.
+	Node  string
+	Nodes []string
 	// Deadline bounds every transient phase (default 2m).
 	Deadline time.Duration
 	// Workers bounds the driver steps running at once (default 64).
@@ -56,8 +61,8 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	switch {
-	case c.Node == "":
-		return errors.New("sagas config: node is empty")
+	case c.Node == "" || slices.Contains(c.Nodes, ""):
+		return errors.New("sagas config: a node is empty")
 	case c.Deadline < 0:
 		return fmt.Errorf("sagas config: deadline %s is negative", c.Deadline)
 	case c.Workers < 0:

@@ -87,7 +87,7 @@ func (r *Runner) track(ctx context.Context, env events.Envelope, created *events
 	if created == nil {
 		created = r.specs.get(id)
 	}
-	if created != nil && created.Node != r.cfg.Node {
+	if created != nil && !r.drives(created.Node) {
 		return // another node's runner keeps its deadlines
 	}
 	if cur != nil {
@@ -151,7 +151,7 @@ func (r *Runner) settle(ctx context.Context, o *open) error {
 	if st.entered != o.env.Seq {
 		return nil // the log moved on; the runner closes o when it reads that far
 	}
-	if st.created == nil || st.created.Node != r.cfg.Node {
+	if st.created == nil || !r.drives(st.created.Node) {
 		r.closeOpen(o)
 		return nil
 	}
@@ -298,6 +298,9 @@ func fold(log []events.Envelope) state {
 			if c, err := env.Decode(); err == nil {
 				st.created = c.(*events.Created)
 			}
+		}
+		if node := movedTo(env); node != "" && st.created != nil {
+			st.created = onNode(st.created, node)
 		}
 	}
 	st.held = heldRef(log)

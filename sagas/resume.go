@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/services/compute"
@@ -21,6 +22,11 @@ import (
 //     resource missing         → record sandbox.resource_lost{generation}
 //     deadline                 → nothing here: the phase's deadline settles it (deadline.go: suspended if the state was
 //                                not consumed, else error)
+//   with node (resume on another node): first driver.Export(spec on its node, ref) → the reference the state moves under,
+//     then driver.Resume on the target node with it (both called again while they get no answer); the consumption
+//     records the node (the sandbox's from then on) and the moved reference; once resumed, driver.Discard(ref) on the
+//     old node, so that it holds nothing of the sandbox. A re-driven resume whose consumption is recorded already
+//     resumes the moved reference on the node the log now names.
 
 func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested) error {
 	gen := in.Generation
@@ -31,15 +37,38 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 		Credential: r.creds.Mint(s.spec.SandboxID, gen),
 		RestoreRef: in.RestoreRef,
 	}
+	consumed := &events.RetainedStateConsumed{Generation: gen, RestoreRef: in.RestoreRef}
+	from := s.spec // where the state is held, when it moves
+	moving := in.Node != "" && in.Node != s.spec.Node
+	if c := consumedBy(s); c != nil && c.Node != "" {
+		// Consumed on the target already: the log names it the sandbox's
+		// node, and the moved reference is recorded.
+		moving, req.RestoreRef = false, c.Via
+		consumed.Node, consumed.Via = c.Node, c.Via
+	}
+	if moving {
+		req.Spec.Node, consumed.Node = in.Node, in.Node
+		s.log = s.log.With().Str("from", from.Node).Str("to", in.Node).Logger()
+	}
 	var res compute.ResumeResult
 	err := r.within(ctx, s, unanswered, func(ctx context.Context) (err error) {
 		if s.suspender == nil {
 			return fmt.Errorf("driver %s: %w", s.created.Driver, compute.ErrUnimplemented)
 		}
+		if moving && consumed.Via == "" {
+			ex, ok := s.driver.(compute.Exporter)
+			if !ok {
+				return fmt.Errorf("driver %s cannot move retained state: %w", s.created.Driver, compute.ErrUnimplemented)
+			}
+			if consumed.Via, err = ex.Export(ctx, from, in.RestoreRef); err != nil {
+				consumed.Via = ""
+				return fmt.Errorf("export from %s: %w", from.Node, err)
+			}
+			req.RestoreRef = consumed.Via
+		}
 		res, err = s.suspender.Resume(ctx, req)
 		return err
 	})
-	consumed := &events.RetainedStateConsumed{Generation: gen, RestoreRef: in.RestoreRef}
 	switch {
 	case err == nil:
 		// The consumption first, on its own: the point of no return, recorded
@@ -48,7 +77,13 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 		if err := r.recordOrDrop(ctx, s, consumed); err != nil {
 			return err
 		}
-		return r.recordOrDrop(ctx, s, &events.Resumed{Generation: gen, Outcome: events.OutcomeRestored})
+		if err := r.recordOrDrop(ctx, s, &events.Resumed{Generation: gen, Outcome: events.OutcomeRestored}); err != nil {
+			return err
+		}
+		if moving {
+			r.leave(ctx, s, from, in.RestoreRef)
+		}
+		return nil
 	case errors.Is(err, errStopping):
 		return err
 	case errors.Is(err, errDeadline):
@@ -65,4 +100,34 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 	}
 	s.log.Warn().Err(err).Str("step", "resume").Msg("restore failed after consuming; retained state lost")
 	return r.recordOrDrop(ctx, s, consumed, &events.Stopped{Generation: gen, Reason: events.ReasonRetainedStateLost})
+}
+
+// consumedBy is the consumption the resume intent of s caused, if the log
+// holds one after it.
+func consumedBy(s *step) *events.RetainedStateConsumed {
+	for _, e := range s.later {
+		if e.Type != events.TypeRetainedStateConsumed || e.CausationID != s.intent.ID {
+			continue
+		}
+		if d, err := e.Decode(); err == nil {
+			return d.(*events.RetainedStateConsumed)
+		}
+	}
+	return nil
+}
+
+// leave discards the retained state a resume moved away from node from.Node:
+// the old node holds nothing of the sandbox. It is tidying, not an outcome:
+// a node that does not answer keeps its copy (its driver removes it with
+// the sandbox at delete), and this is logged.
+func (r *Runner) leave(ctx context.Context, s *step, from compute.Spec, ref string) {
+	sus, ok := s.driver.(compute.Suspender)
+	if !ok {
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := sus.Discard(dctx, from, ref); err != nil {
+		s.log.Warn().Err(err).Str("step", "leave").Msg("the old node's copy of the moved state is not discarded")
+	}
 }

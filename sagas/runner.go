@@ -268,6 +268,7 @@ func (r *Runner) dispatch(ctx context.Context, envs []events.Envelope, pending u
 		// A sandbox.created is decoded once, here: track reads its node,
 		// its job takes it to the step.
 		created := r.createdOf(env)
+		r.moved(env)
 		if events.Intent(env.Type) {
 			j := &job{env: env}
 			if created != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -90,7 +91,7 @@ func (r *Runner) step(ctx context.Context, j *job, later []events.Envelope, seen
 		log.Error().Msg("sandbox has no sandbox.created; intent dropped")
 		return nil
 	}
-	if created.Node != r.cfg.Node {
+	if !r.drives(created.Node) {
 		return nil
 	}
 	if !seen {
@@ -299,19 +300,60 @@ func (r *Runner) created(ctx context.Context, env events.Envelope, intent events
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", env.SandboxID, err)
 	}
+	var c *events.Created
 	for _, e := range all {
-		if e.Type != events.TypeCreated {
+		if node := movedTo(e); node != "" && c != nil {
+			c = onNode(c, node)
+		}
+		if e.Type != events.TypeCreated || c != nil {
 			continue
 		}
 		d, err := e.Decode()
 		if err != nil {
 			return nil, fmt.Errorf("decode %s created: %w", env.SandboxID, err)
 		}
-		c := d.(*events.Created)
-		r.specs.put(env.SandboxID, c)
-		return c, nil
+		c = d.(*events.Created)
 	}
-	return nil, nil
+	if c != nil {
+		r.specs.put(env.SandboxID, c)
+	}
+	return c, nil
+}
+
+// drives says whether this runner drives the sandboxes on node.
+func (r *Runner) drives(node string) bool {
+	return node == r.cfg.Node || slices.Contains(r.cfg.Nodes, node)
+}
+
+// movedTo is the node env moves its sandbox to (its retained state consumed
+// on another node), or "".
+func movedTo(env events.Envelope) string {
+	if env.Type != events.TypeRetainedStateConsumed {
+		return ""
+	}
+	e, err := env.Decode()
+	if err != nil {
+		return ""
+	}
+	return e.(*events.RetainedStateConsumed).Node
+}
+
+// onNode is c as its sandbox stands once on node: a copy (a cached created
+// is shared, never changed).
+func onNode(c *events.Created, node string) *events.Created {
+	cp := *c
+	cp.Node = node
+	return &cp
+}
+
+// moved follows a sandbox that env moves to another node in the cache of
+// created events; r.mu is held.
+func (r *Runner) moved(env events.Envelope) {
+	if node := movedTo(env); node != "" {
+		if c := r.specs.get(env.SandboxID); c != nil {
+			r.specs.put(env.SandboxID, onNode(c, node))
+		}
+	}
 }
 
 // specCacheSize bounds the cache of sandbox.created events.

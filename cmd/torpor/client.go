@@ -172,6 +172,7 @@ func addClientCmds(root *cobra.Command) {
 		},
 	}
 	create.Flags().StringVar(&req.Driver, "driver", "", "compute driver (default sim)")
+	create.Flags().StringVar(&req.Node, "node", "", "the node to run on (default the service's own; another one the service drives: serve --remote-nodes)")
 	create.Flags().StringSliceVar(&opts, "opt", nil, "driver option k=v (repeatable)")
 	create.Flags().StringSliceVar(&labels, "label", nil, "label k=v (repeatable)")
 	create.Flags().StringArrayVar(&env, "env", nil, "the workload's environment variable K=V (repeatable; a value may hold commas)")

@@ -94,6 +94,7 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.Fsync, "fsync", "always", "always: fsync every write; interval: fsync periodically (faster, may lose the last writes on a crash)")
 	f.StringVar(&cfg.Node, "node", "local", "the node this service runs sandboxes for")
 	f.DurationVar(&cfg.Deadline, "deadline", 2*time.Minute, "deadline of every transient phase")
+	f.StringSliceVar(&cfg.RemoteNodes, "remote-nodes", nil, "other nodes this service drives, through their `torpor driver --node N` on the bus (a create or a resume may name one)")
 	f.StringVar(&cfg.VMKernel, "vm-kernel", "", "the guest kernel of the vm driver (deploy/vm-kernel fetches Debian's cloud kernel); default $TORPOR_VM_KERNEL")
 	f.DurationVar(&cfg.HeartbeatLimit, "heartbeat-limit", defaultHeartbeatLimit, "how long a supervisor that heartbeats may fall silent before it is recorded detached (process supervisors beat three times within it)")
 	f.DurationVar(&cfg.DuplicateWindow, "duplicate-window", jsstore.DefaultDuplicateWindow, "how long the event stream remembers message ids for deduplication (about 125 bytes of server heap per append for that long)")

@@ -26,6 +26,7 @@ import (
 	"github.com/torpor/torpor/sagas"
 	"github.com/torpor/torpor/services/compute"
 	"github.com/torpor/torpor/services/compute/process"
+	"github.com/torpor/torpor/services/compute/remote"
 	"github.com/torpor/torpor/services/compute/sim"
 	"github.com/torpor/torpor/services/forward"
 	"github.com/torpor/torpor/services/gateway"
@@ -58,6 +59,9 @@ type serveConfig struct {
 	// VMKernel is the guest kernel of the vm driver (--vm-kernel); empty:
 	// $TORPOR_VM_KERNEL.
 	VMKernel string
+	// RemoteNodes are other nodes this service drives through their
+	// drivers on the bus (`torpor driver --node N`, --remote-nodes).
+	RemoteNodes []string
 	// wrapDrivers, when set, may replace drivers of the registry before
 	// anything uses them: tests wrap a real driver to make it refuse a call.
 	// No flag sets it.
@@ -204,7 +208,16 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if cfg.wrapDrivers != nil {
 		cfg.wrapDrivers(drivers)
 	}
-	svc, err := gateway.NewService(store, names, drivers, creds, gateway.Config{Node: cfg.Node, HeartbeatLimit: cfg.HeartbeatLimit}, log.With().Str("part", "gateway").Logger())
+	if len(cfg.RemoteNodes) > 0 {
+		// Each driver's calls go to the node the sandbox is on: this
+		// service's own, or another's `torpor driver` on the bus.
+		for name, d := range drivers {
+			drivers[name] = &compute.Routed{Local: cfg.Node, Here: d, There: func(node string) compute.Driver {
+				return remote.NewClient(a.nc, node, name)
+			}}
+		}
+	}
+	svc, err := gateway.NewService(store, names, drivers, creds, gateway.Config{Node: cfg.Node, Nodes: cfg.RemoteNodes, HeartbeatLimit: cfg.HeartbeatLimit}, log.With().Str("part", "gateway").Logger())
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +229,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	// The sagas and the view follow the log through one shared reading: the
 	// server delivers each event once, the process decodes it once.
 	followed := sharedStore{Store: store, log: fanout.New(store)}
-	runner, err := sagas.New(followed, pos, svc, drivers, creds, sagas.Config{Node: cfg.Node, Deadline: cfg.Deadline}, log.With().Str("part", "sagas").Logger())
+	runner, err := sagas.New(followed, pos, svc, drivers, creds, sagas.Config{Node: cfg.Node, Nodes: cfg.RemoteNodes, Deadline: cfg.Deadline}, log.With().Str("part", "sagas").Logger())
 	if err != nil {
 		return nil, err
 	}

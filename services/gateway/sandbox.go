@@ -35,6 +35,9 @@ type Sandbox struct {
 	Attached int64
 	// Fallback is the resume's restart_if_restore_fails, while Resuming.
 	Fallback bool
+	// ResumeNode is the newest resume request's target node, when it moves
+	// the sandbox to another node.
+	ResumeNode string
 	// ResumeCause is the newest resume request (its id and causal
 	// metadata): what a restore the attach proves was caused by.
 	ResumeCause events.Envelope
@@ -91,13 +94,18 @@ func (s *Sandbox) apply(env events.Envelope) error {
 	case *events.Suspended:
 		s.RestoreRef = e.RestoreRef
 	case *events.ResumeRequested:
-		s.Generation, s.Resuming, s.Exited, s.Fallback = e.Generation, true, false, e.RestartIfRestoreFails
+		s.Generation, s.Resuming, s.Exited, s.Fallback, s.ResumeNode = e.Generation, true, false, e.RestartIfRestoreFails, e.Node
 		s.ResumeCause = events.Envelope{ID: env.ID, SandboxID: env.SandboxID, CommandID: env.CommandID, CorrelationID: env.CorrelationID}
 	case *events.ResumeFailed:
 		s.Resuming = false
 	case *events.Resumed:
 		s.Restored = e.Generation
-	case *events.RetainedStateConsumed, *events.RetainedStateDiscarded, *events.RetainedStateInvalidated:
+	case *events.RetainedStateConsumed:
+		s.RestoreRef = ""
+		if e.Node != "" {
+			s.Spec.Node = e.Node // the sandbox belongs to the node it was restored on
+		}
+	case *events.RetainedStateDiscarded, *events.RetainedStateInvalidated:
 		s.RestoreRef = ""
 	case *events.SupervisorAttached:
 		s.Attached = e.Generation
@@ -173,11 +181,8 @@ func decide(s *Sandbox, c Command, caps compute.Capabilities) ([]events.Event, e
 	if _, known := commandRules[c.Verb]; !known {
 		return nil, events.Errorf(events.CodeInvalidArgument, "unknown command %q", c.Verb)
 	}
-	if c.Verb == VerbResume && c.ResumeOn != "" && c.ResumeOn != s.Spec.Node {
-		if !caps.ResumeElsewhere {
-			return nil, events.Errorf(events.CodeFailedPrecondition, "driver %s cannot resume on another node: the retained state of %s stays on %s", s.Spec.Driver, s.ID, s.Spec.Node)
-		}
-		return nil, events.Errorf(events.CodeUnimplemented, "resuming %s on node %s: moving retained state between nodes is not built yet", s.ID, c.ResumeOn)
+	if c.Verb == VerbResume && c.ResumeOn != "" && c.ResumeOn != s.Spec.Node && !caps.ResumeElsewhere {
+		return nil, events.Errorf(events.CodeFailedPrecondition, "driver %s cannot resume on another node: the retained state of %s stays on %s", s.Spec.Driver, s.ID, s.Spec.Node)
 	}
 	_, open := s.View.Forward(c.Forward.ID)
 	row, ok := Lookup(s.Phase, c.Verb, Facts{AfterResume: s.Resuming, CanSuspend: caps.Suspend, Holds: s.RestoreRef != "", Forwarded: open})
@@ -225,7 +230,11 @@ func caused(typ string, s *Sandbox, c Command) events.Event {
 	case events.TypeSuspendRequested:
 		return &events.SuspendRequested{Generation: s.Generation}
 	case events.TypeResumeRequested:
-		return &events.ResumeRequested{Generation: s.Generation + 1, RestoreRef: s.RestoreRef, RestartIfRestoreFails: c.RestartIfRestoreFails}
+		r := &events.ResumeRequested{Generation: s.Generation + 1, RestoreRef: s.RestoreRef, RestartIfRestoreFails: c.RestartIfRestoreFails}
+		if c.ResumeOn != s.Spec.Node {
+			r.Node = c.ResumeOn // the state moves there
+		}
+		return r
 	case events.TypeDeleteRequested:
 		return &events.DeleteRequested{}
 	case events.TypeForwardOpened:
@@ -389,7 +398,7 @@ func consumedByAttach(s *Sandbox, gen int64) []events.Event {
 	}
 	var out []events.Event
 	if s.RestoreRef != "" {
-		out = append(out, &events.RetainedStateConsumed{Generation: gen, RestoreRef: s.RestoreRef})
+		out = append(out, &events.RetainedStateConsumed{Generation: gen, RestoreRef: s.RestoreRef, Node: s.ResumeNode})
 	}
 	return append(out, &events.Resumed{Generation: gen, Outcome: events.OutcomeRestored})
 }

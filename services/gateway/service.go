@@ -7,6 +7,8 @@ import (
 	"hash/fnv"
 	"net"
 	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,6 +66,9 @@ type Holder struct {
 type Config struct {
 	// Node is the node new sandboxes belong to.
 	Node string
+	// Nodes are the other nodes this service drives (their drivers on the
+	// bus): a create or a resume may name one.
+	Nodes []string
 	// DefaultDriver is the driver of a create that names none.
 	DefaultDriver string
 	// Retries bounds the reload-and-retry loop on a concurrent change.
@@ -133,7 +138,21 @@ func (c Config) Validate() error {
 	case !validName.MatchString(c.Node):
 		return fmt.Errorf("gateway: node name %q: want lower-case letters, digits, '-', '_' or '.'", c.Node)
 	}
+	for _, n := range c.Nodes {
+		if !validName.MatchString(n) || n == c.Node {
+			return fmt.Errorf("gateway: other node %q: want a node name other than the service's own %q", n, c.Node)
+		}
+	}
 	return nil
+}
+
+// node checks that n names a node this service drives, for a command's
+// field (INVALID_ARGUMENT otherwise).
+func (c Config) node(field, n string) error {
+	if n == c.Node || slices.Contains(c.Nodes, n) {
+		return nil
+	}
+	return events.Errorf(events.CodeInvalidArgument, "%s %q: unknown node (this service drives %s)", field, n, strings.Join(append([]string{c.Node}, c.Nodes...), ", "))
 }
 
 // Service is the command service: load, decide, append, retry on conflict.
@@ -340,6 +359,12 @@ func (s *Service) Handle(ctx context.Context, c Command) (events.View, error) {
 		if err != nil && sb.Exists() {
 			return nil, events.Errorf(events.CodeInternal, "sandbox %s: %v", sb.ID, err)
 		}
+		if c.ResumeOn != "" && c.ResumeOn != sb.Spec.Node && caps.ResumeElsewhere {
+			// A driver that cannot move its state says so first (decide).
+			if err := s.cfg.node("resume node", c.ResumeOn); err != nil {
+				return nil, err
+			}
+		}
 		return decide(sb, c, caps)
 	})
 	if err != nil {
@@ -484,7 +509,14 @@ func (s *Service) create(ctx context.Context, c Command) (events.View, error) {
 	if r.Driver == "" {
 		r.Driver = s.cfg.DefaultDriver
 	}
-	if err := s.drivers.Validate(r.Driver, compute.Spec{Options: r.DriverOptions, Command: r.Command, Env: r.Env}); err != nil {
+	node := s.cfg.Node
+	if r.Node != "" {
+		if err := s.cfg.node("create node", r.Node); err != nil {
+			return events.View{}, err
+		}
+		node = r.Node
+	}
+	if err := s.drivers.Validate(r.Driver, compute.Spec{Node: node, Options: r.DriverOptions, Command: r.Command, Env: r.Env}); err != nil {
 		// A refusal that carries a code keeps it (a node that lacks what
 		// the driver needs is FAILED_PRECONDITION); any other is the
 		// request's fault.
@@ -526,7 +558,7 @@ func (s *Service) create(ctx context.Context, c Command) (events.View, error) {
 		return events.View{}, err
 	}
 	c.ID = id
-	c.Node = s.cfg.Node
+	c.Node = node
 	meta := events.Meta{Actor: c.Actor, CommandID: c.CommandID, CorrelationID: c.CommandID}
 	decideCreate := func(sb *Sandbox) ([]events.Event, error) {
 		if sb.Exists() && sb.seen(c.CommandID) {

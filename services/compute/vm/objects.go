@@ -44,6 +44,8 @@ const (
 	objectPrefix = "vmobj:"
 	endBlocks    = ^uint64(0)
 	blockSize    = 4 << 10
+	// objectChunk is the object store's chunk size (its default).
+	objectChunk = 128 << 10
 )
 
 // objectRef is a parsed movable reference.
@@ -93,7 +95,8 @@ func (d *Driver) Export(ctx context.Context, spec compute.Spec, ref string) (str
 	pr, pw := io.Pipe()
 	h := sha256.New()
 	go func() { pw.CloseWithError(writeSnapshot(pw, h, dir, s)) }()
-	if _, err := d.cfg.Snapshots.Put(ctx, jetstream.ObjectMeta{Name: name, Description: "torpor vm snapshot of " + id}, pr); err != nil {
+	meta := jetstream.ObjectMeta{Name: name, Description: "torpor vm snapshot of " + id, Opts: &jetstream.ObjectMetaOptions{ChunkSize: objectChunk}}
+	if _, err := d.cfg.Snapshots.Put(ctx, meta, pr); err != nil {
 		pr.CloseWithError(err)
 		return "", fmt.Errorf("export %s: %w", id, err)
 	}
@@ -107,7 +110,12 @@ func (d *Driver) Export(ctx context.Context, spec compute.Spec, ref string) (str
 // writeSnapshot writes the movable stream of s (in dir) to w, compressed,
 // with its uncompressed bytes into h.
 func writeSnapshot(w io.Writer, h hash.Hash, dir string, s *suspension) error {
-	gz, _ := gzip.NewWriterLevel(w, gzip.BestSpeed)
+	// The object store makes a chunk of each Read of what it puts: the
+	// compressor's small writes are gathered into whole chunks first, or a
+	// snapshot is thousands of tiny messages (and the store's publisher
+	// stalls on their acks).
+	chunks := bufio.NewWriterSize(w, objectChunk)
+	gz, _ := gzip.NewWriterLevel(chunks, gzip.BestSpeed)
 	out := bufio.NewWriterSize(io.MultiWriter(gz, h), 1<<20)
 	state, err := os.ReadFile(filepath.Join(dir, s.State))
 	if err != nil {
@@ -146,7 +154,10 @@ func writeSnapshot(w io.Writer, h hash.Hash, dir string, s *suspension) error {
 	if err := out.Flush(); err != nil {
 		return err
 	}
-	return gz.Close()
+	if err := gz.Close(); err != nil {
+		return err
+	}
+	return chunks.Flush()
 }
 
 func allZero(b []byte) bool {

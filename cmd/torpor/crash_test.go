@@ -161,7 +161,13 @@ func awaitEvent(t *testing.T, ch <-chan string, typ string) {
 // awaitHistory waits until sandbox id's history holds an event of type typ.
 func awaitHistory(t *testing.T, c *child, id, typ string) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
+	awaitHistoryFor(t, c, id, typ, waitFor)
+}
+
+// awaitHistoryFor is awaitHistory waiting up to wait.
+func awaitHistoryFor(t *testing.T, c *child, id, typ string, wait time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
 	for {
 		h, err := c.client().History(context.Background(), id, 0)
 		for _, e := range h {
@@ -170,7 +176,7 @@ func awaitHistory(t *testing.T, c *child, id, typ string) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no %s in the history of %s in %s (%v)", typ, id, waitFor, err)
+			t.Fatalf("no %s in the history of %s in %s (%v)", typ, id, wait, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -496,6 +496,12 @@ func (d *Driver) snapshot(ctx context.Context, dir string, st *state, spec compu
 	if _, err := mo.run("stop", nil); err != nil {
 		return nil, err
 	}
+	// A migration an interrupted suspend left half written is of no use.
+	if stale, _ := filepath.Glob(filepath.Join(dir, ".snap-*.tmp")); len(stale) > 0 {
+		for _, f := range stale {
+			_ = os.Remove(f)
+		}
+	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	name := fmt.Sprintf("snap-%d-%s.state", st.Generation, hex.EncodeToString(b[:]))
@@ -524,6 +530,15 @@ func (d *Driver) snapshot(ctx context.Context, dir string, st *state, spec compu
 	if err != nil {
 		os.Remove(tmp)
 		return nil, err
+	}
+	// Only the newest snapshot is held: one an interrupted suspend renamed
+	// into place but never recorded is dropped.
+	if others, _ := filepath.Glob(filepath.Join(dir, "snap-*.state")); len(others) > 1 {
+		for _, f := range others {
+			if filepath.Base(f) != name {
+				_ = os.Remove(f)
+			}
+		}
 	}
 	ramSize, _ := allocated(filepath.Join(dir, st.RAM))
 	ref := fmt.Sprintf("vm:%s:%s:%s:%s", spec.Node, spec.SandboxID, strings.TrimSuffix(name, ".state"), digest)
@@ -633,8 +648,15 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 			return none, fmt.Errorf("resume %s generation %d: the snapshot's device state does not match its digest (%v): not restored", id, gen, err)
 		}
 	}
-	// What is left of an earlier attempt of this resume ends first.
+	// What is left of an earlier attempt of this resume ends first: the
+	// last generation's QEMU, and a restoring supervisor (and its QEMU) of
+	// an attempt whose driver died before it recorded anything. Its guest
+	// was never continued (the consumption is recorded before that), so the
+	// snapshot is whole.
 	if err := d.end(ctx, dir, st); err != nil {
+		return none, fmt.Errorf("resume %s: %w", id, err)
+	}
+	if err := d.endAttempt(ctx, dir, gen); err != nil {
 		return none, fmt.Errorf("resume %s: %w", id, err)
 	}
 	m, err := d.machine(ctx, dir, req.Spec, s.RAM)
@@ -683,6 +705,21 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 		_ = d.cfg.Snapshots.Delete(ctx, o.name)
 	}
 	return consumed, nil
+}
+
+// endAttempt ends the supervisor of generation gen that run.json names, and
+// its QEMU, if they run: what an interrupted attempt to resume gen left.
+func (d *Driver) endAttempt(ctx context.Context, dir string, gen int64) error {
+	r, err := loadRun(dir)
+	if err != nil || r.Generation != gen {
+		return err
+	}
+	left := &state{QEMU: r.QEMU}
+	if sup, err := supervisor.ProcOf(r.Supervisor); err == nil {
+		left.Supervisor = sup
+		_ = syscall.Kill(sup.Pid, syscall.SIGKILL)
+	}
+	return d.end(ctx, dir, left)
 }
 
 // restoreIncoming starts a restoring supervisor and feeds its QEMU the

@@ -15,10 +15,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/services/compute"
 	"github.com/torpor/torpor/services/compute/drivertest"
+	"github.com/torpor/torpor/services/compute/remote"
 	"github.com/torpor/torpor/services/compute/vm"
 )
 
@@ -451,4 +453,23 @@ func TestBadInput(t *testing.T) {
 	if res, err := d.Resume(ctx(t), compute.Resume{Spec: s, Generation: 2, Credential: drivertest.Cred(2), RestoreRef: "vmobj:" + s.SandboxID + "/x:" + strings.Repeat("0", 64)}); !errors.Is(err, compute.ErrUnknownRef) || res.Consumed {
 		t.Fatalf("resume of an object that does not exist: %+v, %v", res, err)
 	}
+}
+
+// TestContractOverTheBus runs the contract suite against the vm driver
+// behind the bus (remote.Serve and remote.Client), as `torpor driver`
+// serves it to a service on another host.
+func TestContractOverTheBus(t *testing.T) {
+	drivertest.Run(t, func(t *testing.T) drivertest.Harness {
+		g := drivertest.NewGateway(t)
+		d, _ := newDriver(t, g, nil)
+		nc := g.JS.Conn()
+		srv, err := remote.Serve(context.Background(), nc, "n1", compute.Registry{"vm": d}, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = srv.Stop() })
+		return drivertest.Harness{Driver: remote.NewClient(nc, "n1", "vm"), Reports: g.All, Timeout: wait, Spec: func(id string) compute.Spec {
+			return compute.Spec{SandboxID: id, Node: "n1", Command: []string{"sleep", "3600"}}
+		}}
+	})
 }

@@ -142,11 +142,22 @@ func suspendResumeRounds(ctx context.Context, c *torpor.Client, ids []string, ro
 			for i, mv := range suspendResume {
 				t0 := time.Now()
 				if err := step(ctx, mv.verb, id, mv.target); err != nil {
-					return nil, err
+					return nil, fmt.Errorf("%w (the sandbox's last event: %s)", err, lastEvent(ctx, c, id))
 				}
 				lats[i] = append(lats[i], time.Since(t0))
 			}
 		}
 	}
 	return lats, nil
+}
+
+// lastEvent is the newest event of sandbox id's history, its type and data,
+// for an error that says why a step did not reach its phase.
+func lastEvent(ctx context.Context, c *torpor.Client, id string) string {
+	h, err := c.History(context.WithoutCancel(ctx), id, 0)
+	if err != nil || len(h) == 0 {
+		return fmt.Sprintf("none (%v)", err)
+	}
+	e := h[len(h)-1]
+	return fmt.Sprintf("%s %s", e.Type, e.Data)
 }

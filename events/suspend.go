@@ -9,6 +9,8 @@ type SuspendRequested struct {
 type Suspended struct {
 	Generation int64  `json:"generation"`
 	RestoreRef string `json:"restore_ref"`
+	// Bytes is what the retained state keeps, where the driver says.
+	Bytes int64 `json:"bytes,omitempty"`
 }
 
 // SuspendRejected: the driver refused the suspension (or its deadline passed

@@ -19,6 +19,9 @@ func (v View) Forward(id string) (Forward, bool) {
 type Restore struct {
 	Held     bool `json:"held"`
 	Consumed bool `json:"consumed"`
+	// Bytes is what the held state keeps (a VM's snapshot), where the
+	// driver says; the state itself is never in the view.
+	Bytes int64 `json:"bytes,omitempty"`
 }
 
 // View is the phase view of one sandbox (CONTRACT §6): what the KV bucket
@@ -61,6 +64,7 @@ var foldReads = map[string]bool{
 	TypeStopped:         true,
 	TypeSuspendRejected: true,
 	TypeResumeRequested: true,
+	TypeSuspended:       true,
 	// A consumption on another node moves the sandbox there.
 	TypeRetainedStateConsumed: true,
 	TypeResumed:               true,
@@ -116,7 +120,7 @@ func (v *View) Fold(env Envelope) bool {
 			v.LastOutcome = OutcomeRestoreFailed
 		}
 	case *Suspended:
-		v.Restore = Restore{Held: true}
+		v.Restore = Restore{Held: true, Bytes: e.Bytes}
 	case *SuspendRejected:
 		v.LastOutcome, v.Reason = OutcomeSuspendRejected, e.Reason
 		if e.Reason == ReasonDeadlineExceeded {

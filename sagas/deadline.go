@@ -243,7 +243,7 @@ func (r *Runner) compensation(st state, obs compute.Observation) (evs []events.E
 	case events.PhaseSuspending:
 		switch {
 		case is(compute.StateFrozen) && obs.RestoreRef != "":
-			return []events.Event{&events.Suspended{Generation: gen, RestoreRef: obs.RestoreRef}}, "", 0
+			return []events.Event{&events.Suspended{Generation: gen, RestoreRef: obs.RestoreRef, Bytes: obs.RetainedBytes}}, "", 0
 		case is(compute.StateRunning):
 			return []events.Event{&events.SuspendRejected{Generation: gen, Reason: events.ReasonDeadlineExceeded, Message: msg}, passed}, "", 0
 		case is(compute.StateExited):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/services/compute"
@@ -30,7 +31,7 @@ func (r *Runner) suspend(ctx context.Context, s *step, in *events.SuspendRequest
 	})
 	switch {
 	case err == nil:
-		err := r.record(ctx, s, &events.Suspended{Generation: in.Generation, RestoreRef: ref})
+		err := r.record(ctx, s, &events.Suspended{Generation: in.Generation, RestoreRef: ref, Bytes: r.retainedBytes(ctx, s, ref)})
 		if !errors.Is(err, errRefused) {
 			return err
 		}
@@ -46,4 +47,21 @@ func (r *Runner) suspend(ctx context.Context, s *step, in *events.SuspendRequest
 	}
 	s.log.Info().Err(err).Str("step", "suspend").Msg("suspend rejected")
 	return r.recordOrDrop(ctx, s, &events.SuspendRejected{Generation: in.Generation, Reason: events.ReasonSuspendRejected, Message: err.Error()})
+}
+
+// retainedBytes is what the driver observes the retained state behind ref
+// to keep, or 0 where it cannot say (no Observer, no answer in a moment: the
+// size is for the view, the outcome does not wait on it).
+func (r *Runner) retainedBytes(ctx context.Context, s *step, ref string) int64 {
+	ob, ok := s.driver.(compute.Observer)
+	if !ok {
+		return 0
+	}
+	octx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	o, err := ob.Observe(octx, s.spec)
+	if err != nil || o.RestoreRef != ref {
+		return 0
+	}
+	return o.RetainedBytes
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"github.com/torpor/torpor/services/compute/vm"
 	"io"
 	"runtime"
 	"slices"
@@ -108,8 +109,10 @@ func TestBenchQuickReport(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the service under load for a few seconds")
 	}
+	// The vm section boots emulated guests for minutes; RunVM has its own
+	// test (TestBenchVM).
 	cfg := bench.Config{Sandboxes: 20, Concurrency: 4, Quick: true, Transport: "bus", Duration: 600 * time.Millisecond, Fsync: "interval",
-		Sizes: []int{100, 300}, LongSample: 10, LongHistory: 50, Sample: 20}
+		Sizes: []int{100, 300}, LongSample: 10, LongHistory: 50, Sample: 20, SkipVM: true}
 	rep, err := bench.Run(context.Background(), cfg, benchStarter(binary(t)), t.Output())
 	if err != nil {
 		t.Fatal(err)
@@ -450,5 +453,22 @@ func TestBenchQuickReportSQL(t *testing.T) {
 		if strings.Contains(strings.ToLower(tg.Name), "sql") {
 			t.Errorf("target %q: there is no SQL view to hold to a target yet", tg.Name)
 		}
+	}
+}
+
+// TestBenchVM runs the bench's vm section (quick): microVMs booted,
+// suspended and resumed through the pipeline, and the snapshot's bytes.
+func TestBenchVM(t *testing.T) {
+	vmKernel(t)
+	t.Setenv(vm.KernelEnv, vmKernel(t))
+	r, err := bench.RunVM(context.Background(), bench.Config{Sandboxes: 1, Concurrency: 1, Quick: true, Transport: "bus", Duration: time.Second}, benchStarter(binary(t)), t.Output())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Missing != "" || r.Rounds == 0 || r.Suspend.P50 <= 0 || r.Resume.P50 <= 0 || r.Boot.P50 <= 0 {
+		t.Fatalf("vm section: %+v", r)
+	}
+	if r.StateBytes <= 0 || r.MovableBytes <= 0 || r.MovableBytes > int64(r.MemoryMiB)<<20 {
+		t.Fatalf("snapshot bytes: state %d, movable %d for %d MiB", r.StateBytes, r.MovableBytes, r.MemoryMiB)
 	}
 }

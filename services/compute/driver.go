@@ -168,6 +168,9 @@ type Observation struct {
 	// How says how the state is kept, where the driver has a choice (the
 	// process driver's freezer, say).
 	How string `json:"how,omitempty"`
+	// RetainedBytes is what the retained state behind RestoreRef keeps on
+	// its node (a VM's snapshot), where the driver knows it.
+	RetainedBytes int64 `json:"retained_bytes,omitempty"`
 }
 
 // Observer is a driver that can say what is true of a sandbox now. The

@@ -870,7 +870,7 @@ func (d *Driver) Observe(ctx context.Context, spec compute.Spec) (compute.Observ
 	o := compute.Observation{Generation: st.Generation, How: "snapshot, " + st.Accel}
 	if ref, held := st.held(); held {
 		if _, err := os.Stat(filepath.Join(dir, st.Suspension.State)); err == nil && !st.QEMU.Alive() {
-			o.State, o.RestoreRef = compute.StateFrozen, ref
+			o.State, o.RestoreRef, o.RetainedBytes = compute.StateFrozen, ref, st.Suspension.Size
 			return o, nil
 		}
 	}

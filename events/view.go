@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"slices"
 	"time"
 )
@@ -64,13 +65,25 @@ var foldReads = map[string]bool{
 	TypeStopped:         true,
 	TypeSuspendRejected: true,
 	TypeResumeRequested: true,
-	TypeSuspended:       true,
-	// A consumption on another node moves the sandbox there.
-	TypeRetainedStateConsumed: true,
-	TypeResumed:               true,
-	TypeExited:                true,
-	TypeForwardOpened:         true,
-	TypeForwardClosed:         true,
+	TypeResumed:         true,
+	TypeExited:          true,
+	TypeForwardOpened:   true,
+	TypeForwardClosed:   true,
+}
+
+// foldReadsIf are the event types whose fields Fold reads only when their
+// data holds the key: an optional field most of them leave out (a
+// snapshot's size, a move to another node), so that the rest are not
+// decoded for nothing.
+var foldReadsIf = map[string][]byte{
+	TypeSuspended:             []byte(`"bytes"`),
+	TypeRetainedStateConsumed: []byte(`"node"`),
+}
+
+// readsIf says whether env is of a foldReadsIf type with its key.
+func readsIf(env Envelope) bool {
+	key, ok := foldReadsIf[env.Type]
+	return ok && bytes.Contains(env.Data, key)
 }
 
 // Fold folds env into v and reports whether it changed v. An event at or below
@@ -81,7 +94,7 @@ func (v *View) Fold(env Envelope) bool {
 		return false
 	}
 	var e Event
-	if foldReads[env.Type] || (env.event != nil && env.event.Type() == env.Type) {
+	if foldReads[env.Type] || (env.event != nil && env.event.Type() == env.Type) || readsIf(env) {
 		var err error
 		if e, err = env.Decode(); err != nil {
 			return false

@@ -50,11 +50,12 @@ func (r *Runner) suspend(ctx context.Context, s *step, in *events.SuspendRequest
 }
 
 // retainedBytes is what the driver observes the retained state behind ref
-// to keep, or 0 where it cannot say (no Observer, no answer in a moment: the
-// size is for the view, the outcome does not wait on it).
+// to keep, or 0 where it cannot say (it does not size what it retains, no
+// answer in a moment: the size is for the view, the outcome does not wait
+// on it). Drivers that do not size it cost no call.
 func (r *Runner) retainedBytes(ctx context.Context, s *step, ref string) int64 {
 	ob, ok := s.driver.(compute.Observer)
-	if !ok {
+	if !ok || !s.driver.Capabilities(s.spec.Options).RetainedSize {
 		return 0
 	}
 	octx, cancel := context.WithTimeout(ctx, 2*time.Second)

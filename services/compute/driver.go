@@ -44,6 +44,9 @@ type Capabilities struct {
 	ResumeElsewhere bool `json:"resume_on_another_node"`
 	// Retains says what a suspension keeps ("the process group, frozen").
 	Retains string `json:"retains,omitempty"`
+	// RetainedSize: Observe says what a held state keeps
+	// (Observation.RetainedBytes), so the view can show it.
+	RetainedSize bool `json:"retained_size,omitempty"`
 }
 
 // Spec is everything a driver knows about a sandbox; every call carries it,

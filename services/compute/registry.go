@@ -34,7 +34,7 @@ func (r Registry) Capabilities(name string, opts map[string]string) (Capabilitie
 func CapabilitiesOf(d Driver, opts map[string]string) Capabilities {
 	c := d.Capabilities(opts)
 	if _, ok := d.(Suspender); !ok {
-		c.Suspend, c.ResumeElsewhere, c.Retains = false, false, ""
+		c.Suspend, c.ResumeElsewhere, c.Retains, c.RetainedSize = false, false, "", false
 	}
 	return c
 }

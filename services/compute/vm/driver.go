@@ -163,7 +163,7 @@ func (d *Driver) Missing() error {
 // Capabilities: suspend to a snapshot; resume on another node where the
 // node has an object store to move snapshots through.
 func (d *Driver) Capabilities(map[string]string) compute.Capabilities {
-	return compute.Capabilities{Suspend: true, ResumeElsewhere: d.cfg.Snapshots != nil, Retains: "the microVM's memory and devices, in a snapshot"}
+	return compute.Capabilities{Suspend: true, ResumeElsewhere: d.cfg.Snapshots != nil, Retains: "the microVM's memory and devices, in a snapshot", RetainedSize: true}
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

@@ -37,8 +37,11 @@ type Service interface {
 }
 
 // Starter starts the service over the data directory dir with fsync
-// "always" or "interval", on random ports, for node "local".
-type Starter func(ctx context.Context, dir, fsync string) (Service, error)
+// "always" or "interval", on random ports, for node "local". Nodes are other
+// nodes the service drives (serve --remote-nodes), each served by a `torpor
+// driver` of its own with the vm driver, over a data directory of its own
+// under dir, on the service's NATS; Stop stops them too.
+type Starter func(ctx context.Context, dir, fsync string, nodes ...string) (Service, error)
 
 // Config is what a run measures, and how much of it.
 type Config struct {

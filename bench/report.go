@@ -98,6 +98,7 @@ func (r *Report) targets() {
 	if v := r.VM; v != nil && v.Missing == "" {
 		add(fmt.Sprintf("vm suspend→suspended p50 ms, same node (%s, %d MiB)", v.Accel, v.MemoryMiB), v.Suspend.P50, "<=", 50, v.Rounds > 0)
 		add(fmt.Sprintf("vm resume→ready p50 ms, same node (%s, %d MiB)", v.Accel, v.MemoryMiB), v.Resume.P50, "<=", 300, v.Rounds > 0)
+		add(fmt.Sprintf("vm resume→ready p50 ms, on another node (%s, %d MiB)", v.Accel, v.MemoryMiB), v.Move.P50, "<=", 2000, v.Moves > 0)
 		add("vm movable snapshot of an idle guest ÷ its memory", float64(v.MovableBytes)/float64(int64(v.MemoryMiB)<<20), "<=", 0.25, v.MovableBytes > 0)
 	}
 }
@@ -210,6 +211,8 @@ func (r *Report) Print(w io.Writer) {
 		} else {
 			fmt.Fprintf(w, "vm sandboxes (%s, %d MiB) through the pipeline (%d × %d rounds, over HTTP with the SDK's wait): boot→ready p50 %.0f max %.0f ms; suspend→suspended p50 %.2f p90 %.2f p99 %.2f max %.2f ms; resume→ready p50 %.2f p90 %.2f p99 %.2f max %.2f ms\n",
 				v.Accel, v.MemoryMiB, v.Sandboxes, v.Rounds, v.Boot.P50, v.Boot.Max, v.Suspend.P50, v.Suspend.P90, v.Suspend.P99, v.Suspend.Max, v.Resume.P50, v.Resume.P90, v.Resume.P99, v.Resume.Max)
+			fmt.Fprintf(w, "vm resume on another node (%d resumes, to %s and back; the export to torpor_snapshots, the fetch and restore included): resume→ready p50 %.0f p90 %.0f max %.0f ms\n",
+				v.Moves, v.MoveNode, v.Move.P50, v.Move.P90, v.Move.Max)
 			fmt.Fprintf(w, "vm snapshot bytes per MiB of guest memory: same node %.0f (device state only; the RAM stays in the node's file), movable %.0f (compressed, in torpor_snapshots)\n",
 				float64(v.StateBytes)/float64(v.MemoryMiB), float64(v.MovableBytes)/float64(v.MemoryMiB))
 		}

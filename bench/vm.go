@@ -28,6 +28,12 @@ type VM struct {
 	Boot      Percentiles `json:"boot_to_ready_ms"`
 	Suspend   Percentiles `json:"suspend_to_suspended_ms"`
 	Resume    Percentiles `json:"resume_to_ready_ms"`
+	// Moves resumes went to another node (to MoveNode and back, turn about);
+	// Move is each one's resume→ready: the export to torpor_snapshots on the
+	// node the sandbox is on, the fetch and restore on the other.
+	Moves    int         `json:"moves"`
+	MoveNode string      `json:"move_node,omitempty"`
+	Move     Percentiles `json:"move_resume_to_ready_ms"`
 	// StateBytes is the device state a same-node snapshot writes (the RAM
 	// stays in the node's RAM file); MovableBytes the object a move to
 	// another node puts in torpor_snapshots, for MemoryMiB of guest memory.
@@ -41,18 +47,25 @@ type VM struct {
 // vmCommand is the workload of the bench's VM sandboxes.
 var vmCommand = []string{"sh", "-c", "while :; do sleep 0.05; done"}
 
-// RunVM measures the VM section on a fresh service (fsync interval). The
-// sandboxes are deleted before the service stops.
+// vmOther is the node the bench's VM sandboxes move to and back from: a
+// `torpor driver --node` beside the service (Starter), with a data
+// directory of its own, on the service's NATS.
+const vmOther = "bench-n2"
+
+// RunVM measures the VM section on a fresh service (fsync interval) that
+// drives a second node (vmOther), so that every call goes through
+// compute.Routed, as on any service with --remote-nodes. The sandboxes are
+// deleted before the service stops.
 func RunVM(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*VM, error) {
 	cfg, err := cfg.resolved()
 	if err != nil {
 		return nil, err
 	}
-	sandboxes, rounds := 2, 10
+	sandboxes, rounds, moves := 2, 10, 4
 	if cfg.Quick {
-		sandboxes, rounds = 1, 3
+		sandboxes, rounds, moves = 1, 3, 2
 	}
-	r := &VM{Sandboxes: sandboxes, Rounds: rounds, MemoryMiB: vm.DefaultMemory}
+	r := &VM{Sandboxes: sandboxes, Rounds: rounds, MemoryMiB: vm.DefaultMemory, MoveNode: vmOther}
 	dir, err := os.MkdirTemp("", "torpor-bench-vm-")
 	if err != nil {
 		return nil, err
@@ -67,7 +80,7 @@ func RunVM(ctx context.Context, cfg Config, start Starter, progress io.Writer) (
 		return r, nil
 	}
 	r.Accel, _ = probe.Accelerator(ctx)
-	svc, err := start(ctx, dir, "interval")
+	svc, err := start(ctx, dir, "interval", vmOther)
 	if err != nil {
 		return nil, err
 	}
@@ -87,10 +100,44 @@ func RunVM(ctx context.Context, cfg Config, start Starter, progress io.Writer) (
 		return nil, fmt.Errorf("vm: %w", err)
 	}
 	r.Suspend, r.Resume = percentilesOf(lats[0]), percentilesOf(lats[1])
+	fmt.Fprintf(progress, "bench: vm: each moved to %s and back, %d resumes on the other node\n", vmOther, moves)
+	moved, err := moveRounds(ctx, c, ids, moves)
+	if err != nil {
+		return nil, fmt.Errorf("vm: %w", err)
+	}
+	r.Moves, r.Move = len(moved), percentilesOf(moved)
 	if err := r.snapshotBytes(ctx, svc, c, dir, ids[0]); err != nil {
 		return nil, fmt.Errorf("vm: snapshot bytes: %w", err)
 	}
 	return r, nil
+}
+
+// moveRounds suspends each of ids and resumes it on the other node, moves
+// times each (to vmOther, then back to the service's own, and so on), and
+// gives each resume's time to ready. Each sandbox ends on the node it began
+// on when moves is even.
+func moveRounds(ctx context.Context, c *torpor.Client, ids []string, moves int) ([]time.Duration, error) {
+	step := waitStep(c)
+	nodes := [2]string{vmOther, "local"}
+	var lats []time.Duration
+	for i := range moves {
+		for _, id := range ids {
+			if err := step(ctx, "suspend", id, events.PhaseSuspended); err != nil {
+				return nil, fmt.Errorf("%w (the sandbox's last event: %s)", err, lastEvent(ctx, c, id))
+			}
+			t0 := time.Now()
+			acc, err := c.Resume(ctx, id, torpor.ResumeOptions{Node: nodes[i%2]}, "")
+			if err != nil {
+				return nil, fmt.Errorf("resume %s --node %s: %w", id, nodes[i%2], err)
+			}
+			v, err := c.WaitAfter(ctx, id, events.PhaseReady, acc.Seq, time.Minute)
+			if err != nil || v.Node != nodes[i%2] {
+				return nil, fmt.Errorf("resume %s --node %s: %v, the view %+v (the sandbox's last event: %s)", id, nodes[i%2], err, v, lastEvent(ctx, c, id))
+			}
+			lats = append(lats, time.Since(t0))
+		}
+	}
+	return lats, nil
 }
 
 // snapshotBytes suspends sandbox id once more and reads what its snapshot

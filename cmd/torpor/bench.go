@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -76,14 +78,71 @@ var benchStart = benchStarter("")
 // the torpor binary at torpor (empty: this executable, which a test binary
 // is not).
 func benchStarter(torpor string) bench.Starter {
-	return func(ctx context.Context, dir, fsync string) (bench.Service, error) {
-		a, err := start(ctx, serveConfig{Data: dir, HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: fsync, Node: "local",
+	return func(ctx context.Context, dir, fsync string, nodes ...string) (bench.Service, error) {
+		a, err := start(ctx, serveConfig{Data: dir, HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: fsync, Node: "local", RemoteNodes: nodes,
 			Deadline: time.Minute, DuplicateWindow: jsstore.DefaultDuplicateWindow, HeartbeatLimit: defaultHeartbeatLimit, Torpor: torpor}, zerolog.Nop())
 		if err != nil {
 			return nil, err
 		}
-		return a, nil
+		if len(nodes) == 0 {
+			return a, nil
+		}
+		s := &benchNodes{app: a}
+		for _, node := range nodes {
+			if err := s.serve(ctx, driverConfig{Node: node, Drivers: []string{"vm"}, NATSURL: a.NATSURL(), Data: filepath.Join(dir, "node-"+node),
+				Heartbeat: defaultHeartbeatLimit / 3, Torpor: torpor}); err != nil {
+				_ = s.Stop()
+				return nil, fmt.Errorf("torpor driver --node %s: %w", node, err)
+			}
+		}
+		return s, nil
 	}
+}
+
+// benchNodes is the bench's service with `torpor driver`s of other nodes
+// beside it, in this process (each over its own data directory and NATS
+// connection, as the verb runs them).
+type benchNodes struct {
+	*app
+	stops []func() error
+}
+
+// serve runs `torpor driver` with cfg until Stop, once it serves.
+func (s *benchNodes) serve(ctx context.Context, cfg driverConfig) error {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	up, done := make(chan struct{}), make(chan error, 1)
+	go func() { done <- serveDrivers(ctx, cfg, closeOnWrite(up), zerolog.Nop()) }()
+	stop := func() error { cancel(); return <-done }
+	select {
+	case <-up:
+		s.stops = append(s.stops, stop)
+		return nil
+	case err := <-done:
+		cancel()
+		return err
+	}
+}
+
+// Stop stops the other nodes' drivers, then the service.
+func (s *benchNodes) Stop() error {
+	var errs []error
+	for _, stop := range s.stops {
+		errs = append(errs, stop())
+	}
+	return errors.Join(append(errs, s.app.Stop())...)
+}
+
+// closeOnWrite is a writer that closes c at its first write (serveDrivers
+// says there that it serves) and discards everything.
+type closeOnWrite chan struct{}
+
+func (c closeOnWrite) Write(p []byte) (int, error) {
+	select {
+	case <-c:
+	default:
+		close(c)
+	}
+	return len(p), nil
 }
 
 var _ bench.Service = (*app)(nil)

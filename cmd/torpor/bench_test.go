@@ -457,7 +457,8 @@ func TestBenchQuickReportSQL(t *testing.T) {
 }
 
 // TestBenchVM runs the bench's vm section (quick): microVMs booted,
-// suspended and resumed through the pipeline, and the snapshot's bytes.
+// suspended and resumed through the pipeline, resumed on another node (a
+// `torpor driver` beside the service) and back, and the snapshot's bytes.
 func TestBenchVM(t *testing.T) {
 	vmKernel(t)
 	t.Setenv(vm.KernelEnv, vmKernel(t))
@@ -467,6 +468,10 @@ func TestBenchVM(t *testing.T) {
 	}
 	if r.Missing != "" || r.Rounds == 0 || r.Suspend.P50 <= 0 || r.Resume.P50 <= 0 || r.Boot.P50 <= 0 {
 		t.Fatalf("vm section: %+v", r)
+	}
+	t.Logf("vm: suspend p50 %.1f ms, resume p50 %.1f ms, resume on another node p50 %.0f max %.0f ms", r.Suspend.P50, r.Resume.P50, r.Move.P50, r.Move.Max)
+	if r.Moves != 2 || r.Move.P50 <= 0 || r.MoveNode == "" {
+		t.Fatalf("resumes on another node: %d, p50 %v ms, to %q", r.Moves, r.Move.P50, r.MoveNode)
 	}
 	if r.StateBytes <= 0 || r.MovableBytes <= 0 || r.MovableBytes > int64(r.MemoryMiB)<<20 {
 		t.Fatalf("snapshot bytes: state %d, movable %d for %d MiB", r.StateBytes, r.MovableBytes, r.MemoryMiB)

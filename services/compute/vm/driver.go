@@ -77,8 +77,11 @@ type Config struct {
 	Snapshots jetstream.ObjectStore
 
 	// afterCont is a test's hook, called with QEMU's pid once a restored
-	// guest was continued.
-	afterCont func(pid int)
+	// guest was continued; beforeCont one that makes Resume return its
+	// error just before the restored guest would be continued, as if the
+	// driver died there.
+	afterCont  func(pid int)
+	beforeCont func() error
 }
 
 // Driver is the vm driver: each sandbox is a QEMU microVM. Like the process
@@ -545,6 +548,60 @@ func (d *Driver) snapshot(ctx context.Context, dir string, st *state, spec compu
 	return &suspension{Generation: st.Generation, Ref: ref, Held: true, State: name, RAM: st.RAM, Digest: digest, Size: size + ramSize}, nil
 }
 
+// settle finishes what a driver that died in the middle of a suspend or a
+// resume of st's generation left (a driver that lives does all of this
+// under the sandbox's lock, which settle holds too):
+//   - a QEMU still there behind a recorded suspension quits: the snapshot
+//     was whole when it was recorded, and the sandbox is frozen;
+//   - a guest left paused, by a suspend that stopped it but recorded
+//     nothing, or by a resume that recorded its consumption but never
+//     continued it, runs on, once a migration still under way is cancelled
+//     and its half-written file removed (a suspend again makes a new one).
+//
+// A guest that runs, or no QEMU, is left as it is.
+func (d *Driver) settle(ctx context.Context, dir string, st *state) error {
+	if !st.QEMU.Alive() {
+		return nil
+	}
+	mo, err := dial(ctx, filepath.Join(dir, qmpSocket))
+	if err != nil {
+		return fmt.Errorf("the monitor of QEMU %d: %w", st.QEMU.Pid, err)
+	}
+	defer mo.close()
+	if _, held := st.held(); held {
+		_, _ = mo.run("quit", nil)
+		return d.end(ctx, dir, st)
+	}
+	status, err := mo.status()
+	if err != nil {
+		return err
+	}
+	switch status {
+	case "paused", "finish-migrate", "postmigrate":
+	default:
+		return nil
+	}
+	_, _ = mo.run("migrate_cancel", nil)
+	err = supervisor.Until(ctx, func() (bool, error) {
+		status, _, err := mo.migration()
+		switch status {
+		case "setup", "active", "device", "pre-switchover", "cancelling", "wait-unplug":
+			return false, err
+		}
+		return true, err
+	})
+	if err != nil {
+		return err
+	}
+	if stale, _ := filepath.Glob(filepath.Join(dir, ".snap-*.tmp")); len(stale) > 0 {
+		for _, f := range stale {
+			_ = os.Remove(f)
+		}
+	}
+	_, err = mo.run("cont", nil)
+	return err
+}
+
 // resumeGuest continues a guest a failed suspend stopped, if QEMU is there.
 func (d *Driver) resumeGuest(dir string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -624,6 +681,13 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 			case c.Failed || (st.Generation == gen && !st.QEMU.Alive() && !st.Stopped):
 				return consumed, fmt.Errorf("resume %s generation %d: %s was consumed, and the restored guest died", id, gen, ref)
 			}
+			if st.Generation == gen {
+				// An attempt that died before it continued the guest left it
+				// paused.
+				if err := d.settle(ctx, dir, st); err != nil {
+					return consumed, fmt.Errorf("resume %s generation %d: %w", id, gen, err)
+				}
+			}
 			return consumed, nil
 		}
 	}
@@ -687,6 +751,11 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 	st.Generation, st.Supervisor, st.QEMU, st.RAM, st.Stopped, st.Failed, st.Accel = gen, sup, qemu, s.RAM, false, "", m.Accel
 	if err := save(dir, st); err != nil {
 		return none, fmt.Errorf("resume %s: %w", id, err)
+	}
+	if d.cfg.beforeCont != nil {
+		if err := d.cfg.beforeCont(); err != nil {
+			return none, err
+		}
 	}
 	err = d.cont(ctx, dir, qemu)
 	if err != nil {
@@ -853,19 +922,25 @@ func (d *Driver) Delete(ctx context.Context, spec compute.Spec) error {
 
 // Observe says what is true of the sandbox's newest generation: running,
 // frozen (suspended behind its snapshot), stopped, exited with the code its
-// supervisor recorded, or gone. How names the accelerator.
+// supervisor recorded, or gone. How names the accelerator. What a driver
+// that died in the middle of a suspend or a resume left is settled first
+// (settle), so that a guest said to run does run and one said frozen has
+// no QEMU left.
 func (d *Driver) Observe(ctx context.Context, spec compute.Spec) (compute.Observation, error) {
 	id := spec.SandboxID
-	dir, err := d.dir(id)
-	if err != nil {
+	if _, err := d.dir(id); err != nil {
 		return compute.Observation{State: compute.StateGone}, nil
 	}
-	st, err := load(dir)
+	dir, st, unlock, err := d.open(id)
+	defer unlock()
 	if err != nil {
 		return compute.Observation{}, fmt.Errorf("observe %s: %w", id, err)
 	}
 	if st == nil {
 		return compute.Observation{State: compute.StateGone}, nil
+	}
+	if err := d.settle(ctx, dir, st); err != nil {
+		return compute.Observation{}, fmt.Errorf("observe %s: %w", id, err)
 	}
 	o := compute.Observation{Generation: st.Generation, How: "snapshot, " + st.Accel}
 	if ref, held := st.held(); held {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -379,6 +380,99 @@ func TestDiesAfterCont(t *testing.T) {
 	}
 	if o, _ := d.Observe(ctx(t), s); o.State == compute.StateFrozen || o.State == compute.StateRunning {
 		t.Fatalf("observed %+v after the guest died", o)
+	}
+}
+
+// TestInterruptedDriver: what a driver that died in the middle of a
+// suspend or a resume left is settled by the next Observe (or a repeat of
+// the resume), so that what it says is what is: a guest paused by a
+// suspend that recorded nothing runs on (no half-written snapshot left); a
+// QEMU still there behind a recorded suspension ends, the sandbox frozen;
+// a restored guest never continued runs on under its new generation.
+func TestInterruptedDriver(t *testing.T) {
+	g := drivertest.NewGateway(t)
+	var crash atomic.Bool
+	d, cfg := newDriver(t, g, func(c *vm.Config) {
+		vm.SetBeforeCont(c, func() error {
+			if crash.Load() {
+				return errors.New("the driver died before cont")
+			}
+			return nil
+		})
+	})
+	s := spec("n1", counter...)
+	dir := filepath.Join(cfg.Data, "vm", s.SandboxID)
+	start(t, d, g, s, 1)
+	eventually(t, "the guest counts to 3", func() bool { return lastCount(t, d, s) >= 3 })
+	paused := func(what string) int {
+		t.Helper()
+		at := lastCount(t, d, s)
+		time.Sleep(500 * time.Millisecond)
+		if n := lastCount(t, d, s); n != at {
+			t.Fatalf("%s: the guest counted on (%d, then %d); want it paused", what, at, n)
+		}
+		return at
+	}
+	countsOn := func(what string, at int) {
+		t.Helper()
+		eventually(t, what+": the guest counts on", func() bool { return lastCount(t, d, s) > at+3 })
+	}
+
+	if _, err := vm.InterruptSuspend(ctx(t), d, s, false); err != nil {
+		t.Fatal(err)
+	}
+	at := paused("a suspend interrupted after stop")
+	if o, err := d.Observe(ctx(t), s); err != nil || o.State != compute.StateRunning || o.Generation != 1 {
+		t.Fatalf("observed %+v, %v; want generation 1 running", o, err)
+	}
+	countsOn("observed after the interrupted suspend", at)
+	if left, _ := filepath.Glob(filepath.Join(dir, ".snap-*")); len(left) > 0 {
+		t.Fatalf("half-written snapshots left: %v", left)
+	}
+
+	ref, err := vm.InterruptSuspend(ctx(t), d, s, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, err := d.Observe(ctx(t), s); err != nil || o.State != compute.StateFrozen || o.RestoreRef != ref {
+		t.Fatalf("observed %+v, %v; want frozen behind %s", o, err, ref)
+	}
+	if left := qemus(dir); len(left) > 0 {
+		t.Fatalf("QEMU left behind the recorded suspension: %v", left)
+	}
+
+	crash.Store(true)
+	if res, err := d.Resume(ctx(t), compute.Resume{Spec: s, Generation: 2, Credential: drivertest.Cred(2), RestoreRef: ref}); err == nil {
+		t.Fatalf("resume with the driver dying before cont: %+v", res)
+	}
+	crash.Store(false)
+	at = paused("a resume interrupted before cont")
+	if o, err := d.Observe(ctx(t), s); err != nil || o.State != compute.StateRunning || o.Generation != 2 {
+		t.Fatalf("observed %+v, %v; want generation 2 running", o, err)
+	}
+	countsOn("observed after the interrupted resume", at)
+	g.Await(t, s.SandboxID, compute.ReportAttached, 2)
+
+	// The same, settled by the resume's repeat rather than by Observe.
+	ref, err = d.Suspend(ctx(t), compute.Target{Spec: s, Generation: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crash.Store(true)
+	if _, err := d.Resume(ctx(t), compute.Resume{Spec: s, Generation: 3, Credential: drivertest.Cred(3), RestoreRef: ref}); err == nil {
+		t.Fatal("resume with the driver dying before cont: no error")
+	}
+	crash.Store(false)
+	at = paused("a resume interrupted before cont, again")
+	if res, err := d.Resume(ctx(t), compute.Resume{Spec: s, Generation: 3, Credential: drivertest.Cred(3), RestoreRef: ref}); err != nil || !res.Consumed {
+		t.Fatalf("the resume's repeat: %+v, %v; want consumed", res, err)
+	}
+	countsOn("after the resume's repeat", at)
+	g.Await(t, s.SandboxID, compute.ReportAttached, 3)
+	for _, r := range g.Sent(s.SandboxID) {
+		if r.Kind == compute.ReportExited {
+			t.Fatalf("reported an exit: %+v", r)
+		}
 	}
 }
 

@@ -23,7 +23,9 @@ var allowed = []struct {
 	{"services/gateway", []string{"services/gateway", "services/compute", "events", "internal"}},
 	{"services/forward", []string{"services/forward", "events", "internal"}},
 	{"sagas", []string{"sagas", "services/compute", "events", "internal"}},
-	{"projections", []string{"projections", "events", "internal"}},
+	// The SQL view's schema is deploy/sql's migrations, embedded: data, no code.
+	{"projections", []string{"projections", "events", "internal", "deploy/sql"}},
+	{"deploy", []string{"deploy"}}, // embedded manifests, leaves
 	{"sdk/go", []string{"sdk/go", "events"}},
 	{"cmd/torpor", nil}, // wires everything
 	// The bench drives the whole service as users and operators do (its log,

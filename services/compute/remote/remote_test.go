@@ -201,6 +201,9 @@ func TestRemoteBadInputOnTheWire(t *testing.T) {
 		{"a negative timeout", "torpor.driver.n1.observe", `{"driver":"sim",` + okSpec + `,"timeout_ms":-1}`, events.CodeInvalidArgument, ""},
 		{"an export the sim cannot do", "torpor.driver.n1.export", `{"driver":"sim",` + okSpec + `,"ref":"r"}`, events.CodeUnimplemented, remote.KindUnimplemented},
 		{"a resume of a reference never made", "torpor.driver.n1.resume", `{"driver":"sim","resume":{` + okSpec + `,"generation":2,"restore_ref":"never"}}`, events.CodeFailedPrecondition, remote.KindUnknownRef},
+		// Only the owning node acts on a sandbox.
+		{"a start of another node's sandbox", "torpor.driver.n1.start", `{"driver":"sim","start":{"spec":{"sandbox_id":"sb2","node":"n2"},"generation":1,"credential":"c"}}`, events.CodeFailedPrecondition, ""},
+		{"a discard of another node's sandbox", "torpor.driver.n1.discard", `{"driver":"sim","spec":{"sandbox_id":"sb2","node":"n2"},"ref":"r"}`, events.CodeFailedPrecondition, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep, hdr := raw(t, srv.Conn, tc.subject, tc.body)
@@ -212,6 +215,12 @@ func TestRemoteBadInputOnTheWire(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the start meant for another node did nothing", func(t *testing.T) {
+		rep, _ := raw(t, srv.Conn, "torpor.driver.n1.observe", `{"driver":"sim","spec":{"sandbox_id":"sb2","node":"n1"}}`)
+		if rep.Error != nil || rep.Observation == nil || rep.Observation.State != compute.StateGone {
+			t.Fatalf("reply %+v (error %+v), want an observation of nothing", rep, rep.Error)
+		}
+	})
 	t.Run("unknown fields are ignored", func(t *testing.T) {
 		rep, _ := raw(t, srv.Conn, "torpor.driver.n1.observe", `{"driver":"sim",`+okSpec+`,"added_later":true}`)
 		if rep.Error != nil || rep.Observation == nil || rep.Observation.State != compute.StateGone {

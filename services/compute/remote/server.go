@@ -180,6 +180,11 @@ func (s *Server) serve(ctx context.Context, op string, data []byte) Reply {
 	if !ok {
 		return Reply{Error: errorOf(events.Errorf(events.CodeNotFound, "node %s has no driver %q (it has %s)", s.node, req.Driver, strings.Join(s.drivers.Names(), ", ")))}
 	}
+	if sp := specOf(req); sp != nil && sp.Node != "" && sp.Node != s.node {
+		// Only the owning node acts on a sandbox: a call meant for another
+		// node's copy (a stale route, a node renamed) changes nothing here.
+		return Reply{Error: errorOf(events.Errorf(events.CodeFailedPrecondition, "%s of sandbox %s: it is on node %s, not on %s: only its own node acts on it", op, sp.SandboxID, sp.Node, s.node))}
+	}
 	if req.TimeoutMS < 0 {
 		return Reply{Error: errorOf(events.Errorf(events.CodeInvalidArgument, "%s request to node %s: timeout_ms %d is negative", op, s.node, req.TimeoutMS))}
 	}
@@ -235,6 +240,19 @@ func about(req Request) (id string, gen int64) {
 		return req.Spec.SandboxID, 0
 	}
 	return "", 0
+}
+
+// specOf is the spec of the sandbox req is about, if it names one.
+func specOf(req Request) *compute.Spec {
+	switch {
+	case req.Start != nil:
+		return &req.Start.Spec
+	case req.Target != nil:
+		return &req.Target.Spec
+	case req.Resume != nil:
+		return &req.Resume.Spec
+	}
+	return req.Spec
 }
 
 // missing is the refusal of an op request that lacks its argument field.

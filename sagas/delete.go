@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/services/compute"
@@ -11,6 +13,7 @@ import (
 
 // Delete saga:
 //   sandbox.delete_requested → driver.Delete(spec)   (a missing resource counts as deleted)
+//     then driver.Delete on each node the sandbox moved away from (resume --node), once each, an error only logged
 //     ok, a retained state held → record sandbox.retained_state_invalidated{ref} + sandbox.deleted
 //     ok                        → record sandbox.deleted
 //     other error               → not recorded; the intent comes again
@@ -35,6 +38,18 @@ func (r *Runner) delete(ctx context.Context, s *step) error {
 		s.log.Warn().Err(err).Str("step", "delete").Msg("delete failed; the intent comes again")
 		return err
 	}
+	// The nodes it moved away from may still hold a copy a resume could
+	// not discard there (leave): each is told once, and one that does not
+	// answer holds up nothing (it is logged).
+	for _, n := range formerNodes(all, s.spec.Node) {
+		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		spec := s.spec
+		spec.Node = n
+		if err := s.driver.Delete(dctx, spec); err != nil {
+			s.log.Warn().Err(err).Str("step", "delete").Str("node", n).Msg("a node the sandbox moved away from is not told of its delete")
+		}
+		cancel()
+	}
 	evs := []events.Event{&events.Deleted{}}
 	if held != "" {
 		evs = []events.Event{&events.RetainedStateInvalidated{RestoreRef: held}, &events.Deleted{}}
@@ -44,6 +59,31 @@ func (r *Runner) delete(ctx context.Context, s *step) error {
 		r.specs.forget(s.spec.SandboxID)
 	}
 	return err
+}
+
+// formerNodes are the nodes log's sandbox was on before the one it is on,
+// now: where it was created and where each consumption moved it.
+func formerNodes(log []events.Envelope, now string) []string {
+	var out []string
+	add := func(n string) {
+		if n != "" && n != now && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	for _, env := range log {
+		switch env.Type {
+		case events.TypeCreated, events.TypeRetainedStateConsumed:
+		default:
+			continue
+		}
+		switch e, _ := env.Decode(); e := e.(type) {
+		case *events.Created:
+			add(e.Node)
+		case *events.RetainedStateConsumed:
+			add(e.Node)
+		}
+	}
+	return out
 }
 
 // heldRef returns the restore reference of the last sandbox.suspended that

@@ -25,7 +25,8 @@ import (
 //   with node (resume on another node): first driver.Export(spec on its node, ref) → the reference the state moves under,
 //     then driver.Resume on the target node with it (both called again while they get no answer); the consumption
 //     records the node (the sandbox's from then on) and the moved reference; once resumed, driver.Discard(ref) on the
-//     old node, so that it holds nothing of the sandbox. A re-driven resume whose consumption is recorded already
+//     old node, so that it holds nothing of the sandbox (asked again in the background while it does not answer;
+//     the delete saga tells it too). A re-driven resume whose consumption is recorded already
 //     resumes the moved reference on the node the log now names.
 
 func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested) error {
@@ -117,17 +118,46 @@ func consumedBy(s *step) *events.RetainedStateConsumed {
 }
 
 // leave discards the retained state a resume moved away from node from.Node:
-// the old node holds nothing of the sandbox. It is tidying, not an outcome:
-// a node that does not answer keeps its copy (its driver removes it with
-// the sandbox at delete), and this is logged.
+// the old node holds nothing of the sandbox. It is tidying, not an outcome.
+// A node that does not answer (down) is asked again in the background,
+// with a backoff from leaveRetryMin up to retryMax, until it answers or the
+// runner stops; a copy a stopped runner never got discarded goes with the
+// sandbox's delete, which tells every node the sandbox was ever on
+// (formerNodes). Each failure is logged.
 func (r *Runner) leave(ctx context.Context, s *step, from compute.Spec, ref string) {
 	sus, ok := s.driver.(compute.Suspender)
 	if !ok {
 		return
 	}
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := sus.Discard(dctx, from, ref); err != nil {
-		s.log.Warn().Err(err).Str("step", "leave").Msg("the old node's copy of the moved state is not discarded")
+	discard := func() error {
+		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		return sus.Discard(dctx, from, ref)
 	}
+	err := discard()
+	if err == nil {
+		return
+	}
+	log := s.log.With().Str("step", "leave").Logger()
+	if !errors.Is(err, compute.ErrUnavailable) {
+		log.Warn().Err(err).Msg("the old node's copy of the moved state is not discarded")
+		return
+	}
+	log.Warn().Err(err).Msg("the old node does not answer; its copy of the moved state is discarded once it does")
+	r.workers.Go(func() {
+		for wait, tries := leaveRetryMin, 1; sleep(ctx, wait); wait, tries = min(2*wait, retryMax), tries+1 {
+			switch err := discard(); {
+			case err == nil:
+				log.Info().Int("tries", tries+1).Msg("the old node's copy of the moved state is discarded")
+				return
+			case !errors.Is(err, compute.ErrUnavailable):
+				log.Warn().Err(err).Msg("the old node's copy of the moved state is not discarded")
+				return
+			}
+		}
+	})
 }
+
+// leaveRetryMin is the first wait before an old node that did not answer
+// leave is asked again.
+const leaveRetryMin = 250 * time.Millisecond

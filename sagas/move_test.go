@@ -1,0 +1,155 @@
+package sagas_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/sagas"
+	"github.com/torpor/torpor/services/compute"
+)
+
+// mover is the sim as the driver of two nodes that moves retained state
+// between them: Export of a reference gives "moved:"+ref, a Resume of that
+// restores ref on the sim. Discard and Delete are recorded by node (a
+// discard is not passed on: the old node's copy is the test's own). A node
+// marked down answers nothing (ErrUnavailable); downAfterExport marks the
+// exporting node down once it exported.
+type mover struct {
+	full
+	downAfterExport bool
+	changed         func() // called after each call, for the test's waits
+
+	mu    sync.Mutex
+	down  map[string]bool
+	calls []string // "discard n1 REF", "delete n2", each answered call
+	tries map[string]int
+}
+
+func newMover(h *harness) *mover {
+	return &mover{full: h.sim, changed: h.store.notify, down: map[string]bool{}, tries: map[string]int{}}
+}
+
+func (m *mover) enter(op, node string) error {
+	defer m.changed()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.tries[op+" "+node]++
+	if m.down[node] {
+		return fmt.Errorf("%s on %s: no answer: %w", op, node, compute.ErrUnavailable)
+	}
+	return nil
+}
+
+func (m *mover) setDown(node string, down bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.down[node] = down
+}
+
+func (m *mover) record(call string) {
+	defer m.changed()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls = append(m.calls, call)
+}
+
+func (m *mover) answered() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.calls)
+}
+
+func (m *mover) tried(call string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.tries[call]
+}
+
+func (m *mover) Capabilities(opts map[string]string) compute.Capabilities {
+	c := m.full.Capabilities(opts)
+	c.ResumeElsewhere = true
+	return c
+}
+
+func (m *mover) Export(ctx context.Context, spec compute.Spec, ref string) (string, error) {
+	if err := m.enter("export", spec.Node); err != nil {
+		return "", err
+	}
+	if m.downAfterExport {
+		m.setDown(spec.Node, true)
+	}
+	return "moved:" + ref, nil
+}
+
+func (m *mover) Resume(ctx context.Context, req compute.Resume) (compute.ResumeResult, error) {
+	if err := m.enter("resume", req.Spec.Node); err != nil {
+		return compute.ResumeResult{}, err
+	}
+	req.RestoreRef = strings.TrimPrefix(req.RestoreRef, "moved:")
+	return m.full.Resume(ctx, req)
+}
+
+func (m *mover) Discard(ctx context.Context, spec compute.Spec, ref string) error {
+	if err := m.enter("discard", spec.Node); err != nil {
+		return err
+	}
+	m.record("discard " + spec.Node + " " + ref)
+	return nil
+}
+
+func (m *mover) Delete(ctx context.Context, spec compute.Spec) error {
+	if err := m.enter("delete", spec.Node); err != nil {
+		return err
+	}
+	m.record("delete " + spec.Node)
+	return m.full.Delete(ctx, spec)
+}
+
+// TestMoveLeavesNothingBehind: a resume on another node whose old node is
+// down when the saga tells it to discard its copy asks it again until it
+// answers; the delete then tells both nodes, the one the sandbox is on and
+// the one it moved away from.
+func TestMoveLeavesNothingBehind(t *testing.T) {
+	h := newHarness(t, sagas.Config{Nodes: []string{"n2"}})
+	sb, ref := h.suspended(nil)
+	m := newMover(h)
+	m.downAfterExport = true
+	h.run(m)
+	in := sb.when(&events.ResumeRequested{Generation: 2, RestoreRef: ref, Node: "n2"})
+	sb.then(sb.outcome(in, 2),
+		&events.RetainedStateConsumed{Generation: 2, RestoreRef: ref, Node: "n2", Via: "moved:" + ref},
+		&events.Resumed{Generation: 2, Outcome: events.OutcomeRestored})
+	h.store.waitUntil(t, "the down node asked again", func() bool { return m.tried("discard "+node) >= 3 })
+	if got := m.answered(); len(got) != 0 {
+		t.Fatalf("answered calls while the old node is down: %v", got)
+	}
+	m.setDown(node, false)
+	want := "discard " + node + " " + ref
+	h.store.waitUntil(t, "the old node discards its copy", func() bool { return slices.Contains(m.answered(), want) })
+	sb.then(sb.outcome(sb.when(&events.DeleteRequested{}), 1), &events.Deleted{})
+	got := m.answered()
+	if !slices.Contains(got, "delete n2") || !slices.Contains(got, "delete "+node) {
+		t.Fatalf("calls %v: want a delete on n2 (the sandbox's node) and on %s (the one it moved away from)", got, node)
+	}
+}
+
+// TestDeleteWithAFormerNodeDown: a node the sandbox moved away from that
+// is down at its delete holds up nothing: the sandbox is deleted.
+func TestDeleteWithAFormerNodeDown(t *testing.T) {
+	h := newHarness(t, sagas.Config{Nodes: []string{"n2"}})
+	sb, ref := h.suspended(nil)
+	m := newMover(h)
+	h.run(m)
+	in := sb.when(&events.ResumeRequested{Generation: 2, RestoreRef: ref, Node: "n2"})
+	sb.outcome(in, 2)
+	m.setDown(node, true)
+	sb.then(sb.outcome(sb.when(&events.DeleteRequested{}), 1), &events.Deleted{})
+	if m.tried("delete "+node) != 1 || !slices.Contains(m.answered(), "delete n2") {
+		t.Fatalf("%d tries on %s, answered %v: want one try on the down %s and a delete on n2", m.tried("delete "+node), node, m.answered(), node)
+	}
+}

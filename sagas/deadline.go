@@ -21,6 +21,10 @@ import (
 //     otherwise              → deadline_passed (error, DeadlineExceeded); then driver.Stop cleans up
 //                              (after a consumption the driver proved by running: retained_state_consumed first)
 //   starting (a resume, the retained state held)
+//     a resume on another node, the target observed running it
+//                            → retained_state_consumed{node: the target} + deadline_passed (error); then the target's
+//                              driver.Stop cleans up (the restore ran there while its answer was lost); else as below,
+//                              observed on the sandbox's node
 //     observed gone          → resource_lost (error)
 //     observed running it    → as above: the restore ran, its attach is what is missing
 //     otherwise              → resume_failed + deadline_passed (suspended, retryable, DeadlineExceeded)
@@ -159,8 +163,27 @@ func (r *Runner) settle(ctx context.Context, o *open) error {
 		Int64("generation", st.view.Generation).Uint64("seq", o.env.Seq).Logger()
 	s := &step{intent: o.env, created: st.created, spec: compute.SpecOf(id, st.created), log: log}
 	s.driver, s.drvErr = r.drv.Driver(st.created.Driver)
-	obs := r.observe(ctx, s)
-	evs, cleanup, wait := r.compensation(st, obs)
+	var (
+		obs     compute.Observation
+		evs     []events.Event
+		cleanup string
+		wait    time.Duration
+	)
+	if st.view.Phase == events.PhaseStarting && st.view.Restore.Held && st.target != "" {
+		// A resume on another node: the target is asked first, for a
+		// restore that ran there while its answer was lost (a slow fetch,
+		// say); the sandbox is on the target from its consumption on.
+		moved := *s
+		moved.spec.Node = st.target
+		if o := r.observe(ctx, &moved); o.State == compute.StateRunning && o.Generation == st.view.Generation {
+			s, obs = &moved, o
+			evs, cleanup, wait = r.restoredElsewhere(st)
+		}
+	}
+	if evs == nil && wait == 0 {
+		obs = r.observe(ctx, s)
+		evs, cleanup, wait = r.compensation(st, obs)
+	}
 	if wait > 0 {
 		log.Info().Dur("grace", wait).Msg("deadline passed while the service was down; waiting for the supervisor")
 		r.rearm(o, wait)
@@ -273,6 +296,21 @@ func (r *Runner) compensation(st state, obs compute.Observation) (evs []events.E
 	return []events.Event{passed}, "", 0
 }
 
+// restoredElsewhere is what a passed deadline of a resume on another node
+// records when the target runs the resumed generation: the restore
+// ran there, its attach is what is missing, as for a resume on the
+// sandbox's node (compensation): the consumption, on the target, and the
+// deadline; the target then stops what never attached.
+// As there, the deadline waits out what is left of the attach grace after
+// a restart.
+func (r *Runner) restoredElsewhere(st state) ([]events.Event, string, time.Duration) {
+	if grace := time.Until(r.began.Add(r.cfg.Grace)); grace > 0 {
+		return nil, "", grace
+	}
+	passed := &events.DeadlinePassed{Phase: st.view.Phase, Deadline: r.cfg.Deadline.String()}
+	return []events.Event{&events.RetainedStateConsumed{Generation: st.view.Generation, RestoreRef: st.held, Node: st.target}, passed}, cleanStop, 0
+}
+
 // state is what a passed deadline needs to know of a sandbox, folded from
 // its whole log.
 type state struct {
@@ -280,6 +318,9 @@ type state struct {
 	created *events.Created
 	held    string // the restore reference held
 	entered uint64 // the sequence of the event that entered the phase
+	// target is the node the newest resume request moves the sandbox to,
+	// when it names another than the sandbox's.
+	target string
 }
 
 // fold reads a sandbox's log into a state; a phase is entered as track
@@ -301,6 +342,12 @@ func fold(log []events.Envelope) state {
 		}
 		if node := movedTo(env); node != "" && st.created != nil {
 			st.created = onNode(st.created, node)
+		}
+		if env.Type == events.TypeResumeRequested {
+			st.target = ""
+			if e, err := env.Decode(); err == nil && st.created != nil && e.(*events.ResumeRequested).Node != st.created.Node {
+				st.target = e.(*events.ResumeRequested).Node
+			}
 		}
 	}
 	st.held = heldRef(log)

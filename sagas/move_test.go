@@ -22,7 +22,12 @@ import (
 type mover struct {
 	full
 	downAfterExport bool
-	changed         func() // called after each call, for the test's waits
+	// lost: a resume on another node restores there, and its answer is
+	// lost (ErrUnavailable); on is the node the sim's sandbox is on, which
+	// alone can say what is true of it (Observe elsewhere knows nothing).
+	lost    bool
+	on      string
+	changed func() // called after each call, for the test's waits
 
 	mu    sync.Mutex
 	down  map[string]bool
@@ -91,7 +96,34 @@ func (m *mover) Resume(ctx context.Context, req compute.Resume) (compute.ResumeR
 		return compute.ResumeResult{}, err
 	}
 	req.RestoreRef = strings.TrimPrefix(req.RestoreRef, "moved:")
-	return m.full.Resume(ctx, req)
+	res, err := m.full.Resume(ctx, req)
+	if err == nil {
+		m.mu.Lock()
+		m.on = req.Spec.Node
+		m.mu.Unlock()
+		if m.lost {
+			return compute.ResumeResult{}, fmt.Errorf("resume on %s: the answer is lost: %w", req.Spec.Node, compute.ErrUnavailable)
+		}
+	}
+	return res, err
+}
+
+func (m *mover) Observe(ctx context.Context, spec compute.Spec) (compute.Observation, error) {
+	m.mu.Lock()
+	on := m.on
+	m.mu.Unlock()
+	if on != "" && spec.Node != on {
+		return compute.Observation{}, fmt.Errorf("observe on %s: %w", spec.Node, compute.ErrUnavailable)
+	}
+	return m.full.Observe(ctx, spec)
+}
+
+func (m *mover) Stop(ctx context.Context, t compute.Target) error {
+	if err := m.enter("stop", t.Spec.Node); err != nil {
+		return err
+	}
+	m.record(fmt.Sprintf("stop %s %d", t.Spec.Node, t.Generation))
+	return m.full.Stop(ctx, t)
 }
 
 func (m *mover) Discard(ctx context.Context, spec compute.Spec, ref string) error {
@@ -152,4 +184,23 @@ func TestDeleteWithAFormerNodeDown(t *testing.T) {
 	if m.tried("delete "+node) != 1 || !slices.Contains(m.answered(), "delete n2") {
 		t.Fatalf("%d tries on %s, answered %v: want one try on the down %s and a delete on n2", m.tried("delete "+node), node, m.answered(), node)
 	}
+}
+
+// TestMoveDeadlineAsksTheTarget: a resume on another node that restored
+// there while every answer of it was lost is, at its deadline, what the
+// target says: the state consumed there (the sandbox on the target from
+// then on), the deadline passed, and the target's copy that never
+// attached stopped; not a resume failure that would hold the state for a
+// second restore.
+func TestMoveDeadlineAsksTheTarget(t *testing.T) {
+	h := newHarness(t, sagas.Config{Nodes: []string{"n2"}, Deadline: short})
+	sb, ref := h.suspended(nil)
+	m := newMover(h)
+	m.lost = true
+	h.run(m)
+	in := sb.when(&events.ResumeRequested{Generation: 2, RestoreRef: ref, Node: "n2"})
+	sb.then(sb.outcome(in, 2),
+		&events.RetainedStateConsumed{Generation: 2, RestoreRef: ref, Node: "n2"},
+		passed(events.PhaseStarting))
+	h.store.waitUntil(t, "the clean-up stop on n2", func() bool { return slices.Contains(m.answered(), "stop n2 2") })
 }

@@ -82,10 +82,18 @@ func (e Envelope) DedupID() string {
 	return e.ID
 }
 
-// Decode returns the typed event inside e, or ErrUnknownType.
+// Decode returns the typed event inside e, or ErrUnknownType. An event of
+// an older schema is read as this build's (RegisterUpcaster).
 func (e Envelope) Decode() (Event, error) {
 	if e.event != nil && e.event.Type() == e.Type {
 		return e.event, nil
+	}
+	if e.Schema != 0 && e.Schema != schemas.current {
+		up, err := schemas.Upcast(e)
+		if err != nil {
+			return nil, err
+		}
+		e = up
 	}
 	return Decode(e.Type, e.Data)
 }

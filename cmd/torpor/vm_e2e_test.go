@@ -58,8 +58,10 @@ func vmCount(t *testing.T, c *torpor.Client, id string) int {
 // TestVMSandboxSuspendsAndResumes drives a VM sandbox through the real
 // serve: a guest counts on its console; suspended, no QEMU of it is left and
 // the view says its state is held; resumed, it counts on from where it was
-// under generation 2; the log passes the checker. A vm create the node
-// cannot run is refused at create, naming what is missing.
+// under generation 2; a corrupted snapshot then fails its resume before the
+// consumption (suspended, held) and a start boots it afresh; the log passes
+// the checker. A vm create the node cannot run is refused at create, naming
+// what is missing.
 func TestVMSandboxSuspendsAndResumes(t *testing.T) {
 	kernel := vmKernel(t)
 	dir := t.TempDir()
@@ -112,6 +114,48 @@ func TestVMSandboxSuspendsAndResumes(t *testing.T) {
 	}
 	if strings.Count(string(b), "count 1\n") != 1 {
 		t.Fatalf("the guest counted from 1 again:\n%s", b)
+	}
+
+	// A corrupted snapshot fails before its consumption: back to suspended
+	// with the state still held (retryable); a start then boots the guest
+	// afresh, the snapshot discarded.
+	if _, err := cl.Lifecycle(ctx, "suspend", v.ID, false, ""); err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, cl, v.ID, events.PhaseSuspended)
+	states, _ := filepath.Glob(filepath.Join(dir, "vm", v.ID, "snap-*.state"))
+	if len(states) != 1 {
+		t.Fatalf("snapshots held: %v, want one", states)
+	}
+	snap, err := os.ReadFile(states[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap[len(snap)/2] ^= 0xff
+	if err := os.WriteFile(states[0], snap, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	acc, err := cl.Resume(ctx, v.ID, torpor.ResumeOptions{}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = cl.WaitAfter(ctx, v.ID, events.PhaseSuspended, acc.Seq, time.Minute)
+	if err != nil || got.Phase != events.PhaseSuspended || got.LastOutcome != events.OutcomeRestoreFailed || !got.Restore.Held || got.Restore.Consumed {
+		t.Fatalf("the resume of a corrupted snapshot: %+v, %v; want suspended, restore_failed, the state held", got, err)
+	}
+	if _, err := cl.Lifecycle(ctx, "start", v.ID, false, ""); err != nil {
+		t.Fatal(err)
+	}
+	got, err = cl.Wait(ctx, v.ID, events.PhaseReady, 3*time.Minute)
+	if err != nil || got.Phase != events.PhaseReady || got.Restore.Held {
+		t.Fatalf("the start of the suspended sandbox: %+v, %v; want ready, nothing held", got, err)
+	}
+	eventually(t, "the guest boots afresh and counts", func() bool {
+		b, err := cl.Logs(ctx, v.ID, 10000)
+		return err == nil && strings.Count(string(b), "count 1\n") == 2
+	})
+	if left, _ := filepath.Glob(filepath.Join(dir, "vm", v.ID, "snap-*")); len(left) > 0 {
+		t.Fatalf("the discarded snapshot is left: %v", left)
 	}
 
 	// Bad input at create: memory out of range.

@@ -48,6 +48,7 @@ type Report struct {
 	Replay   *Replay            `json:"replay,omitempty"`
 	Process  *Process           `json:"process,omitempty"`
 	VM       *VM                `json:"vm,omitempty"`
+	SQLView  *SQLView           `json:"sql_view,omitempty"`
 	Ratios   map[string]float64 `json:"ratios"`
 	Targets  []Target           `json:"targets"`
 	Notes    []string           `json:"notes"`
@@ -89,6 +90,11 @@ func (r *Report) targets() {
 	}
 	v, ok := r.Ratios["kv_rebuild_vs_raw_read"]
 	add("KV rebuild ÷ raw ordered read", v, ">=", 0.5, ok)
+	if v := r.SQLView; v != nil {
+		ratio, ok := r.Ratios["sql_rebuild_vs_raw_upsert"]
+		add("SQL rebuild events/s ÷ raw batched upsert rows/s", ratio, ">=", 0.5, ok)
+		add("live SQL view lag p99 ms at the pipeline's closed-loop rate", v.Lag.P99, "<=", 1000, v.LiveEPS > 0)
+	}
 	if p := r.Process; p != nil {
 		for _, f := range p.Freezers {
 			add(fmt.Sprintf("process group freeze p99 ms (%s)", f.Freezer), f.Freeze.P99, "<=", 10, f.Cycles > 0)
@@ -204,6 +210,13 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "process sandboxes through the pipeline (%d × %d rounds, over HTTP with the SDK's wait): suspend→suspended p50 %.2f p90 %.2f p99 %.2f max %.2f ms; resume→ready p50 %.2f p90 %.2f p99 %.2f max %.2f ms\n",
 			p.Sandboxes, p.Rounds, p.Suspend.P50, p.Suspend.P90, p.Suspend.P99, p.Suspend.Max, p.Resume.P50, p.Resume.P90, p.Resume.P99, p.Resume.Max)
 	}
+	if v := r.SQLView; v != nil {
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "sql view live (fsync interval, bus): the pipeline appended %.0f events/s, the SQL view applied %.0f/s; lag p50 %.0f p90 %.0f p99 %.0f max %.0f ms\n",
+			v.PipelineEPS, v.LiveEPS, v.Lag.P50, v.Lag.P90, v.Lag.P99, v.Lag.Max)
+		fmt.Fprintf(w, "sql view rebuild of %d events: %.0f events/s (%.1f s); raw batched upsert %.0f rows/s: %.2f of it\n",
+			v.Events, v.RebuildEPS, v.RebuildSeconds, v.RawUpsertRowsPerS, r.Ratios["sql_rebuild_vs_raw_upsert"])
+	}
 	if v := r.VM; v != nil {
 		fmt.Fprintln(w)
 		if v.Missing != "" {
@@ -264,7 +277,14 @@ const benchmarksNotes = `
   subjects), an ordered-consumer read of what was written, KV puts from --concurrency writers.
 - **raw batched SQL upsert** (with --database-url): one writer upserting phase-view rows
   over --sandboxes keys, up to 500 rows a transaction with a checkpoint row, through
-  cockroach-go's retry helper; the denominator of the SQL view's rebuild, which is not built yet.
+  cockroach-go's retry helper; the denominator of the SQL view's rebuild.
+- **sql view** (with --database-url): the SQL view (projections/sqlview) run by the projection
+  runner on the service's log, as serve runs it with --projection-db, in a schema of its own.
+  Live: beside the closed loop over the bus (fsync interval), its apply rate and its lag,
+  sampled every 20 ms as how long the oldest event it lacked had been in the log. Rebuild:
+  the same runner from sequence 0 into empty tables, events/s over the whole log, next to
+  the raw batched upsert measured right before it (a rebuild writes at least one history
+  row per event and a view row per sandbox of each batch).
 - **bus floor**: the raw async append again, with the bus work the pipeline does per event
   on top and none of its logic: a KV put for every second event (the view's writes), a
   delivery to one ordered consumer (the reading the sagas and the view share), a KV watch

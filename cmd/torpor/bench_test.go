@@ -403,9 +403,10 @@ func checkBusy(t *testing.T, rep *bench.Report) {
 }
 
 // TestBenchQuickReportSQL runs a shortened bench with --database-url and
-// checks the figure reaches every place it is read from: raw.sql_upsert_eps
-// in the JSON (top level and each mode), the table's line, and the note that
-// the SQL rebuild row is still missing.
+// checks the figures reach every place they are read from: raw.sql_upsert_eps
+// in the JSON (top level and each mode), the SQL view's section (live apply
+// rate and lag, rebuild rate next to the raw upsert), the table's lines and
+// the two SQL targets.
 func TestBenchQuickReportSQL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the service under load for a few seconds")
@@ -442,17 +443,25 @@ func TestBenchQuickReportSQL(t *testing.T) {
 			t.Errorf("a mode's raw.sql_upsert_eps is %v, the report's %v: want the one figure everywhere", m.Raw.SQLUpsertEPS, doc.Raw.SQLUpsertEPS)
 		}
 	}
+	v := rep.SQLView
+	if v == nil || !(v.LiveEPS > 0) || !(v.PipelineEPS > 0) || !(v.RebuildEPS > 0) || !(v.RawUpsertRowsPerS > 0) || v.Events == 0 || v.Lag.Max < v.Lag.P99 {
+		t.Fatalf("sql view section: %+v, want measured figures", v)
+	}
 	var out strings.Builder
 	rep.Print(&out)
-	for _, want := range []string{"raw batched SQL upsert (20 rows/tx + checkpoint): ", "note: the SQL rebuild row waits for the SQL view"} {
+	for _, want := range []string{"raw batched SQL upsert (20 rows/tx + checkpoint): ", "sql view live (fsync interval, bus): ", "sql view rebuild of "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the table has no %q:\n%s", want, out.String())
 		}
 	}
+	var sqlTargets []string
 	for _, tg := range rep.Targets {
 		if strings.Contains(strings.ToLower(tg.Name), "sql") {
-			t.Errorf("target %q: there is no SQL view to hold to a target yet", tg.Name)
+			sqlTargets = append(sqlTargets, tg.Name)
 		}
+	}
+	if len(sqlTargets) != 2 {
+		t.Errorf("SQL targets %q, want the rebuild's ratio and the live lag", sqlTargets)
 	}
 }
 

@@ -26,6 +26,7 @@ type HTTP struct {
 	log      zerolog.Logger
 	mux      *http.ServeMux
 	forwards Forwards
+	lags     func(context.Context) map[string]uint64
 }
 
 // Forwards serves TCP forwards (forward.Forwarder does): the HTTP API binds
@@ -43,6 +44,13 @@ type Forwards interface {
 // WithForwards serves the forwards endpoints through f.
 func (h *HTTP) WithForwards(f Forwards) *HTTP {
 	h.forwards = f
+	return h
+}
+
+// WithLags has /readyz report, when ready, how many events of the log each
+// view has yet to apply, by the view's name, as lags answers.
+func (h *HTTP) WithLags(lags func(context.Context) map[string]uint64) *HTTP {
+	h.lags = lags
 	return h
 }
 
@@ -252,7 +260,13 @@ func (h *HTTP) history(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	envs, err := h.svc.History(r.Context(), r.PathValue("id"), after)
+	var envs []events.Envelope
+	var err error
+	if hv, ok := h.views.(Histories); ok {
+		envs, err = h.svc.HistoryFrom(r.Context(), r.PathValue("id"), after, hv)
+	} else {
+		envs, err = h.svc.History(r.Context(), r.PathValue("id"), after)
+	}
 	if err != nil {
 		writeError(w, err)
 		return
@@ -470,5 +484,9 @@ func (h *HTTP) readyz(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	body := map[string]any{"status": "ready"}
+	if h.lags != nil {
+		body["lag"] = h.lags(r.Context())
+	}
+	writeJSON(w, http.StatusOK, body)
 }

@@ -715,3 +715,24 @@ func (s *Service) History(ctx context.Context, id string, after uint64) ([]event
 	}
 	return s.store.Load(ctx, id, after)
 }
+
+// HistoryFrom returns the events of id after seq as History does, those a
+// view holds from it and the rest (what it has yet to apply) from the log,
+// so that the answer is the log's whatever the view's lag.
+func (s *Service) HistoryFrom(ctx context.Context, id string, after uint64, h Histories) ([]events.Envelope, error) {
+	if _, err := s.Sandbox(ctx, id); err != nil {
+		return nil, err
+	}
+	envs, err := h.History(ctx, id, after)
+	if err != nil {
+		return nil, err
+	}
+	if n := len(envs); n > 0 {
+		after = max(after, envs[n-1].Seq)
+	}
+	rest, err := s.store.Load(ctx, id, after)
+	if err != nil {
+		return nil, err
+	}
+	return append(envs, rest...), nil
+}

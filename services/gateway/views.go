@@ -25,3 +25,12 @@ type Views interface {
 	// Watch streams view changes with a seq above after until ctx ends.
 	Watch(ctx context.Context, after uint64) (<-chan events.View, error)
 }
+
+// Histories is a Views that also keeps the audit history (the SQL view's
+// torpor_history): the history endpoint reads the events it holds there
+// and only the ones it has yet to hold from the log (Service.HistoryFrom).
+type Histories interface {
+	// History returns the events of id above seq after that the view
+	// holds, in log order; none for a sandbox it does not know.
+	History(ctx context.Context, id string, after uint64) ([]events.Envelope, error)
+}

@@ -62,6 +62,12 @@ type serveConfig struct {
 	// RemoteNodes are other nodes this service drives through their
 	// drivers on the bus (`torpor driver --node N`, --remote-nodes).
 	RemoteNodes []string
+	// ProjectionDB is the URL of the SQL view's database (--projection-db,
+	// CockroachDB or PostgreSQL); empty: no SQL view.
+	ProjectionDB string
+	// ReadFrom is the view the reads of the HTTP API come from
+	// (--read-from): "kv" (also when empty) or "sql".
+	ReadFrom string
 	// wrapDrivers, when set, may replace drivers of the registry before
 	// anything uses them: tests wrap a real driver to make it refuse a call.
 	// No flag sets it.
@@ -86,6 +92,10 @@ func (c serveConfig) Validate() error {
 		return fmt.Errorf("--heartbeat-limit %s: want %s or more (supervisors beat three times within it)", c.HeartbeatLimit, minHeartbeatLimit)
 	case c.HTTP == "":
 		return errors.New("--http: want an address")
+	case c.ReadFrom != "" && c.ReadFrom != "kv" && c.ReadFrom != "sql":
+		return fmt.Errorf("--read-from %q: want kv or sql", c.ReadFrom)
+	case c.ReadFrom == "sql" && c.ProjectionDB == "":
+		return errors.New("--read-from sql: wants the SQL view, --projection-db")
 	case !validNode.MatchString(c.Node):
 		return fmt.Errorf("--node %q: want 1 to 63 lower-case letters, digits, '-' or '_', starting and ending with a letter or digit (it names subjects and keys)", c.Node)
 	}
@@ -140,6 +150,7 @@ type app struct {
 	svc    *gateway.Service
 	store  *jsstore.Store
 	proj   *projections.Runner
+	sql    *sqlPart // nil without --projection-db
 }
 
 // start binds and starts every part of the service; they run until ctx ends
@@ -149,11 +160,19 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		return nil, invalid(err)
 	}
 	a = &app{}
+	parts := a // a is nil once a return gives an error
 	defer func() {
 		if err != nil {
-			a.close()
+			parts.close()
 		}
 	}()
+	if cfg.ProjectionDB != "" {
+		// Before anything else: a URL or a schema the SQL view refuses
+		// stops the start here (a database that is down does not).
+		if a.sql, err = openSQL(ctx, cfg.ProjectionDB, log.With().Str("part", "sqlview").Logger()); err != nil {
+			return nil, err
+		}
+	}
 	url := cfg.NATSURL
 	if url == "" {
 		if a.ns, err = embedded.Start(cfg.embedded()); err != nil {
@@ -239,6 +258,11 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, err
 	}
+	if a.sql != nil {
+		if err := a.sql.attach(followed); err != nil {
+			return nil, err
+		}
+	}
 	ln, err := net.Listen("tcp", cfg.HTTP)
 	if err != nil {
 		return nil, fmt.Errorf("--http %s: %w", cfg.HTTP, err)
@@ -250,7 +274,11 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		return nil, err
 	}
 	fwd := forward.New(sandboxes{svc: svc}, fwdIndex, forward.Config{}, log.With().Str("part", "forwards").Logger())
-	h := gateway.NewHTTP(svc, viewAdapter{view}, a.Ready, log.With().Str("part", "http").Logger()).WithForwards(fwd)
+	var reads gateway.Views = viewAdapter{view}
+	if cfg.ReadFrom == "sql" {
+		reads = sqlViews{kv: viewAdapter{view}, sql: a.sql}
+	}
+	h := gateway.NewHTTP(svc, reads, a.Ready, log.With().Str("part", "http").Logger()).WithForwards(fwd).WithLags(a.lags)
 	a.hsrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, a.cancel = context.WithCancel(ctx)
@@ -281,6 +309,9 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	run("bus", func() error { return bus.Run(ctx) })
 	run("sagas", func() error { return runner.Run(ctx) })
 	run("kvview", func() error { return proj.Run(ctx) })
+	if a.sql != nil {
+		run("sqlview", func() error { return a.sql.Run(ctx) })
+	}
 	run("forwards", func() error {
 		// The forwards the log still has open come back where they were bound.
 		if _, err := fwd.Restore(ctx); err != nil {
@@ -322,10 +353,27 @@ func (a *app) Ready(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if lag > 1000 {
+	if lag > maxViewLag {
 		return fmt.Errorf("phase view %d events behind", lag)
 	}
+	if a.sql != nil {
+		return a.sql.Ready(ctx)
+	}
 	return nil
+}
+
+// lags is how many events each view has yet to apply, for /readyz.
+func (a *app) lags(ctx context.Context) map[string]uint64 {
+	m := map[string]uint64{}
+	if lag, err := a.proj.Lag(ctx); err == nil {
+		m["kv"] = lag
+	}
+	if a.sql != nil {
+		if lag, err := a.sql.Lag(ctx); err == nil {
+			m["sql"] = lag
+		}
+	}
+	return m
 }
 
 // ViewLag is how many events of the log the phase view has yet to apply.
@@ -357,6 +405,9 @@ func (a *app) close() {
 	if a.ns != nil {
 		a.ns.Shutdown()
 		a.ns.WaitForShutdown()
+	}
+	if a.sql != nil {
+		a.sql.Close()
 	}
 }
 

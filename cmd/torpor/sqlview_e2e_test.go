@@ -19,28 +19,27 @@ import (
 	"time"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/pgtest"
 	"github.com/torpor/torpor/projections/sqlview"
 	torpor "github.com/torpor/torpor/sdk/go"
 )
 
-// testDatabase is the URL of the test database, from
-// TORPOR_TEST_DATABASE_URL (.ci/run sets it). Without one the test fails
-// under CI=true and is skipped, loudly, elsewhere. This package may not
+// testDatabase is the URL of the test database (internal/pgtest: from
+// TORPOR_TEST_DATABASE_URL, which .ci/run sets; without one the test fails
+// under CI=true and is skipped, loudly, elsewhere). This package may not
 // speak SQL itself (TestSQLDriversStayInTheirPackages), so the tests set
-// their schemas up with psql, which comes with PostgreSQL.
+// their schemas up with psql, which comes with PostgreSQL: its absence is
+// treated as the database's.
 func testDatabase(t *testing.T) string {
 	t.Helper()
-	u := os.Getenv("TORPOR_TEST_DATABASE_URL")
-	_, perr := exec.LookPath("psql")
-	switch {
-	case u != "" && perr == nil:
-		return u
-	case os.Getenv("CI") == "true":
-		t.Fatalf("CI must run serve's SQL view tests against PostgreSQL (.ci/run starts one): TORPOR_TEST_DATABASE_URL=%q, psql: %v", u, perr)
+	u := pgtest.URL(t)
+	if _, err := exec.LookPath("psql"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI must run serve's SQL view tests, which set up their schemas with psql: %v", err)
+		}
+		t.Skipf("SKIPPED: serve's SQL view is NOT tested: psql: %v", err)
 	}
-	t.Skipf("SKIPPED: serve's SQL view is NOT tested: TORPOR_TEST_DATABASE_URL=%q, psql: %v; "+
-		"start PostgreSQL as .ci/run does and set it (postgres://torpor:torpor@127.0.0.1:5432/torpor_test?sslmode=disable)", u, perr)
-	return ""
+	return u
 }
 
 // psql runs sql on the database at u, failing t on an error.

@@ -30,11 +30,16 @@ const inTxRetries = 2
 // commit leaves the outcome unknown: the caller applies the batch again,
 // which is idempotent.
 func (v *View) tx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return v.txAt(ctx, pgx.Serializable, fn)
+}
+
+// txAt is tx at isolation level iso.
+func (v *View) txAt(ctx context.Context, iso pgx.TxIsoLevel, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	wait := 5 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		b := &beginner{pool: v.pool}
 		calls := 0
-		err := crdbpgx.ExecuteTx(crdb.WithMaxRetries(ctx, inTxRetries), b, pgx.TxOptions{IsoLevel: pgx.Serializable},
+		err := crdbpgx.ExecuteTx(crdb.WithMaxRetries(ctx, inTxRetries), b, pgx.TxOptions{IsoLevel: iso},
 			func(tx pgx.Tx) error {
 				if calls++; calls > 1 {
 					v.retries.Add(1)

@@ -5,13 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/torpor/torpor/internal/pgtest"
 	"github.com/torpor/torpor/projections"
 )
 
@@ -21,22 +21,6 @@ var (
 	_ projections.Checkpointer    = (*View)(nil)
 )
 
-// databaseURL is the test database's URL, from TORPOR_TEST_DATABASE_URL
-// (.ci/run sets it). Without one the test fails under CI=true and is
-// skipped, loudly, elsewhere.
-func databaseURL(t *testing.T) string {
-	t.Helper()
-	url := os.Getenv("TORPOR_TEST_DATABASE_URL")
-	if url != "" {
-		return url
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("TORPOR_TEST_DATABASE_URL is not set: CI must run the SQL view's tests against PostgreSQL (.ci/run starts one)")
-	}
-	t.Skip("SKIPPED: TORPOR_TEST_DATABASE_URL is not set, so the SQL view is NOT tested; " +
-		"start PostgreSQL as .ci/run does and set it (postgres://torpor:torpor@127.0.0.1:5432/torpor_test?sslmode=disable)")
-	return ""
-}
 
 // db is one test's own schema in the test database.
 type db struct {
@@ -48,7 +32,7 @@ type db struct {
 // newDB creates a fresh schema for t, dropped at cleanup.
 func newDB(t *testing.T) *db {
 	t.Helper()
-	url := databaseURL(t)
+	url := pgtest.URL(t)
 	b := make([]byte, 6)
 	if _, err := rand.Read(b); err != nil {
 		t.Fatal(err)

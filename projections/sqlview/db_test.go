@@ -21,7 +21,6 @@ var (
 	_ projections.Checkpointer    = (*View)(nil)
 )
 
-
 // db is one test's own schema in the test database.
 type db struct {
 	url    string

@@ -117,7 +117,9 @@ const catchUpFew = 1000
 var errUntil = errors.New("until reached")
 
 // PastBucket is the bucket of the view of the past at seq.
-func (v *View) PastBucket(seq uint64) string { return v.cfg.Bucket + "_at_" + strconv.FormatUint(seq, 10) }
+func (v *View) PastBucket(seq uint64) string {
+	return v.cfg.Bucket + "_at_" + strconv.FormatUint(seq, 10)
+}
 
 // Rebuild rebuilds v from src (see the protocol above): into a new bucket
 // whose views are then brought into v's bucket, or with opts.Until or

@@ -262,7 +262,7 @@ func addClientCmds(root *cobra.Command) {
 	}
 	logs.Flags().IntVar(&tail, "tail", 100, "how many lines")
 
-	root.AddCommand(create, get, list, history, wait, logs, checkCmd(f))
+	root.AddCommand(create, get, list, history, wait, logs, checkCmd(f), replayCmd(f))
 }
 
 // onSandbox is the RunE of a verb on one sandbox, named by id or name: it

@@ -35,7 +35,10 @@ import (
 type replayDeps struct {
 	Store *jsstore.Store
 	KV    *kvview.View
-	SQL   *sqlview.View // nil: serve runs without --projection-db
+	// SQL is the SQL view, or an error while its database was never
+	// reached (serve's sqlPart.reader); nil: serve runs without
+	// --projection-db.
+	SQL func() (*sqlview.View, error)
 	Log   zerolog.Logger
 }
 
@@ -217,7 +220,11 @@ func (h *replayHandler) rebuild(ctx context.Context, view string, seq uint64, at
 		return replayLine{Phase: kvview.PhaseDone, Done: st.LastSeq, Total: st.LastSeq, Seq: st.LastSeq,
 			Target: st.Bucket, Events: st.Events}, err
 	}
-	st, err := h.d.SQL.Rebuild(ctx, h.d.Store, sqlview.RebuildOptions{Until: seq, UntilTime: at,
+	sv, err := h.d.SQL()
+	if err != nil {
+		return replayLine{}, err
+	}
+	st, err := sv.Rebuild(ctx, h.d.Store, sqlview.RebuildOptions{Until: seq, UntilTime: at,
 		Progress: func(p sqlview.Progress) { progress(p.Phase, p.Done, p.Total) }})
 	return replayLine{Phase: sqlview.PhaseDone, Done: st.LastSeq, Total: st.LastSeq, Seq: st.LastSeq,
 		Target: st.Sandboxes, Events: st.Events}, err

@@ -39,7 +39,7 @@ type replayDeps struct {
 	// reached (serve's sqlPart.reader); nil: serve runs without
 	// --projection-db.
 	SQL func() (*sqlview.View, error)
-	Log   zerolog.Logger
+	Log zerolog.Logger
 }
 
 // withReplay serves POST /v1/replay from d and every other request from h.

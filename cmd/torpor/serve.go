@@ -279,7 +279,13 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		reads = sqlViews{kv: viewAdapter{view}, sql: a.sql}
 	}
 	h := gateway.NewHTTP(svc, reads, a.Ready, log.With().Str("part", "http").Logger()).WithForwards(fwd).WithLags(a.lags)
-	a.hsrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	// torpor replay: a rebuild streams its progress, so the server has no
+	// write timeout.
+	replay := replayDeps{Store: store, KV: view, Log: log.With().Str("part", "replay").Logger()}
+	if a.sql != nil {
+		replay.SQL = a.sql.reader // UNAVAILABLE until its database was reached
+	}
+	a.hsrv = &http.Server{Handler: withReplay(h, replay), ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, a.cancel = context.WithCancel(ctx)
 	a.g, ctx = errgroup.WithContext(ctx)

@@ -282,9 +282,10 @@ const benchmarksNotes = `
   runner on the service's log, as serve runs it with --projection-db, in a schema of its own.
   Live: beside the closed loop over the bus (fsync interval), its apply rate and its lag,
   sampled every 20 ms as how long the oldest event it lacked had been in the log. Rebuild:
-  the same runner from sequence 0 into empty tables, events/s over the whole log, next to
-  the raw batched upsert measured right before it (a rebuild writes at least one history
-  row per event and a view row per sandbox of each batch).
+  what torpor replay --view sql runs (the whole log folded in memory into new tables with
+  COPY, caught up, swapped in in one transaction), events/s over the whole log, next to the
+  raw batched upsert measured right before it (a rebuild writes a history row per event
+  and a view row per sandbox).
 - **bus floor**: the raw async append again, with the bus work the pipeline does per event
   on top and none of its logic: a KV put for every second event (the view's writes), a
   delivery to one ordered consumer (the reading the sagas and the view share), a KV watch

@@ -32,9 +32,10 @@ type SQLView struct {
 	// Lag is how long the oldest event not yet in the SQL view had been in
 	// the log, sampled every lagEvery during the live run.
 	Lag Percentiles `json:"live_lag_ms"`
-	// RebuildEPS is a rebuild of the view from the whole log into empty
-	// tables (the projection runner from sequence 0); RawUpsertRowsPerS the
-	// raw batched upsert of view rows measured just before it.
+	// RebuildEPS is the rebuild of torpor replay --view sql (sqlview's
+	// Rebuild: the whole log folded into new tables, caught up and swapped
+	// in); RawUpsertRowsPerS the raw batched upsert of view rows measured
+	// just before it.
 	RebuildEPS        float64 `json:"rebuild_events_per_s"`
 	RebuildSeconds    float64 `json:"rebuild_seconds"`
 	RawUpsertRowsPerS float64 `json:"raw_upsert_rows_per_s"`
@@ -137,26 +138,16 @@ func RunSQLView(ctx context.Context, cfg Config, start Starter, progress io.Writ
 		return nil, err
 	}
 	r.RawUpsertRowsPerS = raw.RowsPerS
-	if _, err := pool.Exec(ctx, `DROP SCHEMA `+sqlBenchSchema+` CASCADE; CREATE SCHEMA `+sqlBenchSchema); err != nil {
-		return nil, err
-	}
-	rebuilt, err := sqlview.New(ctx, pool, sqlview.Config{Name: "bench_rebuild"})
-	if err != nil {
-		return nil, err
-	}
+	// The rebuild torpor replay --view sql runs: the whole log folded in
+	// memory into new tables, caught up, swapped in.
 	t0 = time.Now()
-	bctx, stopRebuild := context.WithCancel(ctx)
-	done, err := runView(bctx, store, rebuilt)
-	if err == nil {
-		err = sqlCaughtUp(ctx, store, rebuilt, 10*time.Minute)
-	}
+	st, err := live.Rebuild(ctx, store, sqlview.RebuildOptions{})
 	r.RebuildSeconds = time.Since(t0).Seconds()
-	stopRebuild()
-	if done != nil {
-		<-done
-	}
 	if err != nil {
 		return nil, fmt.Errorf("rebuild: %w", err)
+	}
+	if st.LastSeq != head1 {
+		return nil, fmt.Errorf("rebuild: the tables hold the log up to %d, want %d", st.LastSeq, head1)
 	}
 	r.RebuildEPS = float64(head1) / r.RebuildSeconds
 	return r, nil

@@ -58,6 +58,22 @@ type Flusher interface {
 	Flush(ctx context.Context) error
 }
 
+// ErrUnapplicable marks an event a projection can never apply (its sandbox
+// id cannot be a key of the view, say): applying it again cannot help. The
+// Runner parks such an event (Parker) and goes on with the rest; every
+// other error is retried, since a view must not skip an event it could
+// apply later (a database that is down).
+var ErrUnapplicable = errors.New("the view cannot apply this event")
+
+// Parker is a Projection that records the events it cannot apply: the
+// Runner hands it each event whose apply failed with ErrUnapplicable, with
+// the error, and goes on. Park must be idempotent: after a restart the
+// event may come again. A projection that is no Parker has such events
+// logged and counted only.
+type Parker interface {
+	Park(ctx context.Context, env events.Envelope, why error) error
+}
+
 // Config tunes a Runner. The zero value is usable.
 type Config struct {
 	// Attempts is how often one event (or batch) is applied before the
@@ -116,6 +132,8 @@ type Runner struct {
 	p    Projection
 	cfg  Config
 	pos  atomic.Uint64
+	// parked counts the events this Runner parked (ErrUnapplicable).
+	parked atomic.Uint64
 }
 
 // NewRunner returns a runner of p over src.
@@ -187,6 +205,9 @@ func (r *Runner) apply(ctx context.Context, env events.Envelope) error {
 	wait := r.cfg.MinBackoff
 	for attempt := 1; ; attempt++ {
 		err := r.p.Apply(ctx, env)
+		if errors.Is(err, ErrUnapplicable) {
+			err = r.park(ctx, env, err)
+		}
 		if err == nil {
 			r.advance(env.Seq)
 			return nil
@@ -222,6 +243,17 @@ func (r *Runner) applyBatch(ctx context.Context, p BatchProjection, envs []event
 			r.advance(last.Seq)
 			return nil
 		}
+		if errors.Is(err, ErrUnapplicable) {
+			// One event of the batch cannot be applied: the batch goes one
+			// event at a time, so that the others are and that one is
+			// parked.
+			for _, env := range envs {
+				if err := r.apply(ctx, env); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
 		log := r.cfg.Logger.With().Str("projection", r.p.Name()).Uint64("seq", first.Seq).
 			Uint64("last_seq", last.Seq).Int("events", len(envs)).Int("attempt", attempt).Logger()
 		if attempt >= r.cfg.Attempts || ctx.Err() != nil {
@@ -239,6 +271,25 @@ func (r *Runner) applyBatch(ctx context.Context, p BatchProjection, envs []event
 		wait = min(2*wait, r.cfg.MaxBackoff)
 	}
 }
+
+// park records env, which the projection cannot apply (why), through its
+// Parker, and counts it; an error of the Parker is retried as an apply's.
+func (r *Runner) park(ctx context.Context, env events.Envelope, why error) error {
+	if pk, ok := r.p.(Parker); ok {
+		if err := pk.Park(ctx, env, why); err != nil {
+			return fmt.Errorf("park: %w (parking %w)", err, why)
+		}
+	}
+	r.parked.Add(1)
+	r.cfg.Logger.Error().Err(why).Str("projection", r.p.Name()).Str("sandbox_id", env.SandboxID).
+		Str("event_type", env.Type).Uint64("seq", env.Seq).Msg("event parked: the view cannot apply it; going on with the rest")
+	return nil
+}
+
+// Parked is how many events this Runner parked: events its projection can
+// never apply (ErrUnapplicable), recorded by the projection if it is a
+// Parker, and skipped.
+func (r *Runner) Parked() uint64 { return r.parked.Load() }
 
 // advance moves the position forward to seq, never back.
 func (r *Runner) advance(seq uint64) {

@@ -133,6 +133,7 @@ type followOnly struct{ Source }
 // an event.
 type projection struct {
 	fail       map[uint64]int
+	never      map[uint64]bool // seqs it cannot apply (ErrUnapplicable)
 	checkpoint uint64
 	called     chan struct{} // gets a value on every Apply call, if not nil
 
@@ -157,6 +158,9 @@ func (p *projection) Apply(ctx context.Context, env events.Envelope) error {
 	p.at[env.Seq] = append(p.at[env.Seq], time.Now())
 	if p.calls[env.Seq] <= p.fail[env.Seq] {
 		return errBroken
+	}
+	if p.never[env.Seq] {
+		return fmt.Errorf("seq %d: %w", env.Seq, ErrUnapplicable)
 	}
 	p.applied = append(p.applied, env.Seq)
 	return nil
@@ -262,6 +266,26 @@ func TestRunnerApplies(t *testing.T) {
 	}
 	if n := len(src.followCalls()); n != 1 {
 		t.Errorf("%d Follow calls, want 1", n)
+	}
+}
+
+// TestRunnerParks: an event the projection can never apply is not retried
+// and does not hold up the rest: it is counted as parked (a projection that
+// is no Parker records nothing of it) and the position moves past it.
+func TestRunnerParks(t *testing.T) {
+	src := newSource(envs(t, 1, 2, 5)...)
+	p := &projection{never: map[uint64]bool{2: true}}
+	r := newRunner(t, src, p, fast)
+	stop := start(t, r)
+	src.next(t)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	calls := p.calls[2]
+	p.mu.Unlock()
+	if want := []uint64{1, 5}; !reflect.DeepEqual(p.applies(), want) || r.Parked() != 1 || r.Position() != 5 || calls != 1 {
+		t.Errorf("applied %v, parked %d, position %d, seq 2 tried %d times; want [1 5], 1, 5, once", p.applies(), r.Parked(), r.Position(), calls)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/projections"
 )
 
 // conflictRetries bounds how often ApplyBatch reloads views that another
@@ -76,7 +77,7 @@ func (v *View) ApplyBatch(ctx context.Context, envs []events.Envelope) error {
 	for _, env := range envs {
 		id := env.SandboxID
 		if !viewKey(id) {
-			return fmt.Errorf("apply %s seq %d: invalid sandbox id %q", env.Type, env.Seq, id)
+			return fmt.Errorf("apply %s seq %d: sandbox id %q cannot be a key of the view: %w", env.Type, env.Seq, id, projections.ErrUnapplicable)
 		}
 		if env.Seq == 0 { // Fold would take it and set the view's seq back to 0
 			return fmt.Errorf("apply %s to %s: no stream sequence", env.Type, id)

@@ -57,10 +57,7 @@ func (v *View) List(ctx context.Context, q Query) (events.Page, error) {
 		limit = MaxLimit
 	}
 
-	keys, err := v.kv.Keys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return events.Page{Items: []events.View{}}, nil
-	}
+	keys, err := v.keys(ctx)
 	if err != nil {
 		return events.Page{}, fmt.Errorf("list: keys: %w", err)
 	}
@@ -94,6 +91,30 @@ func (v *View) List(ctx context.Context, q Query) (events.Page, error) {
 		page.Items = append(page.Items, view)
 	}
 	return page, nil
+}
+
+// keys lists the bucket's keys from the subject index of its stream: the
+// server's answer at one point in time, which a key being rewritten never
+// leaves (its new value is stored before the old one goes). A watcher of
+// the bucket (KeyValue.Keys) can miss such a key: its first delivery skips
+// a value replaced under it, so a List under live writes left sandboxes
+// out. One answer holds up to the server's 100,000 subjects; beyond that
+// the client pages, and a page boundary is no longer one point in time.
+func (v *View) keys(ctx context.Context) ([]string, error) {
+	s, err := v.js.Stream(ctx, "KV_"+v.cfg.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	pre := "$KV." + v.cfg.Bucket + "." // as stored, whatever the domain
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(pre+">"))
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, len(info.State.Subjects))
+	for subj := range info.State.Subjects {
+		keys = append(keys, strings.TrimPrefix(subj, pre))
+	}
+	return keys, nil
 }
 
 func encodeCursor(id string) string { return base64.RawURLEncoding.EncodeToString([]byte(id)) }

@@ -34,7 +34,12 @@ type tracked struct {
 	// breakAt, when set, ends the Follow with an error once the handler took
 	// that sequence (once).
 	breakAt uint64
-	changed chan struct{} // closed and replaced on every change
+	// splitAt, when set, hands a batch holding that sequence over in two:
+	// up to it as the head of the log (pending 0), then, after splitPause,
+	// the rest, as a reading of the log may when an atomic batch lands.
+	splitAt    uint64
+	splitPause time.Duration
+	changed    chan struct{} // closed and replaced on every change
 }
 
 func newTracked() *tracked {
@@ -72,6 +77,20 @@ func (s *tracked) Follow(ctx context.Context, after uint64, batch int, h events.
 		return fmt.Errorf("follow: %w", events.ErrUnavailable)
 	}
 	return s.Store.Follow(ctx, after, batch, func(ctx context.Context, envs []events.Envelope, pending uint64) error {
+		s.mu.Lock()
+		split := s.splitAt
+		s.mu.Unlock()
+		for i, e := range envs {
+			if split == 0 || e.Seq != split || i == len(envs)-1 {
+				continue
+			}
+			if err := h(ctx, envs[:i+1], 0); err != nil {
+				return err
+			}
+			time.Sleep(s.splitPause)
+			envs = envs[i+1:]
+			break
+		}
 		err := h(ctx, envs, pending)
 		if err == nil && len(envs) > 0 {
 			s.mu.Lock()

@@ -331,6 +331,32 @@ func TestStartFromStopped(t *testing.T) {
 	sb.then(sb.outcome(in, 1), &events.Started{Generation: 2})
 }
 
+// TestStartDiscardsWhenTheReadingSplitsTheBatch: a reading of the log that
+// hands the start intent over alone, as the head, and the discard
+// appended with it only after the start saga began, still has the
+// retained state discarded (the saga looks in the log).
+func TestStartDiscardsWhenTheReadingSplitsTheBatch(t *testing.T) {
+	h := newHarness(t, sagas.Config{})
+	sb, ref := h.suspended(nil)
+	last, err := h.store.LastSeq(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.store.mu.Lock()
+	h.store.splitAt, h.store.splitPause = last+1, 300*time.Millisecond
+	h.store.mu.Unlock()
+	drv := newCounting(h.sim, "")
+	h.run(drv)
+	in := sb.when(&events.StartRequested{Generation: 2}, &events.RetainedStateDiscarded{RestoreRef: ref})
+	if in.Seq != last+1 {
+		t.Fatalf("the intent is at %d, want %d", in.Seq, last+1)
+	}
+	sb.then(sb.outcome(in, 1), &events.Started{Generation: 2})
+	if got := drv.count("discard"); got != 1 {
+		t.Fatalf("discard calls = %d, want 1", got)
+	}
+}
+
 func TestExplicitStartOfSuspendedDiscardsTheRetainedState(t *testing.T) {
 	h := newHarness(t, sagas.Config{})
 	sb, ref := h.suspended(nil)

@@ -3,6 +3,7 @@ package sagas
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/services/compute"
@@ -23,7 +24,18 @@ func (r *Runner) start(ctx context.Context, s *step, gen int64) error {
 		return r.recordOrDrop(ctx, s, &events.StartFailed{Generation: gen, Message: s.drvErr.Error()})
 	}
 	if s.suspender != nil { // a driver that cannot suspend retains nothing
-		for _, ref := range discardedWith(s.later) {
+		refs := discardedWith(s.later)
+		if len(refs) == 0 && s.intent.Type == events.TypeStartRequested {
+			// The gateway appends the discards with the intent, in one
+			// atomic batch, but a reading of the log may hand the intent
+			// over on its own, as the head: the log says for sure.
+			later, err := r.src.Load(ctx, s.spec.SandboxID, s.intent.Seq)
+			if err != nil {
+				return fmt.Errorf("load %s after %d: %w", s.spec.SandboxID, s.intent.Seq, err)
+			}
+			refs = discardedWith(later)
+		}
+		for _, ref := range refs {
 			err := r.within(ctx, s, unanswered, func(ctx context.Context) error { return s.suspender.Discard(ctx, s.spec, ref) })
 			if err != nil && !errors.Is(err, errDeadline) {
 				s.log.Warn().Err(err).Str("step", "discard").Msg("discard retained state")

@@ -2,7 +2,6 @@ package kvview
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"sort"
@@ -11,51 +10,28 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/projections"
 )
 
-// Page sizes of List.
+// Page sizes of List and its Query are the projections package's, shared
+// by every view.
 const (
-	DefaultLimit = 100
-	MaxLimit     = 1000
+	DefaultLimit = projections.DefaultLimit
+	MaxLimit     = projections.MaxLimit
 )
 
-// Query selects the views List returns. The zero value lists everything,
-// deleted sandboxes included, DefaultLimit at a time.
-type Query struct {
-	// Phase keeps views in that phase; empty keeps all.
-	Phase events.Phase
-	// Label keeps views carrying label "k=v"; empty keeps all.
-	Label string
-	// Limit is the page size: 0 means DefaultLimit, above MaxLimit means MaxLimit.
-	Limit int
-	// Cursor is the Next of the previous page; empty starts at the oldest.
-	Cursor string
-}
+// Query selects the views List returns (projections.Query).
+type Query = projections.Query
 
 // List returns the views q selects in creation order: ids are uuid v7, so
 // the lexical order of ids is the order of creation. A malformed cursor,
 // label or phase is an INVALID_ARGUMENT error.
 func (v *View) List(ctx context.Context, q Query) (events.Page, error) {
-	after, err := decodeCursor(q.Cursor)
+	pq, err := q.Parse()
 	if err != nil {
 		return events.Page{}, err
 	}
-	lk, lv, err := parseLabel(q.Label)
-	if err != nil {
-		return events.Page{}, err
-	}
-	if q.Phase != events.PhaseNone && !q.Phase.Known() {
-		return events.Page{}, events.Errorf(events.CodeInvalidArgument, "phase %q: not a phase", q.Phase)
-	}
-	limit := q.Limit
-	switch {
-	case limit < 0:
-		return events.Page{}, events.Errorf(events.CodeInvalidArgument, "limit %d: must not be negative", limit)
-	case limit == 0:
-		limit = DefaultLimit
-	case limit > MaxLimit:
-		limit = MaxLimit
-	}
+	after, limit := pq.After, pq.Limit
 
 	keys, err := v.keys(ctx)
 	if err != nil {
@@ -76,16 +52,11 @@ func (v *View) List(ctx context.Context, q Query) (events.Page, error) {
 		if err != nil {
 			return events.Page{}, fmt.Errorf("list: %w", err)
 		}
-		if q.Phase != events.PhaseNone && view.Phase != q.Phase {
+		if !pq.Keeps(view) {
 			continue
 		}
-		if lk != "" {
-			if got, ok := view.Labels[lk]; !ok || got != lv {
-				continue
-			}
-		}
 		if len(page.Items) == limit { // one more matches: there is a next page
-			page.Next = encodeCursor(page.Items[limit-1].ID)
+			page.Next = projections.Cursor(page.Items[limit-1].ID)
 			break
 		}
 		page.Items = append(page.Items, view)
@@ -115,32 +86,6 @@ func (v *View) keys(ctx context.Context) ([]string, error) {
 		keys = append(keys, strings.TrimPrefix(subj, pre))
 	}
 	return keys, nil
-}
-
-func encodeCursor(id string) string { return base64.RawURLEncoding.EncodeToString([]byte(id)) }
-
-// decodeCursor returns the last id of the previous page; "" for no cursor.
-func decodeCursor(c string) (string, error) {
-	if c == "" {
-		return "", nil
-	}
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil || !validKey(string(b)) {
-		return "", events.Errorf(events.CodeInvalidArgument, "cursor %q: not a cursor of this list", c)
-	}
-	return string(b), nil
-}
-
-// parseLabel splits a "k=v" label filter; "" means none.
-func parseLabel(s string) (k, v string, err error) {
-	if s == "" {
-		return "", "", nil
-	}
-	k, v, ok := strings.Cut(s, "=")
-	if !ok || k == "" {
-		return "", "", events.Errorf(events.CodeInvalidArgument, "label %q: want key=value", s)
-	}
-	return k, v, nil
 }
 
 // Counts returns how many sandboxes are in each phase; every phase of the

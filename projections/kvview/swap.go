@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/projections"
 )
 
 // Rebuild with a swap. The issue asks for a new bucket swapped in under the
@@ -57,43 +58,23 @@ import (
 // is ALREADY_EXISTS.
 
 // Log is what a rebuild reads; jsstore.Store satisfies it.
-type Log interface {
-	Replayer
-	// LastSeq is the sequence of the newest event in the log.
-	LastSeq(ctx context.Context) (uint64, error)
-}
+type Log = projections.Log
 
-// The phases of a rebuild, in order, as Progress reports them.
-const (
-	PhaseFold    = "fold"
-	PhaseWrite   = "write"
-	PhaseCatchUp = "catchup"
-	PhaseSwap    = "swap"
-	PhaseDone    = "done"
+// The rebuild's log, phases, progress and options are the projections
+// package's, shared by every view.
+type (
+	Progress       = projections.Progress
+	RebuildOptions = projections.RebuildOptions
 )
 
-// Progress is how far a rebuild is: in Phase, the log is read up to
-// sequence Done of Total.
-type Progress struct {
-	Phase       string
-	Done, Total uint64
-}
-
-// RebuildOptions say what View.Rebuild rebuilds.
-type RebuildOptions struct {
-	// Until, when not 0, builds the bucket of the past at that sequence
-	// instead of rebuilding the live view.
-	Until uint64
-	// UntilTime, when Until is 0 and this is not zero, is resolved to the
-	// last sequence at or before it: the log up to its first event whose
-	// time is after UntilTime.
-	UntilTime time.Time
-	// Progress, when not nil, is called as the rebuild goes, from one
-	// goroutine at a time; it must be quick.
-	Progress func(Progress)
-	// CatchUpRounds bounds the catch-up rounds before the swap; default 5.
-	CatchUpRounds int
-}
+// The phases of a rebuild (projections').
+const (
+	PhaseFold    = projections.PhaseFold
+	PhaseWrite   = projections.PhaseWrite
+	PhaseCatchUp = projections.PhaseCatchUp
+	PhaseSwap    = projections.PhaseSwap
+	PhaseDone    = projections.PhaseDone
+)
 
 // SwapStats say what View.Rebuild did.
 type SwapStats struct {
@@ -112,9 +93,6 @@ type SwapStats struct {
 // catchUpFew is the number of events below which a catch-up round is the
 // last before the swap.
 const catchUpFew = 1000
-
-// errUntil stops a replay at the sequence of the past being built.
-var errUntil = errors.New("until reached")
 
 // PastBucket is the bucket of the view of the past at seq.
 func (v *View) PastBucket(seq uint64) string {
@@ -408,36 +386,13 @@ func foldUntil(ctx context.Context, src Replayer, until uint64, untilTime time.T
 			each(last)
 		}
 	}()
-	end, err := src.Replay(ctx, 1, func(envs []events.Envelope) error {
-		stop := false
-		for i, env := range envs {
-			if (until != 0 && env.Seq > until) || (!untilTime.IsZero() && env.Time.After(untilTime)) {
-				envs, stop = envs[:i], true
-				break
-			}
-		}
-		if until != 0 && len(envs) > 0 && envs[len(envs)-1].Seq >= until {
-			stop = true
-		}
-		if len(envs) > 0 {
-			select {
-			case chunks <- slices.Clone(envs):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		if stop {
-			return errUntil
-		}
-		return nil
-	})
+	end, cut, err := projections.ReplayUntil(ctx, src, until, untilTime, chunks)
 	close(chunks)
 	<-folded
 	switch {
-	case errors.Is(err, errUntil):
 	case err != nil:
 		return nil, 0, 0, err
-	case until == 0 && untilTime.IsZero():
+	case !cut && until == 0 && untilTime.IsZero():
 		last = max(last, end)
 	}
 	return views, n, last, nil

@@ -10,13 +10,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/projections"
 )
 
 // Config says where the view lives.
@@ -206,23 +206,8 @@ func keyPrefix(js jetstream.JetStream, bucket string) string {
 // dots is never a view: readers skip them all, the checkpoint an older build
 // kept in the bucket (legacyKey) among them, rather than that one key by
 // name.
-func viewKey(key string) bool { return validKey(key) && !strings.Contains(key, ".") }
+func viewKey(key string) bool { return projections.ViewID(key) }
 
-// validKey reports whether s can be a KV key without being a wildcard: the
-// characters NATS allows in a key, no empty tokens.
-func validKey(s string) bool {
-	if s == "" || s[0] == '.' || s[len(s)-1] == '.' {
-		return false
-	}
-	prev := byte(0)
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			c == '-' || c == '_' || c == '/' || c == '=' || c == '.'
-		if !ok || c == '.' && prev == '.' {
-			return false
-		}
-		prev = c
-	}
-	return true
-}
+// validKey reports whether s can be a KV key without being a wildcard
+// (projections.KeyName).
+func validKey(s string) bool { return projections.KeyName(s) }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/projections"
 )
 
 // Apply folds env into its sandbox's row: ApplyBatch of one event.
@@ -281,17 +282,4 @@ func cleanAll(ss []string) []string {
 // viewID reports whether id can be a sandbox's row: the rule of the KV view's
 // keys (a NATS KV key without dots), so that both views hold the same
 // sandboxes.
-func viewID(id string) bool {
-	if id == "" {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			c == '-' || c == '_' || c == '/' || c == '='
-		if !ok {
-			return false
-		}
-	}
-	return true
-}
+func viewID(id string) bool { return projections.ViewID(id) }

@@ -2,7 +2,6 @@ package sqlview
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
@@ -12,27 +11,18 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/projections"
 )
 
-// Page sizes of List, the KV view's.
+// Page sizes of List and its Query are the projections package's, shared
+// by every view.
 const (
-	DefaultLimit = 100
-	MaxLimit     = 1000
+	DefaultLimit = projections.DefaultLimit
+	MaxLimit     = projections.MaxLimit
 )
 
-// Query selects the views List returns, as the KV view's Query does. The
-// zero value lists everything, deleted sandboxes included, DefaultLimit at
-// a time.
-type Query struct {
-	// Phase keeps views in that phase; empty keeps all.
-	Phase events.Phase
-	// Label keeps views carrying label "k=v"; empty keeps all.
-	Label string
-	// Limit is the page size: 0 means DefaultLimit, above MaxLimit means MaxLimit.
-	Limit int
-	// Cursor is the Next of the previous page; empty starts at the oldest.
-	Cursor string
-}
+// Query selects the views List returns (projections.Query).
+type Query = projections.Query
 
 // Get returns the view of sandbox id, or an error wrapping events.ErrNotFound.
 func (v *View) Get(ctx context.Context, id string) (events.View, error) {
@@ -57,26 +47,11 @@ func (v *View) Get(ctx context.Context, id string) (events.View, error) {
 // by under any of the usual collations (CockroachDB's and PostgreSQL's C
 // compare bytes).
 func (v *View) List(ctx context.Context, q Query) (events.Page, error) {
-	after, err := decodeCursor(q.Cursor)
+	pq, err := q.Parse()
 	if err != nil {
 		return events.Page{}, err
 	}
-	lk, lv, err := parseLabel(q.Label)
-	if err != nil {
-		return events.Page{}, err
-	}
-	if q.Phase != events.PhaseNone && !q.Phase.Known() {
-		return events.Page{}, events.Errorf(events.CodeInvalidArgument, "phase %q: not a phase", q.Phase)
-	}
-	limit := q.Limit
-	switch {
-	case limit < 0:
-		return events.Page{}, events.Errorf(events.CodeInvalidArgument, "limit %d: must not be negative", limit)
-	case limit == 0:
-		limit = DefaultLimit
-	case limit > MaxLimit:
-		limit = MaxLimit
-	}
+	after, lk, lv, limit := pq.After, pq.LabelKey, pq.LabelValue, pq.Limit
 
 	var sb strings.Builder
 	sb.WriteString(`SELECT ` + columns + ` FROM torpor_sandboxes WHERE id > $1`)
@@ -104,7 +79,7 @@ func (v *View) List(ctx context.Context, q Query) (events.Page, error) {
 			return events.Page{}, fmt.Errorf("list: %w", err)
 		}
 		if len(page.Items) == limit {
-			page.Next = encodeCursor(page.Items[limit-1].ID)
+			page.Next = projections.Cursor(page.Items[limit-1].ID)
 			break
 		}
 		page.Items = append(page.Items, view)
@@ -113,42 +88,6 @@ func (v *View) List(ctx context.Context, q Query) (events.Page, error) {
 		return events.Page{}, fmt.Errorf("list: %w", err)
 	}
 	return page, nil
-}
-
-func encodeCursor(id string) string { return base64.RawURLEncoding.EncodeToString([]byte(id)) }
-
-// decodeCursor returns the last id of the previous page; "" for no cursor.
-// It accepts what the KV view's does: a key of the bucket.
-func decodeCursor(c string) (string, error) {
-	if c == "" {
-		return "", nil
-	}
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil || !cursorKey(string(b)) {
-		return "", events.Errorf(events.CodeInvalidArgument, "cursor %q: not a cursor of this list", c)
-	}
-	return string(b), nil
-}
-
-// cursorKey is the KV view's rule for a key: NATS key characters, dots
-// between non-empty tokens.
-func cursorKey(s string) bool {
-	if s == "" || s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, "..") {
-		return false
-	}
-	return viewID(strings.ReplaceAll(s, ".", "_"))
-}
-
-// parseLabel splits a "k=v" label filter; "" means none.
-func parseLabel(s string) (k, v string, err error) {
-	if s == "" {
-		return "", "", nil
-	}
-	k, v, ok := strings.Cut(s, "=")
-	if !ok || k == "" {
-		return "", "", events.Errorf(events.CodeInvalidArgument, "label %q: want key=value", s)
-	}
-	return k, v, nil
 }
 
 // Counts returns how many sandboxes are in each phase; every phase of the

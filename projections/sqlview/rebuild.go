@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/projections"
 )
 
 // Rebuild with a swap (CONTRACT §6: "a rebuild swaps new tables in under
@@ -73,48 +74,23 @@ import (
 // NOTHING).
 
 // Replayer reads the log; jsstore.Store satisfies it.
-type Replayer interface {
-	// Replay hands every event from sequence from up to the log's last
-	// sequence at the call to h, in order and in chunks (h may keep the
-	// envelopes, not the slice), and returns that last sequence.
-	Replay(ctx context.Context, from uint64, h func([]events.Envelope) error) (uint64, error)
-	// LastSeq is the sequence of the newest event in the log.
-	LastSeq(ctx context.Context) (uint64, error)
-}
+type Replayer = projections.Log
 
-// The phases of a rebuild, in order, as Progress reports them.
-const (
-	PhaseFold    = "fold"
-	PhaseWrite   = "write"
-	PhaseCatchUp = "catchup"
-	PhaseSwap    = "swap"
-	PhaseDone    = "done"
+// The rebuild's log, phases, progress and options are the projections
+// package's, shared by every view.
+type (
+	Progress       = projections.Progress
+	RebuildOptions = projections.RebuildOptions
 )
 
-// Progress is how far a rebuild is: in Phase, the log is read up to
-// sequence Done of Total (the log's last sequence when the phase began, or
-// the sequence of the past being built).
-type Progress struct {
-	Phase       string
-	Done, Total uint64
-}
-
-// RebuildOptions say what to rebuild.
-type RebuildOptions struct {
-	// Until, when not 0, builds the tables of the past at that sequence
-	// instead of rebuilding the live ones.
-	Until uint64
-	// UntilTime, when Until is 0 and this is not zero, is resolved to the
-	// last sequence at or before it: the log up to its first event whose
-	// time is after UntilTime.
-	UntilTime time.Time
-	// Progress, when not nil, is called as the rebuild goes, from the
-	// rebuild's goroutines one at a time; it must be quick.
-	Progress func(Progress)
-	// CatchUpRounds bounds the catch-up rounds before the swap; default 5.
-	// The swap catches up whatever is left anyway.
-	CatchUpRounds int
-}
+// The phases of a rebuild (projections').
+const (
+	PhaseFold    = projections.PhaseFold
+	PhaseWrite   = projections.PhaseWrite
+	PhaseCatchUp = projections.PhaseCatchUp
+	PhaseSwap    = projections.PhaseSwap
+	PhaseDone    = projections.PhaseDone
+)
 
 // RebuildStats say what a rebuild did.
 type RebuildStats struct {
@@ -134,9 +110,6 @@ type RebuildStats struct {
 // catchUpFew is the number of events below which a catch-up round is the
 // last before the swap.
 const catchUpFew = 1000
-
-// errUntil stops a replay at the sequence of the past being built.
-var errUntil = errors.New("until reached")
 
 // build is one rebuild's state.
 type build struct {
@@ -345,32 +318,7 @@ func (b *build) fold(ctx context.Context, src Replayer, until uint64, untilTime 
 	})
 	g.Go(func() error {
 		defer close(chunks)
-		_, err := src.Replay(gctx, 1, func(envs []events.Envelope) error {
-			stop := false
-			for i, env := range envs {
-				if (until != 0 && env.Seq > until) || (!untilTime.IsZero() && env.Time.After(untilTime)) {
-					envs, stop = envs[:i], true
-					break
-				}
-			}
-			if until != 0 && len(envs) > 0 && envs[len(envs)-1].Seq >= until {
-				stop = true
-			}
-			if len(envs) > 0 {
-				select {
-				case chunks <- slices.Clone(envs):
-				case <-gctx.Done():
-					return gctx.Err()
-				}
-			}
-			if stop {
-				return errUntil
-			}
-			return nil
-		})
-		if errors.Is(err, errUntil) {
-			return nil
-		}
+		_, _, err := projections.ReplayUntil(gctx, src, until, untilTime, chunks)
 		return err
 	})
 	return g.Wait()

@@ -151,6 +151,9 @@ type app struct {
 	store  *jsstore.Store
 	proj   *projections.Runner
 	sql    *sqlPart // nil without --projection-db
+	// stopFollow ends the follower of the KV view the waits are served
+	// from.
+	stopFollow context.CancelFunc
 }
 
 // start binds and starts every part of the service; they run until ctx ends
@@ -274,9 +277,14 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		return nil, err
 	}
 	fwd := forward.New(sandboxes{svc: svc}, fwdIndex, forward.Config{}, log.With().Str("part", "forwards").Logger())
-	var reads gateway.Views = viewAdapter{view}
+	// Every wait of this process (HTTP, SDKs) is served from one watch of
+	// the KV view, not a consumer per request.
+	var followCtx context.Context
+	followCtx, a.stopFollow = context.WithCancel(context.WithoutCancel(ctx))
+	kv := viewAdapter{v: view, f: view.Follow(followCtx)}
+	var reads gateway.Views = kv
 	if cfg.ReadFrom == "sql" {
-		reads = sqlViews{kv: viewAdapter{view}, sql: a.sql}
+		reads = sqlViews{kv: kv, sql: a.sql}
 	}
 	h := gateway.NewHTTP(svc, reads, a.Ready, log.With().Str("part", "http").Logger()).WithForwards(fwd).WithLags(a.lags)
 	// torpor replay: a rebuild streams its progress, so the server has no
@@ -399,6 +407,9 @@ func (a *app) Wait() error {
 }
 
 func (a *app) close() {
+	if a.stopFollow != nil {
+		a.stopFollow()
+	}
 	if a.driver != nil {
 		a.driver.Close()
 	}
@@ -491,13 +502,18 @@ func (s sandboxes) Dial(ctx context.Context, id string, port int) (net.Conn, err
 }
 
 // viewAdapter serves the gateway's Views from the KV projection.
-type viewAdapter struct{ v *kvview.View }
+// viewAdapter is the KV view as the gateway reads it; its waits come
+// from the follower f.
+type viewAdapter struct {
+	v *kvview.View
+	f *kvview.Follower
+}
 
 func (a viewAdapter) Get(ctx context.Context, id string) (events.View, error) {
 	return a.v.Get(ctx, id)
 }
 func (a viewAdapter) Wait(ctx context.Context, id string, p events.Phase, after uint64) (events.View, error) {
-	return a.v.Wait(ctx, id, p, after)
+	return a.f.Wait(ctx, id, p, after)
 }
 func (a viewAdapter) Counts(ctx context.Context) (map[events.Phase]int, error) {
 	return a.v.Counts(ctx)

@@ -82,9 +82,9 @@ func (f *Follower) follow(ctx context.Context, w jetstream.KeyWatcher) {
 				continue
 			}
 			f.mu.Lock()
-			ws := f.waits[e.Key()]
+			waiting := len(f.waits[e.Key()])
 			f.mu.Unlock()
-			if len(ws) == 0 {
+			if waiting == 0 {
 				continue // nobody waits: not even decoded
 			}
 			view, err := decode(e)

@@ -263,9 +263,13 @@ func TestSwapUnderLiveTraffic(t *testing.T) {
 	}
 	waitApplied(t, r, live, lastSeq)
 	fresh, err := Rebuild(ctx, srv.JS, store, Config{Bucket: "torpor_phases_fresh"})
-	if err != nil || fresh.LastSeq != lastSeq {
-		t.Fatalf("Rebuild fresh = %+v, %v", fresh, err)
+	if err != nil || fresh.LastSeq < lastSeq {
+		t.Fatalf("Rebuild fresh = %+v, %v; want the log up to %d at least", fresh, err, lastSeq)
 	}
+	// An append of the traffic still in flight when it was stopped may land
+	// after lastSeq was read (a CI run saw the log end past it): the live
+	// view is compared once it holds what the fresh one does.
+	waitApplied(t, r, live, fresh.LastSeq)
 	sameBucket(t, live, newBucket(t, srv.JS, "torpor_phases_fresh"))
 }
 

@@ -323,7 +323,10 @@ func TestCorruptSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data[len(data)/2] ^= 0xff
+	// Cut short: a flipped byte of the compressed stream can land where
+	// deflate ignores it (an unused code length), and the object is then
+	// whole; a CI run saw that once.
+	data = data[:len(data)/2]
 	if _, err := cfg.Snapshots.PutBytes(ctx(t), info.Name, data); err != nil {
 		t.Fatal(err)
 	}

@@ -75,11 +75,7 @@ func (c *Client) do(ctx context.Context, method, path, key string, body, out any
 		return events.Errorf(events.CodeUnavailable, "%s %s: %v", method, path, err)
 	}
 	if resp.StatusCode >= 300 {
-		var eb events.ErrorBody
-		if json.Unmarshal(data, &eb) == nil && eb.Error != nil {
-			return eb.Error
-		}
-		return events.Errorf(events.CodeInternal, "%s %s: %s", method, path, resp.Status)
+		return answerError(method, path, resp, data)
 	}
 	if out == nil {
 		return nil
@@ -209,4 +205,23 @@ func (c *Client) Drivers(ctx context.Context) ([]Driver, error) {
 func (c *Client) Phases(ctx context.Context) (map[events.Phase]int, error) {
 	var m map[events.Phase]int
 	return m, c.do(ctx, http.MethodGet, "/v1/phases", "", nil, &m)
+}
+
+// answerError is the error of an answer with a status of 300 or more: the
+// contract error of its body, or one of the status's code.
+func answerError(method, path string, resp *http.Response, data []byte) error {
+	var eb events.ErrorBody
+	if json.Unmarshal(data, &eb) == nil && eb.Error != nil {
+		return eb.Error
+	}
+	code := events.CodeInternal
+	switch resp.StatusCode {
+	case http.StatusBadGateway, http.StatusServiceUnavailable:
+		code = events.CodeUnavailable
+	case http.StatusGatewayTimeout:
+		code = events.CodeDeadlineExceeded
+	case http.StatusNotFound:
+		code = events.CodeNotFound
+	}
+	return events.Errorf(code, "%s %s: %s", method, path, resp.Status)
 }

@@ -1,0 +1,244 @@
+package torpor_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/torpor/torpor/events"
+	torpor "github.com/torpor/torpor/sdk/go"
+)
+
+// server is the real `torpor serve` every test of the package talks to,
+// started once in TestMain.
+var server struct {
+	http string // host:port
+	nats string // nats://host:port
+}
+
+// waitFor bounds every wait of the tests.
+const waitFor = 20 * time.Second
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "torpor-sdk-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "torpor")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/torpor/torpor/cmd/torpor").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		return 1
+	}
+	cmd := exec.Command(bin, "serve", "--data", filepath.Join(dir, "data"), "--http", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--fsync", "interval")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	done := make(chan struct{})
+	up := make(chan struct{})
+	var tail []string // what it said, shown if it does not come up
+	var mu sync.Mutex
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			mu.Lock()
+			tail = append(tail, line)
+			mu.Unlock()
+			if rest, ok := strings.CutPrefix(line, "torpor is up: HTTP on http://"); ok {
+				server.http, server.nats, _ = strings.Cut(rest, ", NATS on ")
+				close(up)
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		_ = cmd.Wait()
+	}()
+	defer func() {
+		_ = cmd.Process.Kill()
+		<-done
+	}()
+	select {
+	case <-up:
+	case <-done:
+		mu.Lock()
+		fmt.Fprintf(os.Stderr, "torpor serve exited before it was up:\n%s\n", strings.Join(tail, "\n"))
+		mu.Unlock()
+		return 1
+	case <-time.After(60 * time.Second):
+		fmt.Fprintln(os.Stderr, "torpor serve did not come up")
+		return 1
+	}
+	return m.Run()
+}
+
+// client is an HTTP client of the server, straight (no proxy).
+func client() *torpor.Client { return torpor.New(server.http, nil) }
+
+// ctxFor is a context bounded by waitFor, ended at the test's cleanup.
+func ctxFor(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// proxy is a TCP proxy to a target address whose connections a test can
+// cut all at once, as a network that drops them would.
+type proxy struct {
+	ln       net.Listener
+	target   string
+	mu       sync.Mutex
+	conns    []net.Conn
+	accepted int
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target}
+	go p.serve()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.cut()
+	})
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) serve() {
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		out, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = in.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, in, out)
+		p.accepted++
+		p.mu.Unlock()
+		go func() { _, _ = io.Copy(out, in); _ = out.Close(); _ = in.Close() }()
+		go func() { _, _ = io.Copy(in, out); _ = in.Close(); _ = out.Close() }()
+	}
+}
+
+// cut closes every connection proxied so far.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+// connections is how many connections the proxy has accepted.
+func (p *proxy) connections() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
+}
+
+// sim is a create request of the sim driver with its options.
+func sim(opts ...string) torpor.CreateRequest {
+	r := torpor.CreateRequest{Driver: "sim", DriverOptions: map[string]string{}}
+	for i := 0; i+1 < len(opts); i += 2 {
+		r.DriverOptions[opts[i]] = opts[i+1]
+	}
+	return r
+}
+
+// recorder collects what a Watch delivers.
+type recorder struct {
+	mu    sync.Mutex
+	views []events.View
+	ch    chan struct{} // signalled on each delivery
+}
+
+func newRecorder() *recorder { return &recorder{ch: make(chan struct{}, 1)} }
+
+func (r *recorder) fn(v events.View) error {
+	r.mu.Lock()
+	r.views = append(r.views, v)
+	r.mu.Unlock()
+	select {
+	case r.ch <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (r *recorder) snapshot() []events.View {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]events.View(nil), r.views...)
+}
+
+// until waits for a delivery of sandbox id at a seq of at least seq.
+func (r *recorder) until(t *testing.T, ctx context.Context, id string, seq uint64) {
+	t.Helper()
+	for {
+		for _, v := range r.snapshot() {
+			if v.ID == id && v.Seq >= seq {
+				return
+			}
+		}
+		select {
+		case <-r.ch:
+		case <-ctx.Done():
+			t.Fatalf("the watch never delivered %s at seq %d or above", id, seq)
+		}
+	}
+}
+
+// checkOnceInOrder asserts that the deliveries of each sandbox are in
+// strictly rising seq order (so none twice) and that each of want (id →
+// seq, views known to have been stored) was delivered.
+func checkOnceInOrder(t *testing.T, views []events.View, want map[string]uint64) {
+	t.Helper()
+	last := map[string]uint64{}
+	got := map[string]map[uint64]bool{}
+	for _, v := range views {
+		if v.Seq <= last[v.ID] {
+			t.Errorf("sandbox %s: seq %d delivered after seq %d (twice or out of order)", v.ID, v.Seq, last[v.ID])
+		}
+		last[v.ID] = v.Seq
+		if got[v.ID] == nil {
+			got[v.ID] = map[uint64]bool{}
+		}
+		got[v.ID][v.Seq] = true
+	}
+	for id, seq := range want {
+		if !got[id][seq] {
+			t.Errorf("sandbox %s: its view at seq %d was never delivered", id, seq)
+		}
+	}
+}

@@ -501,9 +501,8 @@ func (s sandboxes) Dial(ctx context.Context, id string, port int) (net.Conn, err
 	return s.svc.Dial(ctx, id, port)
 }
 
-// viewAdapter serves the gateway's Views from the KV projection.
-// viewAdapter is the KV view as the gateway reads it; its waits come
-// from the follower f.
+// viewAdapter is the KV view as the gateway reads it; its waits and
+// watches come from the follower f.
 type viewAdapter struct {
 	v *kvview.View
 	f *kvview.Follower
@@ -519,7 +518,7 @@ func (a viewAdapter) Counts(ctx context.Context) (map[events.Phase]int, error) {
 	return a.v.Counts(ctx)
 }
 func (a viewAdapter) Watch(ctx context.Context, after uint64) (<-chan events.View, error) {
-	return a.v.Watch(ctx, after)
+	return a.f.Watch(ctx, after)
 }
 func (a viewAdapter) List(ctx context.Context, q gateway.ListQuery) (events.Page, error) {
 	return a.v.List(ctx, kvview.Query{Phase: q.Phase, Label: q.Label, Limit: q.Limit, Cursor: q.Cursor})

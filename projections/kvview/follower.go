@@ -2,6 +2,7 @@ package kvview
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -12,10 +13,18 @@ import (
 	"github.com/torpor/torpor/events"
 )
 
-// Follower serves the waits of one process from one watch of the bucket:
-// every view change is read once and handed to the waits of its sandbox,
-// so that a wait costs no consumer on the server (View.Wait makes one per
-// call). Make one with View.Follow.
+// Follower serves the waits and watches of one process from one watch of
+// the bucket: every view change is read once and handed, in memory, to the
+// waits of its sandbox and to every watch, so that neither costs a consumer
+// on the server per request (View.Wait and View.Watch make one per call).
+// Make one with View.Follow.
+//
+// What it keeps: the latest value of each key changed since its watch
+// (re)started, up to latestMax keys (a wait on one of them answers without
+// a read of the bucket), and the last ringSize changes in the order it saw
+// them (a watch resumed with the seq of one of them replays the rest from
+// memory). Both are dropped whenever its watch is lost, since the changes
+// in between are not in them.
 type Follower struct {
 	v *View
 
@@ -23,7 +32,18 @@ type Follower struct {
 	waits map[string]map[*waiter]struct{} // by sandbox id
 	// back is closed, and replaced, each time the watch (again) delivers
 	// changes: a wait then reads its view afresh, for what it missed.
-	back chan struct{}
+	back   chan struct{}
+	latest map[string][]byte // key → its value, as the watch delivered it
+	ring   []change          // the last changes seen, oldest first, ringSize at most
+	head   int               // where the next change goes once ring is full
+	subs   map[*sub]struct{}
+	up     chan struct{} // closed once the follower's watch is first up
+}
+
+// change is one value the follower's watch delivered.
+type change struct {
+	key string
+	raw []byte
 }
 
 // waiter is one wait's queue of the views of its sandbox, newest last.
@@ -31,10 +51,28 @@ type waiter struct {
 	ch chan events.View
 }
 
-// waiterQueue is how many changes of its sandbox one wait holds before it
-// reads them; an overflow drops the oldest (the newest is what a wait
-// decides on, and each view holds the whole state of its sandbox).
-const waiterQueue = 16
+// sub is one watch's queue of changes. The follower closes ch when the
+// watch falls subQueue changes behind, or when the follower's own watch was
+// lost: the watch then ends, and its client resumes from its last seq.
+type sub struct {
+	ch     chan change
+	closed bool
+}
+
+const (
+	// waiterQueue is how many changes of its sandbox one wait holds before
+	// it reads them; an overflow drops the oldest (the newest is what a
+	// wait decides on, and each view holds the whole state of its sandbox).
+	waiterQueue = 16
+	// subQueue is how far behind the follower a watch may fall before it is
+	// ended (its client resumes with Last-Event-ID).
+	subQueue = 4096
+	// ringSize is how many recent changes a resumed watch can be served
+	// from without reading the bucket.
+	ringSize = 4096
+	// latestMax bounds the keys whose latest value the follower keeps.
+	latestMax = 1 << 16
+)
 
 // followRetry is the wait before the follower watches the bucket again
 // after its watch ended.
@@ -42,7 +80,8 @@ const followRetry = 250 * time.Millisecond
 
 // Follow starts the follower of v's bucket, which runs until ctx ends.
 func (v *View) Follow(ctx context.Context) *Follower {
-	f := &Follower{v: v, waits: map[string]map[*waiter]struct{}{}, back: make(chan struct{})}
+	f := &Follower{v: v, waits: map[string]map[*waiter]struct{}{}, back: make(chan struct{}),
+		latest: map[string][]byte{}, subs: map[*sub]struct{}{}, up: make(chan struct{})}
 	go f.run(ctx)
 	return f
 }
@@ -57,7 +96,13 @@ func (f *Follower) run(ctx context.Context) {
 			f.mu.Lock()
 			close(f.back) // every wait reads its view again
 			f.back = make(chan struct{})
+			f.forget()
 			f.mu.Unlock()
+			select {
+			case <-f.up:
+			default:
+				close(f.up)
+			}
 			f.follow(ctx, w)
 			stop(w)
 		}
@@ -66,6 +111,29 @@ func (f *Follower) run(ctx context.Context) {
 		case <-time.After(followRetry):
 		}
 	}
+	f.mu.Lock()
+	f.forget()
+	f.mu.Unlock()
+}
+
+// forget drops what the follower keeps and ends every watch: it may have
+// missed changes (its watch was lost), so none of it is known to be whole.
+// The caller holds f.mu.
+func (f *Follower) forget() {
+	clear(f.latest)
+	f.ring, f.head = f.ring[:0], 0
+	for s := range f.subs {
+		f.end(s)
+	}
+}
+
+// end closes s's queue once; the caller holds f.mu.
+func (f *Follower) end(s *sub) {
+	if !s.closed {
+		s.closed = true
+		close(s.ch)
+	}
+	delete(f.subs, s)
 }
 
 // follow hands the changes w delivers to their waits until w or ctx ends.
@@ -81,22 +149,45 @@ func (f *Follower) follow(ctx context.Context, w jetstream.KeyWatcher) {
 			if e == nil || !viewKey(e.Key()) {
 				continue
 			}
-			f.mu.Lock()
-			waiting := len(f.waits[e.Key()])
-			f.mu.Unlock()
-			if waiting == 0 {
-				continue // nobody waits: not even decoded
-			}
-			view, err := decode(e)
-			if err != nil {
-				continue
-			}
-			f.mu.Lock()
-			for w := range f.waits[e.Key()] {
-				w.put(view)
-			}
-			f.mu.Unlock()
+			f.deliver(change{key: e.Key(), raw: e.Value()})
 		}
+	}
+}
+
+// deliver keeps c and hands it to the waits of its key and every watch.
+// Only a key somebody waits on is decoded here; watches decode their own.
+func (f *Follower) deliver(c change) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.latest[c.key]; !ok && len(f.latest) >= latestMax {
+		for k := range f.latest { // make room: drop one at random
+			delete(f.latest, k)
+			break
+		}
+	}
+	f.latest[c.key] = c.raw
+	if len(f.ring) < ringSize {
+		f.ring = append(f.ring, c)
+	} else {
+		f.ring[f.head] = c
+		f.head = (f.head + 1) % ringSize
+	}
+	for s := range f.subs {
+		select {
+		case s.ch <- c:
+		default: // too far behind: ended, its client resumes
+			f.end(s)
+		}
+	}
+	if len(f.waits[c.key]) == 0 {
+		return // nobody waits: not even decoded
+	}
+	var view events.View
+	if json.Unmarshal(c.raw, &view) != nil {
+		return
+	}
+	for w := range f.waits[c.key] {
+		w.put(view)
 	}
 }
 
@@ -131,6 +222,9 @@ func (f *Follower) Wait(ctx context.Context, id string, phase events.Phase, afte
 	}
 	f.waits[id][w] = struct{}{}
 	back := f.back
+	// Registered and read under one lock: a change the follower saw
+	// before is here, one it sees after comes to w.
+	cached, isCached := f.latest[id]
 	f.mu.Unlock()
 	defer func() {
 		f.mu.Lock()
@@ -144,6 +238,13 @@ func (f *Follower) Wait(ctx context.Context, id string, phase events.Phase, afte
 	// Registered first, then read: a change stored after the read comes
 	// from the watch, one stored before is in the read.
 	read := func() (events.View, bool, error) {
+		if isCached {
+			isCached = false
+			var view events.View
+			if err := json.Unmarshal(cached, &view); err == nil {
+				return view, true, nil
+			}
+		}
 		view, err := f.v.Get(ctx, id)
 		if errors.Is(err, events.ErrNotFound) {
 			return view, false, nil
@@ -194,4 +295,126 @@ func (f *Follower) Wait(ctx context.Context, id string, phase events.Phase, afte
 			}
 		}
 	}
+}
+
+// Watch is View.Watch served by the follower: the views of the sandboxes
+// changed after seq afterSeq (0: every sandbox), then each change as the
+// follower sees it, until ctx ends or the channel is closed. A watch
+// resumed with the seq of a change the follower still holds (the last
+// ringSize) is replayed from memory; any other starts with the current
+// value of every key above afterSeq, read once from the bucket (a watch of
+// its initial values, stopped at their end). A watch that falls subQueue
+// changes behind, or outlives the follower's own watch, is closed: its
+// client resumes with its last seq, and what it missed comes in that
+// start. No view of a sandbox is sent at or below a seq already sent for
+// it in the same watch.
+func (f *Follower) Watch(ctx context.Context, afterSeq uint64) (<-chan events.View, error) {
+	s := &sub{ch: make(chan change, subQueue)}
+	f.mu.Lock()
+	f.subs[s] = struct{}{}
+	backlog, fromRing := f.since(afterSeq)
+	f.mu.Unlock()
+	release := func() {
+		f.mu.Lock()
+		f.end(s)
+		f.mu.Unlock()
+	}
+	var start jetstream.KeyWatcher
+	if !fromRing {
+		var err error
+		if start, err = f.v.kv.WatchAll(ctx, jetstream.IgnoreDeletes()); err != nil {
+			release()
+			return nil, fmt.Errorf("watch %s: %w", f.v.cfg.Bucket, err)
+		}
+	}
+	out := make(chan events.View, 64)
+	go func() {
+		defer close(out)
+		defer release()
+		sent := map[string]uint64{}
+		send := func(key string, raw []byte, floor uint64) bool {
+			var view events.View
+			if json.Unmarshal(raw, &view) != nil || view.Seq <= max(floor, sent[key]) {
+				return true // a value this build cannot read is no change to show
+			}
+			sent[key] = view.Seq
+			select {
+			case out <- view:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		if start != nil {
+			ok := f.initial(ctx, start, func(key string, raw []byte) bool { return send(key, raw, afterSeq) })
+			stop(start)
+			if !ok {
+				return
+			}
+		}
+		for _, c := range backlog {
+			if !send(c.key, c.raw, 0) {
+				return
+			}
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case c, ok := <-s.ch:
+				if !ok {
+					return
+				}
+				if !send(c.key, c.raw, 0) {
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}
+
+// initial hands each current value w delivers to send, up to the end of
+// the current values; false when ctx or w ended first, or send refused.
+func (f *Follower) initial(ctx context.Context, w jetstream.KeyWatcher, send func(key string, raw []byte) bool) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case e, ok := <-w.Updates():
+			if !ok {
+				return false
+			}
+			if e == nil {
+				return true // the end of the current values
+			}
+			if viewKey(e.Key()) && !send(e.Key(), e.Value()) {
+				return false
+			}
+		}
+	}
+}
+
+// since returns the changes the follower holds after the one at seq
+// afterSeq, and whether it holds that one (else the watch must start from
+// the bucket). The caller holds f.mu.
+func (f *Follower) since(afterSeq uint64) ([]change, bool) {
+	if afterSeq == 0 {
+		return nil, false
+	}
+	n := len(f.ring)
+	at := func(i int) change { return f.ring[(f.head+i)%n] } // i-th oldest
+	for i := n - 1; i >= 0; i-- {
+		var v struct {
+			Seq uint64 `json:"seq"`
+		}
+		if json.Unmarshal(at(i).raw, &v) == nil && v.Seq == afterSeq {
+			out := make([]change, 0, n-1-i)
+			for j := i + 1; j < n; j++ {
+				out = append(out, at(j))
+			}
+			return out, true
+		}
+	}
+	return nil, false
 }

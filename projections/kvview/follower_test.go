@@ -147,3 +147,130 @@ func TestFollowerOneConsumer(t *testing.T) {
 		t.Errorf("a wait: %v", err)
 	}
 }
+
+// next is the next view ch delivers; it fails the test after 10 s.
+func next(t *testing.T, ch <-chan events.View) events.View {
+	t.Helper()
+	select {
+	case v, ok := <-ch:
+		if !ok {
+			t.Fatal("the watch ended")
+		}
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch delivered nothing")
+	}
+	return events.View{}
+}
+
+// TestFollowerWatch: the follower's watches start with the current views
+// (read once from the bucket, by a consumer stopped at their end), then get
+// every change from the follower's own watch; one resumed with the seq of a
+// change the follower holds is replayed from memory, holding no consumer;
+// one resumed from a seq it does not hold starts from the bucket, above
+// that seq; one that falls too far behind is ended.
+func TestFollowerWatch(t *testing.T) {
+	srv := natstest.Start(t)
+	v := newView(t, srv.JS)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	a, b := newID(t), newID(t)
+	applyBatch(t, v, env(t, a, 1, events.PhaseProvisioning, created(a, nil)))
+	applyBatch(t, v, env(t, b, 2, events.PhaseProvisioning, created(b, nil)))
+	f := v.Follow(ctx)
+	select {
+	case <-f.up: // a watch from before would be ended as the follower comes up
+	case <-time.After(10 * time.Second):
+		t.Fatal("the follower did not come up")
+	}
+	base := consumers(t, srv.JS, "torpor_phases") // the follower's own
+
+	fresh, err := f.Watch(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]uint64{}
+	for range 2 {
+		w := next(t, fresh)
+		got[w.ID] = w.Seq
+	}
+	if got[a] != 1 || got[b] != 2 {
+		t.Fatalf("a fresh watch's start: %v, want %s at 1 and %s at 2", got, a, b)
+	}
+	applyBatch(t, v, env(t, a, 3, events.PhaseReady, &events.SupervisorAttached{Generation: 1}))
+	applyBatch(t, v, env(t, b, 4, events.PhaseReady, &events.SupervisorAttached{Generation: 1}))
+	if w := next(t, fresh); w.ID != a || w.Seq != 3 {
+		t.Fatalf("first change: %s at %d, want %s at 3", w.ID, w.Seq, a)
+	}
+	if w := next(t, fresh); w.ID != b || w.Seq != 4 {
+		t.Fatalf("second change: %s at %d, want %s at 4", w.ID, w.Seq, b)
+	}
+	if n := consumers(t, srv.JS, "torpor_phases"); n != base {
+		t.Errorf("a watch past its start: %d consumers, want %d (the follower's)", n, base)
+	}
+
+	// Resumed after the change at 3, which the follower holds: b at 4 from
+	// memory, then the changes to come, and no consumer at any point.
+	resumed, err := f.Watch(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := consumers(t, srv.JS, "torpor_phases"); n != base {
+		t.Errorf("a watch resumed from memory: %d consumers, want %d", n, base)
+	}
+	if w := next(t, resumed); w.ID != b || w.Seq != 4 {
+		t.Fatalf("resumed after 3: %s at %d, want %s at 4", w.ID, w.Seq, b)
+	}
+	applyBatch(t, v, env(t, a, 5, events.PhaseStopping, &events.StopRequested{Generation: 1}))
+	if w := next(t, resumed); w.ID != a || w.Seq != 5 {
+		t.Fatalf("resumed, then: %s at %d, want %s at 5", w.ID, w.Seq, a)
+	}
+
+	// Resumed after 1, which the follower never saw: the current views
+	// above 1, from the bucket.
+	old, err := f.Watch(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = map[string]uint64{}
+	for range 2 {
+		w := next(t, old)
+		got[w.ID] = w.Seq
+	}
+	if got[a] != 5 || got[b] != 4 {
+		t.Fatalf("resumed after a seq not held: %v, want %s at 5 and %s at 4", got, a, b)
+	}
+
+	// A watch nobody reads is ended once it is subQueue changes behind.
+	slow, err := f.Watch(ctx, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := uint64(6)
+	for range subQueue/256 + 2 {
+		batch := make([]events.Envelope, 0, 256)
+		for range 256 { // a view per sandbox and batch: one change each
+			id := newID(t)
+			batch = append(batch, env(t, id, seq, events.PhaseProvisioning, created(id, nil)))
+			seq++
+		}
+		applyBatch(t, v, batch...)
+	}
+	read, deadline := 0, time.After(20*time.Second)
+	for ended := false; !ended; {
+		select {
+		case _, ok := <-slow:
+			ended = !ok
+			read++
+		case <-deadline:
+			t.Fatalf("a watch %d changes behind is still open (%d read)", seq-6, read)
+		}
+	}
+	if read > subQueue+128 {
+		t.Errorf("the slow watch delivered %d views before it ended, want about %d at most", read, subQueue)
+	}
+	// The others were read and are still open.
+	if w := next(t, fresh); w.ID != a || w.Seq != 5 {
+		t.Fatalf("the fresh watch after the slow one: %s at %d", w.ID, w.Seq)
+	}
+}

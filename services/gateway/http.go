@@ -419,9 +419,14 @@ func (h *HTTP) wait(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if _, err := h.svc.Sandbox(r.Context(), id); err != nil {
-		writeError(w, err)
-		return
+	// An unknown sandbox is NOT_FOUND at once (the view would wait for
+	// it); one in the service's cache is known without its lock, which a
+	// command on it may hold across its append.
+	if !h.svc.Known(id) {
+		if _, err := h.svc.Sandbox(r.Context(), id); err != nil {
+			writeError(w, err)
+			return
+		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()

@@ -341,6 +341,16 @@ func (s *Service) Sandbox(ctx context.Context, id string) (*Sandbox, error) {
 	return sb, nil
 }
 
+// Known says whether the service holds id's state in its cache: a
+// sandbox it knows exists (its log has events), without the sandbox's lock
+// or a read of the log. False says nothing; Sandbox then tells.
+func (s *Service) Known(id string) bool {
+	s.mu.Lock()
+	_, ok := s.cache[id]
+	s.mu.Unlock()
+	return ok
+}
+
 // Handle runs one command and returns the view right after its events.
 func (s *Service) Handle(ctx context.Context, c Command) (events.View, error) {
 	if c.Verb == VerbCreate {

@@ -83,6 +83,16 @@ func Errorf(c Code, format string, args ...any) *Error {
 func (e *Error) Error() string { return e.Message }
 func (e *Error) Unwrap() error { return e.Err }
 
+// Is reports whether target is the sentinel of e's code: an *Error that
+// carries its code alone (its Message the code itself, no Err), as the Go
+// SDK's ErrNotFound and the others are. So errors.Is(err, torpor.ErrNotFound)
+// asks whether err carries NOT_FOUND, whatever its message; any other target
+// is compared as errors.Is always does.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && e != nil && t != nil && t.Err == nil && t.Message == string(t.Code) && t.Code == e.Code
+}
+
 // ErrorBody is the JSON body of every error reply: {"error":{"code":…,"message":…}}.
 type ErrorBody struct {
 	Error *Error `json:"error"`

@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -236,15 +237,20 @@ func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*R
 	return rep, nil
 }
 
-// profile starts the CPU profile of the pipeline run in mode fsync, if one
-// was asked for, and returns the function that stops it.
+// profile starts the CPU profile of the pipeline run in mode fsync (with
+// ".http": of the closed loop over HTTP after it), if one was asked for,
+// and returns the function that stops it.
 func profile(cfg Config, fsync string) (stop func(), err error) {
 	if cfg.CPUProfile == "" {
 		return func() {}, nil
 	}
 	path := cfg.CPUProfile
-	if cfg.Fsync == "" && fsync == "always" {
+	mode, run, _ := strings.Cut(fsync, ".")
+	if cfg.Fsync == "" && mode == "always" {
 		path += ".always"
+	}
+	if run != "" {
+		path += "." + run // FILE.http: the closed loop over HTTP
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -339,7 +345,13 @@ func RunMode(ctx context.Context, cfg Config, fsync string, start Starter) (Mode
 	// sandboxes (the closed loop leaves every one ready), without the
 	// bench's own watch of the view meanwhile.
 	vw.stop()
-	if mr.HTTP, err = httpLoop(ctx, svc, ids, cfg.Concurrency, cfg.Duration); err != nil {
+	stopProfile, err = profile(cfg, fsync+".http")
+	if err != nil {
+		return mr, err
+	}
+	mr.HTTP, err = httpLoop(ctx, svc, ids, cfg.Concurrency, cfg.Duration)
+	stopProfile()
+	if err != nil {
 		return mr, err
 	}
 	if vw, err = newViewWaiter(ctx, js); err != nil {

@@ -70,6 +70,14 @@ func (r *Report) targets() {
 		r.Targets = append(r.Targets, Target{Name: name, Value: v, Cmp: cmp, Want: want, Met: met})
 	}
 	for _, m := range r.Modes {
+		// Issue 15: HTTP as users drive it (the command, then wait) keeps
+		// up with the bus at the same clients, in the same run.
+		if m.Pipeline.Transport == "bus" {
+			v, ok := m.Ratios["http_vs_closed_loop_transitions"]
+			add(fmt.Sprintf("HTTP closed-loop transitions/s ÷ the bus's (%s)", m.Fsync), v, ">=", 0.8, ok)
+			v, ok = m.Ratios["http_vs_closed_loop_p50"]
+			add(fmt.Sprintf("HTTP closed-loop p50 ÷ the bus's (%s)", m.Fsync), v, "<=", 1.25, ok)
+		}
 		switch m.Fsync {
 		case "interval":
 			v, ok := m.Ratios["pipeline_vs_bus_floor"]

@@ -62,7 +62,7 @@ func benchCmd() *cobra.Command {
 	f.StringVar(&cfg.Transport, "transport", "bus", "command path: bus or http")
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of each timed run")
 	f.Float64Var(&cfg.Rate, "rate", 0, "transitions/s the latency figure run offers (default: half the closed loop's measured rate); the p99 target's run finds its own rate, at 50% of the cores busy")
-	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the closed-loop pipeline run (service and load) to this file; FILE.always for the fsync always run when both run")
+	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the closed-loop pipeline run (service and load) to this file; FILE.always for the fsync always run when both run; FILE.http (FILE.always.http) for the closed loop over HTTP")
 	f.BoolVar(&cfg.SkipGrowth, "skip-growth", false, "leave out the growth, replay and recovery section")
 	f.BoolVar(&cfg.SkipVM, "skip-vm", false, "leave out the vm driver's section (microVMs booted, suspended and resumed through the pipeline; snapshot bytes)")
 	f.BoolVar(&cfg.SkipProcess, "skip-process", false, "leave out the process driver's section (freeze and thaw, process sandboxes through the pipeline)")

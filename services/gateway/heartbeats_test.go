@@ -120,3 +120,26 @@ func TestHeartbeats(t *testing.T) {
 		t.Fatalf("refused reports counted %d, want 3", n)
 	}
 }
+
+// TestHeartbeatAfterDetachElsewhere: a gateway that cached a sandbox while
+// its supervisor was attached refuses that supervisor's heartbeat once
+// another gateway recorded the detach: the beat is checked at the log's
+// head, not against the cache (a CI run under load caught TestHeartbeats'
+// last beat taken by the gateway that had not recorded the detach).
+func TestHeartbeatAfterDetachElsewhere(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	a, b := r.service(t), r.service(t)
+	v := readySandbox(t, a)
+	cred := r.creds.Mint(v.ID, 1)
+	beat, _ := json.Marshal(compute.Report{SandboxID: v.ID, Generation: 1, Credential: cred, Kind: compute.ReportHeartbeat})
+	if _, err := b.Report(ctx, v.ID, beat); err != nil { // b caches the sandbox, attached
+		t.Fatalf("heartbeat of the attached generation: %v", err)
+	}
+	if err := a.Record(ctx, events.Envelope{SandboxID: v.ID}, "test", &events.SupervisorDetached{Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Report(ctx, v.ID, beat); events.CodeOf(err) != events.CodeFailedPrecondition {
+		t.Fatalf("heartbeat after another gateway recorded the detach: %v, want FAILED_PRECONDITION", err)
+	}
+}

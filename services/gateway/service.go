@@ -659,11 +659,15 @@ func (s *Service) ViewAt(ctx context.Context, id string, seq uint64, at time.Tim
 
 // attached reports whether the supervisor of generation gen is the one
 // attached to sandbox id now (FAILED_PRECONDITION when it is not), on the
-// state at the subject's head when the cache says otherwise.
+// state at the subject's head (one read of its last sequence per report).
 func (s *Service) attached(ctx context.Context, id string, gen int64) error {
 	defer s.lock(id)()
 	sb, cached, err := s.load(ctx, id)
-	if err == nil && cached && sb.Attached != gen {
+	if err == nil && cached {
+		// Checked at the subject's head, taken or refused: another
+		// gateway may have recorded the detach (or a new generation)
+		// since this one cached the sandbox, and a beat taken from a
+		// stale cache would tell a detached supervisor it is attached.
 		sb, err = s.refresh(ctx, sb)
 	}
 	switch {

@@ -317,7 +317,15 @@ func RunMode(ctx context.Context, cfg Config, fsync string, start Starter) (Mode
 		return mr, err
 	}
 	stopProbe := probeHost()
-	loop, err := cycle(ctx, viewStep(cmd, vw), ids, cfg.Concurrency, cfg.Duration)
+	step := viewStep(cmd, vw)
+	if cfg.Transport == "http" {
+		// Over HTTP the closed loop's clients learn each outcome as users
+		// do, from GET …/wait after the command, not from a watch of the
+		// view of their own (the open loops below still use that watch:
+		// they time an offered rate, not a client).
+		step = waitStep(httpClient(svc.HTTPAddr(), cfg.Concurrency))
+	}
+	loop, err := cycle(ctx, step, ids, cfg.Concurrency, cfg.Duration)
 	host := stopProbe()
 	stopProfile()
 	if err != nil {

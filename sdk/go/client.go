@@ -1,6 +1,3 @@
-// Package torpor is the Go client of torpor's HTTP API (CONTRACT §5): typed
-// calls for the lifecycle commands and the reads, with errors that carry the
-// contract's codes. It shares only the wire types of package events.
 package torpor
 
 import (
@@ -13,6 +10,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/torpor/torpor/events"
 )
@@ -27,7 +26,26 @@ type (
 // rawBody is an answer taken as it is (text), not decoded.
 type rawBody []byte
 
-// Client talks to one torpor server.
+// The verbs of the lifecycle commands (CONTRACT §4), for Lifecycle.
+const (
+	VerbCreate  = "create"
+	VerbStart   = "start"
+	VerbStop    = "stop"
+	VerbSuspend = "suspend"
+	VerbResume  = "resume"
+	VerbDelete  = "delete"
+)
+
+// orKey is key, or a fresh idempotency key (a uuid v7) when key is "".
+func orKey(key string) string {
+	if key != "" {
+		return key
+	}
+	return uuid.Must(uuid.NewV7()).String()
+}
+
+// Client is the client of one torpor server's HTTP API; it is safe for
+// concurrent use.
 type Client struct {
 	base string
 	hc   *http.Client
@@ -45,21 +63,34 @@ func New(base string, hc *http.Client) *Client {
 }
 
 // do sends a request and decodes a JSON answer into out; a contract error
-// body comes back as *events.Error.
+// body comes back as *events.Error. A request that got no answer, or the
+// answer UNAVAILABLE or ABORTED, is sent again a few times with backoff, with
+// the same idempotency key (commands) or as it is (reads).
 func (c *Client) do(ctx context.Context, method, path, key string, body, out any) error {
-	var rd io.Reader
+	var data []byte
 	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			return err
+		var err error
+		if data, err = json.Marshal(body); err != nil {
+			return events.Errorf(events.CodeInvalidArgument, "%s %s: encode body: %v", method, path, err)
 		}
-		rd = bytes.NewReader(data)
+	}
+	_, err := retry(ctx, func() (struct{}, error) {
+		return struct{}{}, c.once(ctx, method, path, key, data, body != nil, out)
+	})
+	return err
+}
+
+// once sends a request once.
+func (c *Client) once(ctx context.Context, method, path, key string, body []byte, hasBody bool, out any) error {
+	var rd io.Reader
+	if hasBody {
+		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
 		return err
 	}
-	if body != nil {
+	if hasBody {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if key != "" {
@@ -67,12 +98,12 @@ func (c *Client) do(ctx context.Context, method, path, key string, body, out any
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return events.Errorf(events.CodeUnavailable, "%s %s: %v", method, path, err)
+		return transportError(ctx, method+" "+path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return events.Errorf(events.CodeUnavailable, "%s %s: %v", method, path, err)
+		return transportError(ctx, method+" "+path, err)
 	}
 	if resp.StatusCode >= 300 {
 		return answerError(method, path, resp, data)
@@ -90,10 +121,12 @@ func (c *Client) do(ctx context.Context, method, path, key string, body, out any
 	return nil
 }
 
-// Create creates a sandbox; key, if set, makes a retry safe.
+// Create creates a sandbox. key is its idempotency key: a create sent
+// again with the same key creates nothing more and answers the same
+// sandbox; "" makes a fresh one, which the client's own retries reuse.
 func (c *Client) Create(ctx context.Context, r CreateRequest, key string) (events.View, error) {
 	var v events.View
-	return v, c.do(ctx, http.MethodPost, "/v1/sandboxes", key, r, &v)
+	return v, c.do(ctx, http.MethodPost, "/v1/sandboxes", orKey(key), r, &v)
 }
 
 // Get returns the view of a sandbox by id or name.
@@ -127,14 +160,38 @@ func (c *Client) List(ctx context.Context, phase, label string, limit int, curso
 	return p, c.do(ctx, http.MethodGet, "/v1/sandboxes?"+q.Encode(), "", nil, &p)
 }
 
-// Lifecycle sends start, stop, suspend or resume.
+// Lifecycle sends start, stop, suspend or resume (or delete) to sandbox
+// id and answers its view as the command left it; key is the idempotency
+// key ("" makes one). Start, Stop, Suspend, Resume and Delete are the
+// same, one verb each.
 func (c *Client) Lifecycle(ctx context.Context, verb, id string, restartIfRestoreFails bool, key string) (events.View, error) {
+	if verb == VerbDelete {
+		return c.Delete(ctx, id, key)
+	}
 	var body any
 	if restartIfRestoreFails {
 		body = ResumeOptions{RestartIfRestoreFails: true}
 	}
 	var v events.View
-	return v, c.do(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/"+verb, key, body, &v)
+	return v, c.do(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/"+verb, orKey(key), body, &v)
+}
+
+// Start starts a stopped sandbox (cold), or a suspended one, discarding
+// its retained state; on a ready sandbox it does nothing more.
+func (c *Client) Start(ctx context.Context, id string) (events.View, error) {
+	return c.Lifecycle(ctx, VerbStart, id, false, "")
+}
+
+// Stop stops a ready sandbox; on a stopped one it does nothing more.
+func (c *Client) Stop(ctx context.Context, id string) (events.View, error) {
+	return c.Lifecycle(ctx, VerbStop, id, false, "")
+}
+
+// Suspend suspends a ready sandbox, keeping a retained state to resume
+// from; on a suspended one it does nothing more. A driver that cannot
+// suspend answers UNIMPLEMENTED.
+func (c *Client) Suspend(ctx context.Context, id string) (events.View, error) {
+	return c.Lifecycle(ctx, VerbSuspend, id, false, "")
 }
 
 // ResumeOptions are resume's options (CONTRACT §5).
@@ -146,16 +203,17 @@ type ResumeOptions struct {
 	Node string `json:"node,omitempty"`
 }
 
-// Resume resumes a suspended sandbox with options o.
+// Resume resumes a suspended sandbox with options o; key is the
+// idempotency key ("" makes one).
 func (c *Client) Resume(ctx context.Context, id string, o ResumeOptions, key string) (events.View, error) {
 	var v events.View
-	return v, c.do(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/resume", key, o, &v)
+	return v, c.do(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/resume", orKey(key), o, &v)
 }
 
-// Delete deletes a sandbox.
+// Delete deletes a sandbox; key is the idempotency key ("" makes one).
 func (c *Client) Delete(ctx context.Context, id, key string) (events.View, error) {
 	var v events.View
-	return v, c.do(ctx, http.MethodDelete, "/v1/sandboxes/"+url.PathEscape(id), key, nil, &v)
+	return v, c.do(ctx, http.MethodDelete, "/v1/sandboxes/"+url.PathEscape(id), orKey(key), nil, &v)
 }
 
 // History returns the audit history of a sandbox after seq.
@@ -164,17 +222,58 @@ func (c *Client) History(ctx context.Context, id string, after uint64) ([]Event,
 	return out.Items, c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/sandboxes/%s/events?after=%d", url.PathEscape(id), after), "", nil, &out)
 }
 
-// Wait returns when the sandbox reaches phase, or DEADLINE_EXCEEDED after timeout.
+// Wait returns the view of sandbox id once it is in phase. timeout bounds
+// the wait (DEADLINE_EXCEEDED once it passes); 0 waits as long as ctx
+// lasts. A sandbox that reaches a terminal phase other than phase answers
+// FAILED_PRECONDITION: it will never get there.
 func (c *Client) Wait(ctx context.Context, id string, phase events.Phase, timeout time.Duration) (events.View, error) {
 	return c.WaitAfter(ctx, id, phase, 0, timeout)
 }
 
 // WaitAfter is Wait for a view at a sequence above after: pass the sequence
 // a command answered with, so that the view from before it does not count.
+//
+// It loops over the server's long poll (each at most maxPoll, the server's
+// cap), so a wait may last longer than one poll, and polls again after a
+// dropped connection.
 func (c *Client) WaitAfter(ctx context.Context, id string, phase events.Phase, after uint64, timeout time.Duration) (events.View, error) {
-	var v events.View
-	return v, c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/sandboxes/%s/wait?phase=%s&after=%d&timeout=%s", url.PathEscape(id), phase, after, timeout), "", nil, &v)
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	backoff := minBackoff
+	for {
+		poll := maxPoll
+		if dl, ok := ctx.Deadline(); ok {
+			// Let the server answer DEADLINE_EXCEEDED before ctx ends.
+			poll = min(poll, max(time.Until(dl).Truncate(time.Millisecond), time.Millisecond))
+		}
+		var v events.View
+		err := c.once(ctx, http.MethodGet, fmt.Sprintf("/v1/sandboxes/%s/wait?phase=%s&after=%d&timeout=%s",
+			url.PathEscape(id), url.QueryEscape(string(phase)), after, poll), "", nil, false, &v)
+		switch {
+		case err == nil:
+			return v, nil
+		case ctx.Err() != nil:
+			return v, transportError(ctx, "wait for "+id+" to be "+string(phase), ctx.Err())
+		case events.CodeOf(err) == events.CodeDeadlineExceeded && poll < maxPoll:
+			return v, err // the wait's own deadline: the server says where the sandbox is
+		case events.CodeOf(err) == events.CodeDeadlineExceeded:
+			backoff = minBackoff
+			continue // one poll is over, not the wait
+		case !retryable(err):
+			return v, err
+		}
+		if err := sleep(ctx, backoff); err != nil {
+			return v, transportError(ctx, "wait for "+id+" to be "+string(phase), err)
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
 }
+
+// maxPoll is the longest long poll the server takes (its wait's timeout cap).
+const maxPoll = 10 * time.Minute
 
 // Logs returns the last tail lines of a sandbox's workload output.
 func (c *Client) Logs(ctx context.Context, id string, tail int) ([]byte, error) {

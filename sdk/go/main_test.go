@@ -2,6 +2,7 @@ package torpor_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -111,6 +112,8 @@ type proxy struct {
 	mu       sync.Mutex
 	conns    []net.Conn
 	accepted int
+	drop     []byte // an answer holding it is dropped (dropAnswer)
+	dropped  int
 }
 
 func newProxy(t *testing.T, target string) *proxy {
@@ -146,8 +149,52 @@ func (p *proxy) serve() {
 		p.accepted++
 		p.mu.Unlock()
 		go func() { _, _ = io.Copy(out, in); _ = out.Close(); _ = in.Close() }()
-		go func() { _, _ = io.Copy(in, out); _ = in.Close(); _ = out.Close() }()
+		go func() { p.answers(in, out); _ = in.Close(); _ = out.Close() }()
 	}
+}
+
+// answers copies what the target sends to the client, unless an answer
+// with the armed pattern comes: then it cuts every connection instead of
+// passing it on (once).
+func (p *proxy) answers(in, out net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := out.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			drop := p.drop != nil && bytes.Contains(buf[:n], p.drop)
+			if drop {
+				p.drop = nil
+				p.dropped++
+			}
+			p.mu.Unlock()
+			if drop {
+				p.cut()
+				return
+			}
+			if _, werr := in.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// dropAnswer arms the proxy: the next read from the target that holds
+// pattern is not passed on, and every connection is cut then.
+func (p *proxy) dropAnswer(pattern string) {
+	p.mu.Lock()
+	p.drop = []byte(pattern)
+	p.mu.Unlock()
+}
+
+// answersDropped is how many answers the proxy dropped.
+func (p *proxy) answersDropped() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dropped
 }
 
 // cut closes every connection proxied so far.

@@ -97,7 +97,7 @@ func (c *Client) watchOnce(ctx context.Context, w *watcher) error {
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return events.Errorf(events.CodeUnavailable, "GET /v1/watch: %v", err)
+		return transportError(ctx, "GET /v1/watch", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
@@ -160,16 +160,6 @@ func readEvents(r io.Reader, each func(id, data string) error) error {
 			has = true
 		}
 	}
-}
-
-// retryable reports whether err is worth a retry with the same request: the
-// server could not be reached or answered UNAVAILABLE or ABORTED.
-func retryable(err error) bool {
-	switch events.CodeOf(err) {
-	case events.CodeUnavailable, events.CodeAborted:
-		return true
-	}
-	return false
 }
 
 // sleep waits d or until ctx ends.

@@ -309,6 +309,11 @@ func (f *Follower) Wait(ctx context.Context, id string, phase events.Phase, afte
 // start. No view of a sandbox is sent at or below a seq already sent for
 // it in the same watch.
 func (f *Follower) Watch(ctx context.Context, afterSeq uint64) (<-chan events.View, error) {
+	select {
+	case <-f.up: // before, the follower would end it as it comes up
+	case <-ctx.Done():
+		return nil, fmt.Errorf("watch %s: the follower is not up: %w", f.v.cfg.Bucket, ctx.Err())
+	}
 	s := &sub{ch: make(chan change, subQueue)}
 	f.mu.Lock()
 	f.subs[s] = struct{}{}

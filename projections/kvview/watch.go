@@ -62,38 +62,9 @@ func (v *View) Wait(ctx context.Context, id string, phase events.Phase, after ui
 // Watch streams every view change: first the current view of every sandbox,
 // then each change as it is stored, leaving out views whose seq is at or
 // below afterSeq (a resume after the last seq a client saw). The channel is
-// closed when ctx ends.
+// closed when ctx ends. It is a Follower's watch on a follower of its own,
+// which ends with ctx: a process that watches more than once follows the
+// view once (View.Follow) and watches that.
 func (v *View) Watch(ctx context.Context, afterSeq uint64) (<-chan events.View, error) {
-	w, err := v.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("watch %s: %w", v.cfg.Bucket, err)
-	}
-	out := make(chan events.View, 64)
-	go func() {
-		defer close(out)
-		defer stop(w)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil || !viewKey(e.Key()) {
-					continue
-				}
-				view, err := decode(e)
-				if err != nil || view.Seq <= afterSeq {
-					continue // a value this build cannot read is no change to show
-				}
-				select {
-				case out <- view:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}
-	}()
-	return out, nil
+	return v.Follow(ctx).Watch(ctx, afterSeq)
 }

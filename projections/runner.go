@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/metrics"
 )
 
 // Source delivers the log from a position on; events.Store satisfies it.
@@ -89,6 +90,9 @@ type Config struct {
 	BatchSize int
 	// Logger receives apply failures; the zero value logs nothing.
 	Logger zerolog.Logger
+	// Parked counts, besides Runner.Parked, the events parked (metrics);
+	// nil counts nothing.
+	Parked *metrics.Counter
 }
 
 // Validate reports a config that cannot work.
@@ -281,6 +285,7 @@ func (r *Runner) park(ctx context.Context, env events.Envelope, why error) error
 		}
 	}
 	r.parked.Add(1)
+	r.cfg.Parked.Inc()
 	r.cfg.Logger.Error().Err(why).Str("projection", r.p.Name()).Str("sandbox_id", env.SandboxID).
 		Str("event_type", env.Type).Uint64("seq", env.Seq).Msg("event parked: the view cannot apply it; going on with the rest")
 	return nil

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/torpor/torpor/internal/metrics"
 )
 
 // Config tunes a Runner.
@@ -30,6 +32,9 @@ type Config struct {
 	// retries its attach until a service answers). Default: the deadline,
 	// at most 10s.
 	Grace time.Duration
+	// Metrics records the steps, the driver calls and the deadlines that
+	// fire; nil records nothing.
+	Metrics *metrics.Set
 }
 
 // Default values of Config.

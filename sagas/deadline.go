@@ -161,7 +161,7 @@ func (r *Runner) settle(ctx context.Context, o *open) error {
 	}
 	log := r.log.With().Str("sandbox_id", id).Str("saga", "deadline").Str("phase", string(st.view.Phase)).
 		Int64("generation", st.view.Generation).Uint64("seq", o.env.Seq).Logger()
-	s := &step{intent: o.env, created: st.created, spec: compute.SpecOf(id, st.created), log: log}
+	s := &step{saga: "deadline", intent: o.env, created: st.created, spec: compute.SpecOf(id, st.created), log: log}
 	s.driver, s.drvErr = r.drv.Driver(st.created.Driver)
 	var (
 		obs     compute.Observation
@@ -201,9 +201,10 @@ func (r *Runner) settle(ctx context.Context, o *open) error {
 	case err != nil:
 		return err
 	}
+	r.cfg.Metrics.DeadlineFired(string(st.view.Phase))
 	if cleanup != "" && s.driver != nil {
 		t := compute.Target{Spec: s.spec, Generation: st.view.Generation}
-		_ = r.compensate(ctx, s, "clean up: "+cleanup, func(ctx context.Context) error {
+		_ = r.compensate(ctx, s, "clean up: "+cleanup, cleanup, func(ctx context.Context) error {
 			if cleanup == cleanDelete {
 				return s.driver.Delete(ctx, s.spec)
 			}
@@ -228,7 +229,8 @@ func (r *Runner) observe(ctx context.Context, s *step) compute.Observation {
 	}
 	octx, cancel := context.WithTimeout(ctx, min(r.cfg.Deadline, 10*time.Second))
 	defer cancel()
-	o, err := ob.Observe(octx, s.spec)
+	var o compute.Observation
+	err := r.timed(s, "observe", func() (err error) { o, err = ob.Observe(octx, s.spec); return err })
 	if err != nil {
 		s.log.Warn().Err(err).Msg("observe")
 		return compute.Observation{}

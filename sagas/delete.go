@@ -26,7 +26,7 @@ func (r *Runner) delete(ctx context.Context, s *step) error {
 		return fmt.Errorf("load %s: %w", s.spec.SandboxID, err)
 	}
 	held := heldRef(all)
-	err = r.within(ctx, s, unanswered, func(ctx context.Context) error { return s.driver.Delete(ctx, s.spec) })
+	err = r.within(ctx, s, "delete", unanswered, func(ctx context.Context) error { return s.driver.Delete(ctx, s.spec) })
 	switch {
 	case err == nil, errors.Is(err, compute.ErrResourceMissing):
 	case errors.Is(err, errStopping):
@@ -45,7 +45,7 @@ func (r *Runner) delete(ctx context.Context, s *step) error {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		spec := s.spec
 		spec.Node = n
-		if err := s.driver.Delete(dctx, spec); err != nil {
+		if err := r.timed(s, "delete", func() error { return s.driver.Delete(dctx, spec) }); err != nil {
 			s.log.Warn().Err(err).Str("step", "delete").Str("node", n).Msg("a node the sandbox moved away from is not told of its delete")
 		}
 		cancel()

@@ -52,7 +52,7 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 		s.log = s.log.With().Str("from", from.Node).Str("to", in.Node).Logger()
 	}
 	var res compute.ResumeResult
-	err := r.within(ctx, s, unanswered, func(ctx context.Context) (err error) {
+	err := r.within(ctx, s, "resume", unanswered, func(ctx context.Context) (err error) {
 		if s.suspender == nil {
 			return fmt.Errorf("driver %s: %w", s.created.Driver, compute.ErrUnimplemented)
 		}
@@ -132,7 +132,7 @@ func (r *Runner) leave(ctx context.Context, s *step, from compute.Spec, ref stri
 	discard := func() error {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		return sus.Discard(dctx, from, ref)
+		return r.timed(s, "discard", func() error { return sus.Discard(dctx, from, ref) })
 	}
 	err := discard()
 	if err == nil {

@@ -36,7 +36,7 @@ func (r *Runner) start(ctx context.Context, s *step, gen int64) error {
 			refs = discardedWith(later)
 		}
 		for _, ref := range refs {
-			err := r.within(ctx, s, unanswered, func(ctx context.Context) error { return s.suspender.Discard(ctx, s.spec, ref) })
+			err := r.within(ctx, s, "discard", unanswered, func(ctx context.Context) error { return s.suspender.Discard(ctx, s.spec, ref) })
 			if err != nil && !errors.Is(err, errDeadline) {
 				s.log.Warn().Err(err).Str("step", "discard").Msg("discard retained state")
 				return err
@@ -44,7 +44,7 @@ func (r *Runner) start(ctx context.Context, s *step, gen int64) error {
 		}
 	}
 	req := compute.Start{Spec: s.spec, Generation: gen, Credential: r.creds.Mint(s.spec.SandboxID, gen)}
-	err := r.within(ctx, s, unanswered, func(ctx context.Context) error { return s.driver.Start(ctx, req) })
+	err := r.within(ctx, s, "start", unanswered, func(ctx context.Context) error { return s.driver.Start(ctx, req) })
 	switch {
 	case err == nil:
 		// The hash stays empty: supervisors are verified by HMAC.

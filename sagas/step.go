@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/metrics"
 	"github.com/torpor/torpor/services/compute"
 )
 
@@ -38,6 +39,8 @@ var (
 
 // step is one intent being driven.
 type step struct {
+	// saga names the saga in the metrics: sagaOf the intent, or deadline.
+	saga    string
 	intent  events.Envelope
 	created *events.Created
 	spec    compute.Spec
@@ -105,6 +108,7 @@ func (r *Runner) step(ctx context.Context, j *job, later []events.Envelope, seen
 		return nil
 	}
 	s := &step{
+		saga:    sagaOf(env.Type),
 		intent:  env,
 		created: created,
 		spec:    compute.SpecOf(env.SandboxID, created),
@@ -172,7 +176,9 @@ var progress = map[string]bool{
 // errStopping when ctx ended, else call's last error. A step whose call
 // ended at the deadline records nothing: the runner's deadline of the phase
 // (deadline.go) asks the driver what is true and settles it.
-func (r *Runner) within(ctx context.Context, s *step, retry func(error) bool, call func(context.Context) error) error {
+// name is the step, and the driver operation call is, in the metrics.
+func (r *Runner) within(ctx context.Context, s *step, name string, retry func(error) bool, call func(context.Context) error) (err error) {
+	defer r.timeStep(s, name, time.Now(), &err)
 	at := s.intent.Time
 	if at.IsZero() {
 		at = time.Now()
@@ -189,7 +195,7 @@ func (r *Runner) within(ctx context.Context, s *step, retry func(error) bool, ca
 	}
 	wait := backoffMin
 	for {
-		err := call(dctx)
+		err := r.timed(s, name, func() error { return call(dctx) })
 		switch {
 		case err == nil:
 			return nil
@@ -220,7 +226,8 @@ func unrefused(err error) bool {
 
 // record appends evs as the outcome of s's intent, retrying with backoff what
 // may succeed later. A refusal comes back wrapping errRefused at once.
-func (r *Runner) record(ctx context.Context, s *step, evs ...events.Event) error {
+func (r *Runner) record(ctx context.Context, s *step, evs ...events.Event) (err error) {
+	defer r.timeStep(s, "record", time.Now(), &err)
 	wait := backoffMin
 	for attempt := 1; ; attempt++ {
 		err := r.rec.Record(ctx, s.intent, actor, evs...)
@@ -258,16 +265,58 @@ func (r *Runner) recordOrDrop(ctx context.Context, s *step, evs ...events.Event)
 	return err
 }
 
-// compensate runs undo with a fresh deadline (the phase's may have passed).
-func (r *Runner) compensate(ctx context.Context, s *step, name string, undo func(context.Context) error) error {
+// compensate runs undo, the driver call op, with a fresh deadline (the
+// phase's may have passed).
+func (r *Runner) compensate(ctx context.Context, s *step, name, op string, undo func(context.Context) error) (err error) {
+	defer r.timeStep(s, name, time.Now(), &err)
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.Deadline)
 	defer cancel()
-	if err := undo(cctx); err != nil {
+	if err := r.timed(s, op, func() error { return undo(cctx) }); err != nil {
 		s.log.Warn().Err(err).Str("step", name).Msg("compensation failed; the intent comes again")
 		return fmt.Errorf("compensate %s: %w", name, err)
 	}
 	s.log.Info().Str("step", name).Msg("compensated")
 	return nil
+}
+
+// timeStep records the step name of s that began at start and ended with
+// *err (metrics).
+func (r *Runner) timeStep(s *step, name string, start time.Time, err *error) {
+	r.cfg.Metrics.SagaStep(s.saga, name, outcome(*err), time.Since(start))
+}
+
+// outcome names how a step ended, in the metrics.
+func outcome(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, errDeadline):
+		return "deadline"
+	case errors.Is(err, errStopping):
+		return "stopping"
+	case errors.Is(err, errRefused):
+		return "refused"
+	case errors.Is(err, compute.ErrRejected):
+		return "rejected"
+	case errors.Is(err, compute.ErrUnimplemented):
+		return "unimplemented"
+	case errors.Is(err, compute.ErrResourceMissing):
+		return "resource_missing"
+	}
+	return "error"
+}
+
+// timed makes one call, op, of s's driver and records how long it took
+// and its code (metrics).
+func (r *Runner) timed(s *step, op string, call func() error) error {
+	start := time.Now()
+	err := call()
+	code := metrics.OK
+	if err != nil {
+		code = string(events.CodeOf(err))
+	}
+	r.cfg.Metrics.DriverCall(s.created.Driver, op, code, time.Since(start))
+	return err
 }
 
 // createdOf returns env decoded if it is a sandbox.created, kept in the

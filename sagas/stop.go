@@ -18,7 +18,7 @@ import (
 func (r *Runner) stop(ctx context.Context, s *step, in *events.StopRequested) error {
 	s.log = s.log.With().Int64("generation", in.Generation).Logger()
 	t := compute.Target{Spec: s.spec, Generation: in.Generation}
-	err := r.within(ctx, s, unrefused, func(ctx context.Context) error { return s.driver.Stop(ctx, t) })
+	err := r.within(ctx, s, "stop", unrefused, func(ctx context.Context) error { return s.driver.Stop(ctx, t) })
 	switch {
 	case err == nil:
 		return r.recordOrDrop(ctx, s, &events.Stopped{Generation: in.Generation})

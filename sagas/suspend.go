@@ -22,7 +22,7 @@ func (r *Runner) suspend(ctx context.Context, s *step, in *events.SuspendRequest
 	s.log = s.log.With().Int64("generation", in.Generation).Logger()
 	t := compute.Target{Spec: s.spec, Generation: in.Generation}
 	var ref string
-	err := r.within(ctx, s, unrefused, func(ctx context.Context) (err error) {
+	err := r.within(ctx, s, "suspend", unrefused, func(ctx context.Context) (err error) {
 		if s.suspender == nil {
 			return fmt.Errorf("driver %s: %w", s.created.Driver, compute.ErrUnimplemented)
 		}
@@ -36,7 +36,7 @@ func (r *Runner) suspend(ctx context.Context, s *step, in *events.SuspendRequest
 			return err
 		}
 		s.log.Info().Err(err).Str("step", "record").Msg("suspended refused; releasing the reference")
-		return r.compensate(ctx, s, "discard", func(ctx context.Context) error { return s.suspender.Discard(ctx, s.spec, ref) })
+		return r.compensate(ctx, s, "discard", "discard", func(ctx context.Context) error { return s.suspender.Discard(ctx, s.spec, ref) })
 	case errors.Is(err, errStopping):
 		return err
 	case errors.Is(err, errDeadline):
@@ -60,7 +60,8 @@ func (r *Runner) retainedBytes(ctx context.Context, s *step, ref string) int64 {
 	}
 	octx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	o, err := ob.Observe(octx, s.spec)
+	var o compute.Observation
+	err := r.timed(s, "observe", func() (err error) { o, err = ob.Observe(octx, s.spec); return err })
 	if err != nil || o.RestoreRef != ref {
 		return 0
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/torpor/torpor/events/fanout"
 	"github.com/torpor/torpor/events/jsstore"
 	"github.com/torpor/torpor/internal/embedded"
+	"github.com/torpor/torpor/internal/metrics"
 	"github.com/torpor/torpor/projections"
 	"github.com/torpor/torpor/projections/kvview"
 	"github.com/torpor/torpor/sagas"
@@ -191,13 +192,16 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
+	// Every part records into one set of metrics, served on GET /metrics.
+	m := metrics.New()
 	store, err := jsstore.New(ctx, js, jsstore.Config{DuplicateWindow: cfg.DuplicateWindow, OnForeign: func(f jsstore.Foreign) {
+		m.Foreign()
 		log.Warn().Err(f.Err).Str("subject", f.Subject).Uint64("seq", f.Seq).Msg("skipped a message that is not a torpor event")
 	}})
 	if err != nil {
 		return nil, err
 	}
-	view, err := kvview.New(ctx, js, kvview.Config{CheckpointEvery: 100 * time.Millisecond, HoldTransient: viewHold})
+	view, err := kvview.New(ctx, js, kvview.Config{CheckpointEvery: 100 * time.Millisecond, HoldTransient: viewHold, Metrics: m})
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +243,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 			}}
 		}
 	}
-	svc, err := gateway.NewService(store, names, drivers, creds, gateway.Config{Node: cfg.Node, Nodes: cfg.RemoteNodes, HeartbeatLimit: cfg.HeartbeatLimit}, log.With().Str("part", "gateway").Logger())
+	svc, err := gateway.NewService(store, names, drivers, creds, gateway.Config{Node: cfg.Node, Nodes: cfg.RemoteNodes, HeartbeatLimit: cfg.HeartbeatLimit, Metrics: m}, log.With().Str("part", "gateway").Logger())
 	if err != nil {
 		return nil, err
 	}
@@ -251,13 +255,13 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	// The sagas and the view follow the log through one shared reading: the
 	// server delivers each event once, the process decodes it once.
 	followed := sharedStore{Store: store, log: fanout.New(store)}
-	runner, err := sagas.New(followed, pos, svc, drivers, creds, sagas.Config{Node: cfg.Node, Nodes: cfg.RemoteNodes, Deadline: cfg.Deadline}, log.With().Str("part", "sagas").Logger())
+	runner, err := sagas.New(followed, pos, svc, drivers, creds, sagas.Config{Node: cfg.Node, Nodes: cfg.RemoteNodes, Deadline: cfg.Deadline, Metrics: m}, log.With().Str("part", "sagas").Logger())
 	if err != nil {
 		return nil, err
 	}
 	// The view never goes back in seq, so a projection must not skip past an
 	// event it failed to apply: it retries (with backoff) until it lands.
-	proj, err := projections.NewRunner(followed, view, projections.Config{Attempts: 1 << 30, Logger: log.With().Str("part", "kvview").Logger()})
+	proj, err := projections.NewRunner(followed, view, projections.Config{Attempts: 1 << 30, Logger: log.With().Str("part", "kvview").Logger(), Parked: m.Parked("kv")})
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +290,9 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if cfg.ReadFrom == "sql" {
 		reads = sqlViews{kv: kv, sql: a.sql}
 	}
-	h := gateway.NewHTTP(svc, reads, a.Ready, log.With().Str("part", "http").Logger()).WithForwards(fwd).WithLags(a.lags)
+	m.Phases(phaseNames, func(ctx context.Context) (map[string]int, error) { return phaseCounts(ctx, reads) })
+	m.Lags(a.lags)
+	h := gateway.NewHTTP(svc, reads, a.Ready, log.With().Str("part", "http").Logger()).WithForwards(fwd).WithLags(a.lags).WithMetrics(m.Handler())
 	// torpor replay: a rebuild streams its progress, so the server has no
 	// write timeout.
 	replay := replayDeps{Store: store, KV: view, Log: log.With().Str("part", "replay").Logger()}
@@ -347,6 +353,26 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		return a.hsrv.Shutdown(sctx)
 	})
 	return a, nil
+}
+
+// phaseNames are the phases torpor_sandboxes reports, 0 when none is in it.
+var phaseNames = func() []string {
+	out := make([]string, len(events.Phases))
+	for i, p := range events.Phases {
+		out[i] = string(p)
+	}
+	return out
+}()
+
+// phaseCounts is the count of each phase, as GET /v1/phases answers it,
+// for torpor_sandboxes.
+func phaseCounts(ctx context.Context, v gateway.Views) (map[string]int, error) {
+	counts, err := v.Counts(ctx)
+	out := make(map[string]int, len(counts))
+	for p, n := range counts {
+		out[string(p)] = n
+	}
+	return out, err
 }
 
 // HTTPAddr is where the HTTP API listens.

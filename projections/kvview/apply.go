@@ -97,7 +97,7 @@ func (v *View) ApplyBatch(ctx context.Context, envs []events.Envelope) error {
 			groups[i].since = h.since
 		}
 	}
-	held, err := v.applyGroups(ctx, groups, v.cfg.HoldTransient)
+	held, moves, err := v.applyGroups(ctx, groups, v.cfg.HoldTransient)
 	if err != nil {
 		for _, g := range groups {
 			v.forget(g.id)
@@ -112,6 +112,12 @@ func (v *View) ApplyBatch(ctx context.Context, envs []events.Envelope) error {
 	}
 	v.armLocked()
 	v.applied = max(v.applied, top)
+	for _, ms := range moves {
+		for _, m := range ms {
+			v.cfg.Metrics.Transition(string(m.from), string(m.to))
+		}
+	}
+	v.counted = max(v.counted, top)
 	if v.cfg.CheckpointEvery > 0 && time.Since(v.savedAt) < v.cfg.CheckpointEvery {
 		return nil
 	}
@@ -164,7 +170,7 @@ func (v *View) writeHeldLocked(ctx context.Context, all bool) error {
 	if len(due) == 0 {
 		return nil
 	}
-	_, err := v.applyGroups(ctx, due, 0)
+	_, _, err := v.applyGroups(ctx, due, 0) // what it folds was counted when first applied
 	for _, g := range due {
 		if err != nil {
 			v.forget(g.id)
@@ -228,23 +234,38 @@ type write struct {
 	rev  uint64
 }
 
+// move is a change of a sandbox's phase an event made.
+type move struct{ from, to events.Phase }
+
 // applyGroups folds and writes every group, reloading and retrying those
 // whose key another write changed. With hold, a group whose view goes to a
 // transient phase, and was not held for hold already, is not written but
-// returned.
-func (v *View) applyGroups(ctx context.Context, todo []group, hold time.Duration) (held []group, err error) {
+// returned. With Config.Metrics, moves are the phase changes, by sandbox,
+// of the events above v.counted, as the last fold of each group made them.
+func (v *View) applyGroups(ctx context.Context, todo []group, hold time.Duration) (held []group, moves map[string][]move, err error) {
 	now := time.Now()
 	for try := 0; ; try++ {
 		writes := make([]write, 0, len(todo))
 		for _, g := range todo {
 			cur, err := v.base(ctx, g, try == 0)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			next := cur.view // Fold replaces Labels and ExitCode, never edits them
 			changed := false
+			var ms []move
 			for _, env := range g.envs {
+				from := next.Phase
 				changed = next.Fold(env) || changed
+				if next.Phase != from && env.Seq > v.counted && v.cfg.Metrics != nil {
+					ms = append(ms, move{from, next.Phase})
+				}
+			}
+			if v.cfg.Metrics != nil {
+				if moves == nil {
+					moves = map[string][]move{}
+				}
+				moves[g.id] = ms
 			}
 			if !changed {
 				continue
@@ -258,19 +279,19 @@ func (v *View) applyGroups(ctx context.Context, todo []group, hold time.Duration
 			}
 			data, err := json.Marshal(next)
 			if err != nil {
-				return nil, fmt.Errorf("encode view %s: %w", g.id, err)
+				return nil, nil, fmt.Errorf("encode view %s: %w", g.id, err)
 			}
 			writes = append(writes, write{id: g.id, view: next, data: data, rev: cur.rev})
 		}
 		moved, err := v.put(ctx, writes, true)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if len(moved) == 0 {
-			return held, nil
+			return held, moves, nil
 		}
 		if try >= conflictRetries {
-			return nil, fmt.Errorf("%d views changed under the writer %d times: %w", len(moved), try+1, jetstream.ErrKeyRevisionMismatch)
+			return nil, nil, fmt.Errorf("%d views changed under the writer %d times: %w", len(moved), try+1, jetstream.ErrKeyRevisionMismatch)
 		}
 		redo := todo[:0:0]
 		for _, g := range todo {

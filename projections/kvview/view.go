@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/metrics"
 	"github.com/torpor/torpor/projections"
 )
 
@@ -45,6 +46,11 @@ type Config struct {
 	// Readers see a transient phase up to this much later, or not at all
 	// when the outcome came first. Zero writes every view at once.
 	HoldTransient time.Duration
+	// Metrics counts the phase changes the view folds in as it applies
+	// the log (each once per process, however often it is folded again);
+	// nil counts nothing. Only the live view has it: a rebuild's view is
+	// made without.
+	Metrics *metrics.Set
 }
 
 // Validate reports a config that cannot work.
@@ -95,6 +101,9 @@ type View struct {
 	// the checkpoint was last written (CheckpointEvery); wmu held.
 	applied uint64
 	savedAt time.Time
+	// counted is the highest seq whose phase change is counted
+	// (Config.Metrics); wmu held.
+	counted uint64
 	// held are the sandboxes whose events are folded but not written yet
 	// (HoldTransient), and timer writes them when their time is up; wmu
 	// held.

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/metrics"
 	"github.com/torpor/torpor/internal/warm"
 	"github.com/torpor/torpor/services/compute"
 )
@@ -264,8 +265,15 @@ func (s *Service) ReportsRefused() uint64 { return s.reportsRefused.Load() }
 // nothing; it is taken when its generation's supervisor is the attached one.
 func (s *Service) Report(ctx context.Context, id string, data []byte) (r compute.Report, err error) {
 	defer func() {
-		if err != nil {
-			s.reportsRefused.Add(1)
+		if err == nil {
+			return
+		}
+		s.reportsRefused.Add(1)
+		switch {
+		case events.CodeOf(err) == events.CodeUnauthenticated:
+			s.cfg.Metrics.Fenced(metrics.FencedCredential)
+		case errors.Is(err, errFenced):
+			s.cfg.Metrics.Fenced(metrics.FencedGeneration)
 		}
 	}()
 	if r, err = s.verify(id, data); err != nil {

@@ -54,6 +54,13 @@ func (h *HTTP) WithLags(lags func(context.Context) map[string]uint64) *HTTP {
 	return h
 }
 
+// WithMetrics serves GET /metrics from m (the Prometheus text of
+// internal/metrics' Set).
+func (h *HTTP) WithMetrics(m http.Handler) *HTTP {
+	h.mux.Handle("GET /metrics", m)
+	return h
+}
+
 // NewHTTP returns the handler. ready reports whether the service may take
 // traffic (for /readyz).
 func NewHTTP(svc *Service, views Views, ready func(context.Context) error, log zerolog.Logger) *HTTP {

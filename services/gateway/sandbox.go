@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -273,7 +274,7 @@ type report interface {
 // result: reports from older generations change nothing.
 func fence(s *Sandbox, e events.Event) error {
 	if r, ok := e.(report); ok && r.SpeaksFor() != s.Generation {
-		return events.Errorf(events.CodeFailedPrecondition, "sandbox %s: %s speaks for generation %d, current is %d", s.ID, e.Type(), r.SpeaksFor(), s.Generation)
+		return fenced(events.Errorf(events.CodeFailedPrecondition, "sandbox %s: %s speaks for generation %d, current is %d", s.ID, e.Type(), r.SpeaksFor(), s.Generation))
 	}
 	if sr, ok := e.(*events.StartRequested); ok && sr.Generation != s.Generation+1 {
 		return events.Errorf(events.CodeFailedPrecondition, "sandbox %s: start_requested mints generation %d, want %d", s.ID, sr.Generation, s.Generation+1)
@@ -282,6 +283,16 @@ func fence(s *Sandbox, e events.Event) error {
 		return events.Errorf(events.CodeFailedPrecondition, "sandbox %s: exit result already recorded", s.ID)
 	}
 	return nil
+}
+
+// errFenced marks the refusal of a report of another generation than the
+// sandbox's current one (fenced), for the metrics.
+var errFenced = errors.New("fenced")
+
+// fenced is e marked errFenced; its code and message stay.
+func fenced(e *events.Error) *events.Error {
+	e.Err = errFenced
+	return e
 }
 
 // reported decides what a report (a saga's outcome, a supervisor's report,

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/metrics"
 	"github.com/torpor/torpor/services/compute"
 )
 
@@ -90,6 +91,9 @@ type Config struct {
 	// silent before it is recorded detached (default 15s: three of
 	// torpor supervise's beats).
 	HeartbeatLimit time.Duration
+	// Metrics records the commands, appends and fenced reports; nil
+	// records nothing.
+	Metrics *metrics.Set
 }
 
 // Defaults fills zero fields.
@@ -353,6 +357,17 @@ func (s *Service) Known(id string) bool {
 
 // Handle runs one command and returns the view right after its events.
 func (s *Service) Handle(ctx context.Context, c Command) (events.View, error) {
+	start := time.Now()
+	v, err := s.handle(ctx, c)
+	code := metrics.OK
+	if err != nil {
+		code = string(events.CodeOf(err))
+	}
+	s.cfg.Metrics.Command(c.Verb, code, time.Since(start))
+	return v, err
+}
+
+func (s *Service) handle(ctx context.Context, c Command) (events.View, error) {
 	if c.Verb == VerbCreate {
 		return s.create(ctx, c)
 	}
@@ -503,6 +518,7 @@ func (s *Service) appendFrom(ctx context.Context, sb *Sandbox, verify bool, meta
 		if !errors.Is(err, events.ErrConflict) {
 			return nil, fmt.Errorf("append %s: %w", id, err)
 		}
+		s.cfg.Metrics.AppendConflict()
 		if attempt+1 >= s.cfg.Retries {
 			s.forget(id)
 			return nil, events.Errorf(events.CodeAborted, "sandbox %s changed concurrently %d times; retry", id, attempt+1)
@@ -510,6 +526,7 @@ func (s *Service) appendFrom(ctx context.Context, sb *Sandbox, verify bool, meta
 		if sb, err = s.refresh(ctx, sb); err != nil {
 			return nil, err
 		}
+		s.cfg.Metrics.AppendRetry()
 	}
 }
 
@@ -676,7 +693,7 @@ func (s *Service) attached(ctx context.Context, id string, gen int64) error {
 	case !sb.Exists():
 		return events.Errorf(events.CodeNotFound, "sandbox %s not found", id)
 	case sb.Attached != gen || sb.Generation != gen:
-		return events.Errorf(events.CodeFailedPrecondition, "sandbox %s: generation %d is not the attached one", id, gen)
+		return fenced(events.Errorf(events.CodeFailedPrecondition, "sandbox %s: generation %d is not the attached one", id, gen))
 	}
 	return nil
 }

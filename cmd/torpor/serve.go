@@ -266,6 +266,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		return nil, err
 	}
 	if a.sql != nil {
+		a.sql.parked = m.Parked("sql")
 		if err := a.sql.attach(followed); err != nil {
 			return nil, err
 		}

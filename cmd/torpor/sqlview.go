@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/metrics"
 	"github.com/torpor/torpor/projections"
 	"github.com/torpor/torpor/projections/sqlview"
 	"github.com/torpor/torpor/services/gateway"
@@ -43,8 +44,9 @@ const (
 // lags, never skips, and catches up from its checkpoint when the database
 // returns. Meanwhile Ready says how far behind it is and why.
 type sqlPart struct {
-	url string
-	log zerolog.Logger
+	url    string
+	log    zerolog.Logger
+	parked *metrics.Counter // torpor_parked_events_total{view="sql"}; set before attach
 
 	mu     sync.Mutex
 	src    sharedStore
@@ -111,7 +113,7 @@ func (p *sqlPart) follow() error {
 		return nil
 	}
 	r, err := projections.NewRunner(p.src, watched{View: p.view, p: p}, projections.Config{
-		Attempts: 1 << 30, MinBackoff: sqlMinBackoff, MaxBackoff: sqlMaxBackoff, Logger: p.log,
+		Attempts: 1 << 30, MinBackoff: sqlMinBackoff, MaxBackoff: sqlMaxBackoff, Logger: p.log, Parked: p.parked,
 	})
 	if err != nil {
 		return err

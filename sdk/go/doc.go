@@ -30,7 +30,8 @@
 // ErrNotFound, ErrInvalidArgument, …), or take code and message with
 // errors.As(err, &e) where e is an *Error. A call that could not reach the
 // server is UNAVAILABLE; one whose ctx deadline passed is
-// DEADLINE_EXCEEDED.
+// DEADLINE_EXCEEDED, one whose ctx was cancelled UNAVAILABLE, and both keep
+// ctx's error reachable (errors.Is(err, context.Canceled)).
 //
 // # Phases are an open set
 //

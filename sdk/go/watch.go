@@ -29,7 +29,7 @@ import (
 // The stream stays open as long as ctx does: the http.Client given to New
 // must have no Timeout for a long watch (use ctx to bound it).
 func (c *Client) Watch(ctx context.Context, after uint64, fn func(events.View) error) error {
-	w := &watcher{last: after, seen: map[string]uint64{}, fn: fn}
+	w := &watcher{after: after, last: after, seen: map[string]uint64{}, fn: fn}
 	backoff := minBackoff
 	for {
 		delivered := w.delivered
@@ -60,6 +60,7 @@ const (
 
 // watcher is the state of one Watch across its connections.
 type watcher struct {
+	after     uint64            // what the caller saw already
 	last      uint64            // the seq of the last event received: Last-Event-ID
 	seen      map[string]uint64 // the seq of the last view delivered, by sandbox
 	fn        func(events.View) error
@@ -73,7 +74,7 @@ var errFn = errors.New("watch: fn returned an error")
 // deliver passes v to fn unless it is no newer than what was delivered of
 // its sandbox.
 func (w *watcher) deliver(v events.View) error {
-	if v.Seq <= w.seen[v.ID] {
+	if v.Seq <= w.after || v.Seq <= w.seen[v.ID] {
 		return nil
 	}
 	if err := w.fn(v); err != nil {

@@ -99,3 +99,26 @@ func mustDo(t *testing.T, ctx context.Context, c *torpor.Client, verb, id string
 	}
 	return v
 }
+
+// Watch from a seq delivers only views above it, on both clients.
+func TestWatchAfter(t *testing.T) {
+	ctx := ctxFor(t)
+	c := client()
+	for name, w := range map[string]torpor.Watcher{"http": c, "bus": newBus(t, connect(t, server.nats))} {
+		a := mustCreate(t, ctx, c, sim())
+		ready := mustWait(t, ctx, c, a.ID, events.PhaseReady)
+		rec := newRecorder()
+		wctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- w.Watch(wctx, ready.Seq, rec.fn) }()
+		mustDo(t, ctx, c, "stop", a.ID)
+		rec.until(t, ctx, a.ID, mustWait(t, ctx, c, a.ID, events.PhaseStopped).Seq)
+		stop()
+		<-done
+		for _, v := range rec.snapshot() {
+			if v.Seq <= ready.Seq {
+				t.Errorf("%s: watch after %d delivered %s at seq %d", name, ready.Seq, v.ID, v.Seq)
+			}
+		}
+	}
+}

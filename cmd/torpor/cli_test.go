@@ -144,7 +144,7 @@ func TestFlagsRefusedWithContractCode(t *testing.T) {
 	} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), tc.args, &out, &errb)
-		if code != 1 || !strings.HasPrefix(errb.String(), "torpor: INVALID_ARGUMENT: ") || !strings.Contains(errb.String(), tc.want) {
+		if code != exitStatus(events.CodeInvalidArgument) || !strings.HasPrefix(errb.String(), "torpor: INVALID_ARGUMENT: ") || !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want INVALID_ARGUMENT naming %q", tc.args, code, errb.String(), tc.want)
 		}
 	}

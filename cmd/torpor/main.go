@@ -29,7 +29,8 @@ func main() {
 }
 
 // run runs one invocation of torpor and returns its exit status: 0 on
-// success, 1 with "torpor: CODE: message" on stderr otherwise.
+// success, else "torpor: CODE: message" on stderr and the status of that
+// code (exitStatuses).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ran := false
 	root := rootCmd()
@@ -48,7 +49,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		e = events.Errorf(events.CodeInvalidArgument, "%v", err)
 	}
 	fmt.Fprintf(stderr, "torpor: %s: %s\n", e.Code, e.Message)
-	return 1
+	return exitStatus(e.Code)
 }
 
 func rootCmd() *cobra.Command {

@@ -1,11 +1,19 @@
 package main
 
+// The client verbs: create, get, list, the lifecycle verbs, history, wait,
+// logs (watch and top have files of their own), over the SDK's HTTP client.
+// Every verb that names a sandbox takes its name or its id and completes
+// names from the server; -o table|wide|json|name says how they print.
+
 import (
-	"encoding/json"
+	"bufio"
+	"context"
+	"errors"
 	"fmt"
-	"os"
+	"net"
+	"net/http"
 	"strings"
-	"text/tabwriter"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,124 +23,208 @@ import (
 	torpor "github.com/torpor/torpor/sdk/go"
 )
 
-// clientFlags are the flags every client verb shares.
+// clientFlags are the flags every client verb shares, and what the client
+// saw of the network (to say why a server cannot be reached).
 type clientFlags struct {
-	server  string
-	output  string
+	server string
+	output string
+
+	mu      sync.Mutex
+	dialErr error // the last failure to connect to the server
+}
+
+// client is an SDK client of the server (--server, else $TORPOR_SERVER,
+// else http://127.0.0.1:8080) whose failures to connect are kept for
+// unreachable.
+func (f *clientFlags) client() *torpor.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := d.DialContext(ctx, network, addr)
+		if err != nil && ctx.Err() == nil {
+			f.mu.Lock()
+			f.dialErr = err
+			f.mu.Unlock()
+		}
+		return conn, err
+	}
+	return torpor.New(f.serverURL(), &http.Client{Transport: tr})
+}
+
+// unreachable turns an UNAVAILABLE error that came of a failure to connect
+// into one that names the server and how to set it.
+func (f *clientFlags) unreachable(err error) error {
+	f.mu.Lock()
+	dialErr := f.dialErr
+	f.mu.Unlock()
+	if err == nil || dialErr == nil || events.CodeOf(err) != events.CodeUnavailable {
+		return err
+	}
+	return events.Errorf(events.CodeUnavailable, "cannot reach the torpor server at %s (set it with --server or TORPOR_SERVER): %v", f.serverURL(), dialErr)
+}
+
+// verb makes cmd a client verb: -o is checked before it runs, and a server
+// it cannot reach is named in the error.
+func (f *clientFlags) verb(cmd *cobra.Command) *cobra.Command {
+	run := cmd.RunE
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkOutput(f.output); err != nil {
+			return err
+		}
+		return f.unreachable(run(cmd, args))
+	}
+	return cmd
+}
+
+// show prints one view in the -o format.
+func (f *clientFlags) show(cmd *cobra.Command, v events.View) error {
+	return printViews(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.output, []events.View{v}, false, "")
+}
+
+// clientHelp is the long help of torpor: what the client verbs share, and
+// the exit statuses.
+const clientHelp = `torpor serve runs the service; the other verbs are its clients (the server is
+--server, else $TORPOR_SERVER, else http://127.0.0.1:8080). A sandbox is named
+by its name or its id. -o table (default), wide, json or name (names only, one
+a line, for xargs). create and the lifecycle verbs wait for their target phase
+(--timeout D, default $TORPOR_LIFECYCLE_TIMEOUT or 5m) unless --no-wait.
+`
+
+func addClientCmds(root *cobra.Command) {
+	f := &clientFlags{}
+	root.Long = root.Short + "\n\n" + clientHelp + "\n" + exitHelp()
+	pf := root.PersistentFlags()
+	pf.StringVar(&f.server, "server", "", "torpor server URL (default $TORPOR_SERVER or http://127.0.0.1:8080)")
+	pf.StringVarP(&f.output, "output", "o", outTable, "output: table, wide, json or name")
+
+	for _, l := range []struct {
+		verb   string
+		target events.Phase
+	}{{"start", events.PhaseReady}, {"stop", events.PhaseStopped}, {"suspend", events.PhaseSuspended}, {"resume", events.PhaseReady}, {"delete", events.PhaseDeleted}} {
+		root.AddCommand(f.verb(f.lifecycleCmd(l.verb, l.target)))
+	}
+	check, replay := checkCmd(f), replayCmd(f)
+	check.ValidArgsFunction, replay.ValidArgsFunction = f.completeSandboxes(), cobra.NoFileCompletions
+	for _, cmd := range []*cobra.Command{f.createCmd(), f.getCmd(), f.listCmd(), f.historyCmd(), f.waitCmd(), f.logsCmd(), f.watchCmd(), f.topCmd(), check, replay} {
+		root.AddCommand(f.verb(cmd))
+	}
+}
+
+// waitFlags are the flags of a verb that waits.
+type waitFlags struct {
 	noWait  bool
 	timeout time.Duration
 	key     string
 }
 
-func (f *clientFlags) client() *torpor.Client {
-	s := f.server
-	if s == "" {
-		s = os.Getenv("TORPOR_SERVER")
-	}
-	if s == "" {
-		s = "http://127.0.0.1:8080"
-	}
-	return torpor.New(s, nil)
+func (w *waitFlags) add(cmd *cobra.Command, what string) {
+	cmd.Flags().BoolVar(&w.noWait, "no-wait", false, "return once the "+what+" is accepted (prints the view as accepted)")
+	cmd.Flags().DurationVar(&w.timeout, "timeout", 0, "how long to wait for the phase (default $TORPOR_LIFECYCLE_TIMEOUT or 5m)")
+	cmd.Flags().StringVar(&w.key, "idempotency-key", "", "makes a retry of this "+what+" safe")
 }
 
-func (f *clientFlags) print(cmd *cobra.Command, v any) error {
-	out := cmd.OutOrStdout()
-	if f.output == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
+// wait waits after the accepted view v for target, showing progress, and
+// prints the view it ends on.
+func (f *clientFlags) wait(cmd *cobra.Command, c *torpor.Client, verb string, v events.View, target events.Phase, timeout time.Duration) error {
+	p := startProgress(cmd.ErrOrStderr(), gerunds[verb]+" "+ref(v))
+	got, err := waitSettled(cmd.Context(), c, verb, v.ID, target, settles[verb], v.Seq, timeout)
+	p.done(got, err)
+	if err != nil {
+		return err
 	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	defer tw.Flush()
-	switch v := v.(type) {
-	case events.View:
-		fmt.Fprintln(tw, "ID\tNAME\tPHASE\tGEN\tOUTCOME\tREASON\tSEQ")
-		row(tw, v)
-	case torpor.Page:
-		fmt.Fprintln(tw, "ID\tNAME\tPHASE\tGEN\tOUTCOME\tREASON\tSEQ")
-		for _, it := range v.Items {
-			row(tw, it)
-		}
-		if v.Next != "" {
-			fmt.Fprintf(tw, "(more: --cursor %s)\n", v.Next)
-		}
-	case []torpor.Event:
-		fmt.Fprintln(tw, "SEQ\tTIME\tTYPE\tPHASE\tACTOR\tCOMMAND\tDATA")
-		for _, e := range v {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Seq, e.Time.Format(time.RFC3339), e.Type, e.Phase, e.Actor, e.CommandID, e.Data)
-		}
-	}
-	return nil
+	return f.show(cmd, got)
 }
 
-func row(tw *tabwriter.Writer, v events.View) {
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%d\n", v.ID, v.Name, v.Phase, v.Generation, v.LastOutcome, v.Reason, v.Seq)
-}
-
-func addClientCmds(root *cobra.Command) {
-	f := &clientFlags{}
-	pf := root.PersistentFlags()
-	pf.StringVar(&f.server, "server", "", "torpor server URL (default $TORPOR_SERVER or http://127.0.0.1:8080)")
-	pf.StringVarP(&f.output, "output", "o", "table", "output: table or json")
-
-	lifecycle := func(verb string, target events.Phase) *cobra.Command {
-		var (
-			restart bool
-			node    string
-		)
-		cmd := &cobra.Command{
-			Use:   verb + " ID|NAME",
-			Short: verb + " a sandbox, waiting until it is " + string(target) + " unless --no-wait",
-			Args:  cobra.ExactArgs(1),
-			RunE: f.onSandbox(func(cmd *cobra.Command, c *torpor.Client, id string) (any, error) {
-				var (
-					v   events.View
-					err error
-				)
-				switch verb {
-				case "delete":
-					v, err = c.Delete(cmd.Context(), id, f.key)
-				case "resume":
-					v, err = c.Resume(cmd.Context(), id, torpor.ResumeOptions{RestartIfRestoreFails: restart, Node: node}, f.key)
-				default:
-					v, err = c.Lifecycle(cmd.Context(), verb, id, restart, f.key)
-				}
-				if err != nil || f.noWait || v.Phase == target {
-					return v, err
-				}
-				return c.WaitAfter(cmd.Context(), v.ID, target, v.Seq, f.timeout)
-			}),
-		}
-		cmd.Flags().BoolVar(&f.noWait, "no-wait", false, "return once the command is accepted")
-		cmd.Flags().DurationVar(&f.timeout, "timeout", 2*time.Minute, "how long to wait for the phase")
-		cmd.Flags().StringVar(&f.key, "idempotency-key", "", "makes a retry of this command safe")
-		if verb == "resume" {
-			cmd.Flags().BoolVar(&restart, "restart-if-restore-fails", false, "cold-start if the retained state is lost")
-			cmd.Flags().StringVar(&node, "node", "", "resume on this node rather than the sandbox's, where its driver can move the retained state")
-		}
-		return cmd
-	}
-	for _, l := range []struct {
-		verb   string
-		target events.Phase
-	}{{"start", events.PhaseReady}, {"stop", events.PhaseStopped}, {"suspend", events.PhaseSuspended}, {"resume", events.PhaseReady}, {"delete", events.PhaseDeleted}} {
-		root.AddCommand(lifecycle(l.verb, l.target))
-	}
-
+func (f *clientFlags) lifecycleCmd(verb string, target events.Phase) *cobra.Command {
 	var (
-		req           torpor.CreateRequest
-		opts, labels  []string
-		env           []string
-		phase, label  string
-		limit         int
-		cursor, at    string
-		after         uint64
-		waitFor       string
-		createNoWait  bool
-		createTimeout time.Duration
-		createIdemKey string
+		w       waitFlags
+		restart bool
+		node    string
+		yes     bool
 	)
-	create := &cobra.Command{
+	cmd := &cobra.Command{
+		Use:               verb + " ID|NAME",
+		Short:             verb + " a sandbox, waiting until it is " + string(target) + " unless --no-wait",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: f.completeSandboxes(completePhases[verb]...),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			timeout, err := timeoutOf(w.timeout)
+			if err != nil {
+				return err
+			}
+			c := f.client()
+			ctx := cmd.Context()
+			cur, err := c.Get(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if verb == "start" && cur.Phase == events.PhaseSuspended {
+				if err := confirmDiscard(cmd, cur, yes); err != nil {
+					return err
+				}
+			}
+			var v events.View
+			switch verb {
+			case "delete":
+				v, err = c.Delete(ctx, cur.ID, w.key)
+			case "resume":
+				v, err = c.Resume(ctx, cur.ID, torpor.ResumeOptions{RestartIfRestoreFails: restart, Node: node}, w.key)
+			default:
+				v, err = c.Lifecycle(ctx, verb, cur.ID, false, w.key)
+			}
+			if err != nil {
+				return err
+			}
+			if w.noWait || v.Phase == target {
+				return f.show(cmd, v)
+			}
+			return f.wait(cmd, c, verb, v, target, timeout)
+		},
+	}
+	w.add(cmd, verb)
+	switch verb {
+	case "resume":
+		cmd.Flags().BoolVar(&restart, "restart-if-restore-fails", false, "cold-start if the retained state is lost")
+		cmd.Flags().StringVar(&node, "node", "", "resume on this node rather than the sandbox's, where its driver can move the retained state")
+	case "start":
+		cmd.Flags().BoolVarP(&yes, "yes", "y", false, "start a suspended sandbox cold without asking (its retained state is discarded)")
+		cmd.Long = "start a stopped sandbox (cold), or a suspended one: that discards its retained state\n" +
+			"(resume keeps it), so start asks [y/N] on a terminal first; without a terminal it refuses\n" +
+			"(FAILED_PRECONDITION) unless --yes, so a script never hangs on the question nor loses the\n" +
+			"state silently. Declining leaves the sandbox suspended and exits with FAILED_PRECONDITION's status."
+	}
+	return cmd
+}
+
+// confirmDiscard asks before a start of the suspended sandbox v discards
+// its retained state: yes proceeds with a warning; on a terminal (stdin)
+// the user answers [y/N]; with no terminal it is refused.
+func confirmDiscard(cmd *cobra.Command, v events.View, yes bool) error {
+	errOut := cmd.ErrOrStderr()
+	if yes {
+		fmt.Fprintf(errOut, "warning: %s is suspended: start discards its retained state and starts it cold\n", ref(v))
+		return nil
+	}
+	in := cmd.InOrStdin()
+	if !terminal(in) {
+		return events.Errorf(events.CodeFailedPrecondition, "start %s: it is suspended, and start discards its retained state (resume keeps it); with no terminal to confirm on, pass --yes to start it cold", ref(v))
+	}
+	fmt.Fprintf(errOut, "%s is suspended: start discards its retained state and starts it cold (resume keeps it).\nStart %s cold? [y/N] ", ref(v), ref(v))
+	line, _ := bufio.NewReader(in).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return nil
+	}
+	return events.Errorf(events.CodeFailedPrecondition, "start %s: not confirmed; it stays suspended, its retained state kept", ref(v))
+}
+
+func (f *clientFlags) createCmd() *cobra.Command {
+	var (
+		w                 waitFlags
+		req               torpor.CreateRequest
+		opts, labels, env []string
+	)
+	cmd := &cobra.Command{
 		Use:   "create [NAME] [--env K=V…] [-- CMD ARG…]",
 		Short: "create a sandbox, waiting until it is ready unless --no-wait; what follows -- is the workload's command (the process driver runs it)",
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -141,14 +233,18 @@ func addClientCmds(root *cobra.Command) {
 			}
 			return nil
 		},
+		ValidArgsFunction: cobra.NoFileCompletions,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			timeout, err := timeoutOf(w.timeout)
+			if err != nil {
+				return err
+			}
 			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
 				args, req.Command = args[:dash], args[dash:]
 			}
 			if len(args) == 1 {
 				req.Name = args[0]
 			}
-			var err error
 			if req.DriverOptions, err = pairs(opts); err != nil {
 				return err
 			}
@@ -159,31 +255,33 @@ func addClientCmds(root *cobra.Command) {
 				return err
 			}
 			c := f.client()
-			v, err := c.Create(cmd.Context(), req, createIdemKey)
+			v, err := c.Create(cmd.Context(), req, w.key)
 			if err != nil {
 				return err
 			}
-			if !createNoWait {
-				if v, err = c.Wait(cmd.Context(), v.ID, events.PhaseReady, createTimeout); err != nil {
-					return err
-				}
+			if w.noWait || v.Phase == events.PhaseReady {
+				return f.show(cmd, v)
 			}
-			return f.print(cmd, v)
+			return f.wait(cmd, c, "create", v, events.PhaseReady, timeout)
 		},
 	}
-	create.Flags().StringVar(&req.Driver, "driver", "", "compute driver (default sim)")
-	create.Flags().StringVar(&req.Node, "node", "", "the node to run on (default the service's own; another one the service drives: serve --remote-nodes)")
-	create.Flags().StringSliceVar(&opts, "opt", nil, "driver option k=v (repeatable)")
-	create.Flags().StringSliceVar(&labels, "label", nil, "label k=v (repeatable)")
-	create.Flags().StringArrayVar(&env, "env", nil, "the workload's environment variable K=V (repeatable; a value may hold commas)")
-	create.Flags().BoolVar(&createNoWait, "no-wait", false, "return once the create is accepted")
-	create.Flags().DurationVar(&createTimeout, "timeout", 2*time.Minute, "how long to wait for ready")
-	create.Flags().StringVar(&createIdemKey, "idempotency-key", "", "makes a retry of this create safe")
+	fl := cmd.Flags()
+	fl.StringVar(&req.Driver, "driver", "", "compute driver (default sim)")
+	fl.StringVar(&req.Node, "node", "", "the node to run on (default the service's own; another one the service drives: serve --remote-nodes)")
+	fl.StringSliceVar(&opts, "opt", nil, "driver option k=v (repeatable)")
+	fl.StringSliceVar(&labels, "label", nil, "label k=v (repeatable)")
+	fl.StringArrayVar(&env, "env", nil, "the workload's environment variable K=V (repeatable; a value may hold commas)")
+	w.add(cmd, "create")
+	return cmd
+}
 
-	get := &cobra.Command{
-		Use:   "get ID|NAME",
-		Short: "show a sandbox's view (--at SEQ|TIME: what it was then)",
-		Args:  cobra.ExactArgs(1),
+func (f *clientFlags) getCmd() *cobra.Command {
+	var at string
+	cmd := &cobra.Command{
+		Use:               "get ID|NAME",
+		Short:             "show a sandbox's view (--at SEQ|TIME: what it was then)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: f.completeSandboxes(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c := f.client()
 			var (
@@ -198,54 +296,125 @@ func addClientCmds(root *cobra.Command) {
 			if err != nil {
 				return err
 			}
-			return f.print(cmd, v)
+			return f.show(cmd, v)
 		},
 	}
-	get.Flags().StringVar(&at, "at", "", "a sequence number or RFC 3339 time")
+	cmd.Flags().StringVar(&at, "at", "", "a sequence number or RFC 3339 time")
+	return cmd
+}
 
-	list := &cobra.Command{
+func (f *clientFlags) listCmd() *cobra.Command {
+	var (
+		phase, cursor string
+		labels        []string
+		limit         int
+	)
+	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "list sandboxes in creation order",
-		Args:  cobra.NoArgs,
+		Short: "list sandboxes in creation order (every page, unless --limit or --cursor asks for one)",
+		Long: "list sandboxes in creation order. -l k=v (repeatable) keeps those with every label given:\n" +
+			"the server filters on one of them, the others are filtered here, so a page of --limit N\n" +
+			"can come back with fewer than N. Without --limit or --cursor every page is read.",
+		Args:              cobra.NoArgs,
+		ValidArgsFunction: cobra.NoFileCompletions,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := f.client().List(cmd.Context(), phase, label, limit, cursor)
+			lf, err := parseLabels(labels)
 			if err != nil {
 				return err
 			}
-			return f.print(cmd, p)
+			c := f.client()
+			one := limit > 0 || cursor != ""
+			var views []events.View
+			for {
+				p, err := c.List(cmd.Context(), phase, lf.server(), limit, cursor)
+				if err != nil {
+					return err
+				}
+				for _, v := range p.Items {
+					if lf.match(v) {
+						views = append(views, v)
+					}
+				}
+				cursor = p.Next
+				if one || cursor == "" {
+					break
+				}
+			}
+			return printViews(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.output, views, true, cursor)
 		},
 	}
-	list.Flags().StringVar(&phase, "phase", "", "only this phase")
-	list.Flags().StringVar(&label, "label", "", "only sandboxes with label k=v")
-	list.Flags().IntVar(&limit, "limit", 0, "page size")
-	list.Flags().StringVar(&cursor, "cursor", "", "the next page's cursor")
+	cmd.Flags().StringVar(&phase, "phase", "", "only this phase")
+	cmd.Flags().StringArrayVarP(&labels, "label", "l", nil, "only sandboxes with label k=v (repeatable: all of them)")
+	cmd.Flags().IntVar(&limit, "limit", 0, "one page of this size")
+	cmd.Flags().StringVar(&cursor, "cursor", "", "the page at this cursor")
+	return cmd
+}
 
-	history := &cobra.Command{
-		Use:   "history ID|NAME",
-		Short: "the audit history of a sandbox, from the log",
-		Args:  cobra.ExactArgs(1),
-		RunE: f.onSandbox(func(cmd *cobra.Command, c *torpor.Client, id string) (any, error) {
-			return c.History(cmd.Context(), id, after)
-		}),
+func (f *clientFlags) historyCmd() *cobra.Command {
+	var after uint64
+	cmd := &cobra.Command{
+		Use:               "history ID|NAME",
+		Short:             "the audit history of a sandbox, from the log",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: f.completeSandboxes(),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := f.client()
+			id, err := resolve(cmd, c, args[0])
+			if err != nil {
+				return err
+			}
+			h, err := c.History(cmd.Context(), id, after)
+			if err != nil {
+				return err
+			}
+			return printHistory(cmd.OutOrStdout(), f.output, h)
+		},
 	}
-	history.Flags().Uint64Var(&after, "after", 0, "only events after this sequence")
+	cmd.Flags().Uint64Var(&after, "after", 0, "only events after this sequence")
+	return cmd
+}
 
-	wait := &cobra.Command{
-		Use:   "wait ID|NAME --for PHASE",
-		Short: "wait until a sandbox reaches a phase",
-		Args:  cobra.ExactArgs(1),
-		RunE: f.onSandbox(func(cmd *cobra.Command, c *torpor.Client, id string) (any, error) {
-			return c.Wait(cmd.Context(), id, events.Phase(waitFor), createTimeout)
-		}),
+func (f *clientFlags) waitCmd() *cobra.Command {
+	var (
+		phase   string
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:               "wait ID|NAME --for PHASE",
+		Short:             "wait until a sandbox reaches a phase (FAILED_PRECONDITION once it is in another terminal one)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: f.completeSandboxes(),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := timeoutOf(timeout)
+			if err != nil {
+				return err
+			}
+			if !events.Phase(phase).Known() {
+				return events.Errorf(events.CodeInvalidArgument, "--for %q: want one of %v", phase, events.Phases)
+			}
+			c := f.client()
+			v, err := c.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if v, err = waitSettled(cmd.Context(), c, "wait", v.ID, events.Phase(phase), nil, 0, d); err != nil {
+				return err
+			}
+			return f.show(cmd, v)
+		},
 	}
-	wait.Flags().StringVar(&waitFor, "for", "ready", "the phase to wait for")
-	wait.Flags().DurationVar(&createTimeout, "timeout", 2*time.Minute, "how long to wait")
+	cmd.Flags().StringVar(&phase, "for", "ready", "the phase to wait for")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "how long to wait (default $TORPOR_LIFECYCLE_TIMEOUT or 5m)")
+	return cmd
+}
 
+func (f *clientFlags) logsCmd() *cobra.Command {
 	var tail int
-	logs := &cobra.Command{
-		Use:   "logs ID|NAME",
-		Short: "the last lines of a sandbox's workload output (a process's stdout and stderr, a VM's console)",
-		Args:  cobra.ExactArgs(1),
+	cmd := &cobra.Command{
+		Use:               "logs ID|NAME",
+		Short:             "the last lines of a sandbox's workload output (a process's stdout and stderr, a VM's console)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: f.completeSandboxes(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c := f.client()
 			id, err := resolve(cmd, c, args[0])
@@ -260,26 +429,8 @@ func addClientCmds(root *cobra.Command) {
 			return err
 		},
 	}
-	logs.Flags().IntVar(&tail, "tail", 100, "how many lines")
-
-	root.AddCommand(create, get, list, history, wait, logs, checkCmd(f), replayCmd(f))
-}
-
-// onSandbox is the RunE of a verb on one sandbox, named by id or name: it
-// resolves the id, runs do and prints what do returns.
-func (f *clientFlags) onSandbox(do func(cmd *cobra.Command, c *torpor.Client, id string) (any, error)) func(*cobra.Command, []string) error {
-	return func(cmd *cobra.Command, args []string) error {
-		c := f.client()
-		id, err := resolve(cmd, c, args[0])
-		if err != nil {
-			return err
-		}
-		v, err := do(cmd, c, id)
-		if err != nil {
-			return err
-		}
-		return f.print(cmd, v)
-	}
+	cmd.Flags().IntVar(&tail, "tail", 100, "how many lines")
+	return cmd
 }
 
 // resolve turns a name into an id (the HTTP API takes ids on commands); an
@@ -309,4 +460,10 @@ func pairs(kvs []string) (map[string]string, error) {
 		m[k] = v
 	}
 	return m, nil
+}
+
+// canceled says whether err is the end of ctx (a ^C), which ends a verb
+// that runs until then (watch, top) successfully.
+func canceled(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && (errors.Is(err, context.Canceled) || events.CodeOf(err) == events.CodeUnavailable || err == nil)
 }

@@ -3,6 +3,7 @@ package torpor_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -323,5 +324,35 @@ func TestHTTPWaitDroppedConnection(t *testing.T) {
 	}
 	if n := p.connections(); n < 2 {
 		t.Errorf("the wait made %d connection(s); want a new one after the cut", n)
+	}
+}
+
+// TestHTTPConnectionsReused: a client made with New(base, nil) keeps its
+// connections to the server for the next calls: rounds of 16 calls at once
+// open about 16 connections in all, not about 16 per round (Go's default
+// transport keeps 2 idle per host and closes the rest).
+func TestHTTPConnectionsReused(t *testing.T) {
+	ctx := ctxFor(t)
+	p := newProxy(t, hostPort(server.http))
+	c := torpor.New("http://"+p.addr(), nil)
+	const calls, rounds = 16, 5
+	for range rounds {
+		var wg sync.WaitGroup
+		errs := make(chan error, calls)
+		for range calls {
+			wg.Go(func() {
+				if _, err := c.Phases(ctx); err != nil {
+					errs <- err
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+	if n := p.connections(); n > 2*calls {
+		t.Fatalf("%d rounds of %d calls at once opened %d connections, want at most %d", rounds, calls, n, 2*calls)
 	}
 }

@@ -299,8 +299,8 @@ func TestCLIBinary(t *testing.T) {
 		s = startPTY(t, "--server", srv, "start", "frozen", "-o", "name")
 		s.expect(`\[y/N\] $`)
 		s.send("y\r")
-		if code := s.exit(); code != 0 {
-			t.Fatalf("start answered y: exit %d\n%s", code, s.screen())
+		if code := s.exit(); code != 0 || !strings.Contains(s.screen(), "starting frozen") || !regexp.MustCompile(`frozen ready in \S+`).MatchString(s.screen()) {
+			t.Fatalf("start answered y: exit %d, want 0 and the spinner's lines\n%s", code, s.screen())
 		}
 		v := phase(t, "frozen")
 		if v.Phase != events.PhaseReady || v.Restore.Held || v.Generation != 2 {

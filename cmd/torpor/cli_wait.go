@@ -179,7 +179,7 @@ func startProgress(errOut io.Writer, what string) *progress {
 	p := &progress{out: errOut, start: time.Now()}
 	if terminal(errOut) {
 		p.bar = progressbar.NewOptions(-1, progressbar.OptionSetWriter(errOut), progressbar.OptionSpinnerType(14),
-			progressbar.OptionSetDescription(what), progressbar.OptionSetElapsedTime(true), progressbar.OptionClearOnFinish())
+			progressbar.OptionSetDescription(what), progressbar.OptionSetElapsedTime(true), progressbar.OptionSetRenderBlankState(true), progressbar.OptionClearOnFinish())
 		return p
 	}
 	fmt.Fprintf(errOut, "%s … ", what)

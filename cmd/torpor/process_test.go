@@ -393,7 +393,7 @@ func TestProcessFromTheCLI(t *testing.T) {
 		{"create", "--driver", "process", "--env", "NOVALUE", "--", "true"},
 		{"create", "--driver", "process", "--no-wait"},
 	} {
-		if code, _, errs := cli(t, server, args...); code != 1 || !strings.HasPrefix(errs, "torpor: INVALID_ARGUMENT: ") {
+		if code, _, errs := cli(t, server, args...); code != 2 || !strings.HasPrefix(errs, "torpor: INVALID_ARGUMENT: ") {
 			t.Errorf("%v: exit %d, %q; want INVALID_ARGUMENT", args, code, errs)
 		}
 	}
@@ -404,7 +404,7 @@ func TestProcessFromTheCLI(t *testing.T) {
 	if code, _, errs := cli(t, server, "suspend", "greeter"); code != 0 {
 		t.Fatalf("suspend: %d %s", code, errs)
 	}
-	if code, _, errs := cli(t, server, "resume", "greeter", "--node", "elsewhere"); code != 1 || !strings.HasPrefix(errs, "torpor: FAILED_PRECONDITION: ") {
+	if code, _, errs := cli(t, server, "resume", "greeter", "--node", "elsewhere"); code != 4 || !strings.HasPrefix(errs, "torpor: FAILED_PRECONDITION: ") {
 		t.Fatalf("resume on another node: exit %d, %q; want FAILED_PRECONDITION", code, errs)
 	}
 	if got, _ := c.Get(context.Background(), v.ID); got.Phase != events.PhaseSuspended || !got.Restore.Held {

@@ -478,7 +478,7 @@ func TestServeSQLViewBadInput(t *testing.T) {
 		{[]string{"--read-from", "pg"}, "--read-from"},
 	} {
 		code, stderr := serveRefused(t, tc.args...)
-		if code != 1 || !strings.HasPrefix(stderr, "torpor: INVALID_ARGUMENT: ") || !strings.Contains(stderr, tc.want) {
+		if code != 2 || !strings.HasPrefix(stderr, "torpor: INVALID_ARGUMENT: ") || !strings.Contains(stderr, tc.want) {
 			t.Errorf("serve %v: exit %d, stderr %q; want INVALID_ARGUMENT naming %q", tc.args, code, stderr, tc.want)
 		}
 	}
@@ -491,7 +491,7 @@ func TestServeSQLViewBadInput(t *testing.T) {
 	v.Close()
 	psql(t, testDatabase(t), "INSERT INTO "+schema+".torpor_schema (version, name) VALUES (999, '0999_from_the_future.sql')")
 	code, stderr := serveRefused(t, "--projection-db", db)
-	if code != 1 || !strings.HasPrefix(stderr, "torpor: FAILED_PRECONDITION: ") || !strings.Contains(stderr, "newer") {
+	if code != 4 || !strings.HasPrefix(stderr, "torpor: FAILED_PRECONDITION: ") || !strings.Contains(stderr, "newer") {
 		t.Errorf("serve on a newer schema: exit %d, stderr %q; want FAILED_PRECONDITION saying the schema is newer", code, stderr)
 	}
 }

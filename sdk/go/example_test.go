@@ -8,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/torpor/torpor/events"
 	torpor "github.com/torpor/torpor/sdk/go"
 )
 
@@ -26,7 +25,7 @@ func Example() {
 		return
 	}
 	fmt.Println("created:", v.Phase)
-	if v, err = c.Wait(ctx, v.ID, events.PhaseReady, 0); err != nil {
+	if v, err = c.Wait(ctx, v.ID, torpor.PhaseReady, 0); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -37,7 +36,7 @@ func Example() {
 		return
 	}
 	fmt.Println("suspend answered:", v.Phase)
-	if v, err = c.WaitAfter(ctx, v.ID, events.PhaseSuspended, v.Seq, 0); err != nil {
+	if v, err = c.WaitAfter(ctx, v.ID, torpor.PhaseSuspended, v.Seq, 0); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -48,7 +47,7 @@ func Example() {
 		return
 	}
 	fmt.Println("resume answered:", v.Phase)
-	if v, err = c.WaitAfter(ctx, v.ID, events.PhaseReady, v.Seq, 0); err != nil {
+	if v, err = c.WaitAfter(ctx, v.ID, torpor.PhaseReady, v.Seq, 0); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -71,7 +70,7 @@ func Example_errors() {
 
 	v, err := c.Create(ctx, torpor.CreateRequest{Driver: "sim"}, "")
 	if err == nil {
-		v, err = c.Wait(ctx, v.ID, events.PhaseReady, 0)
+		v, err = c.Wait(ctx, v.ID, torpor.PhaseReady, 0)
 	}
 	if err != nil {
 		fmt.Println(err)
@@ -109,14 +108,14 @@ func ExampleNewBus() {
 	}
 	v, err := b.Create(ctx, torpor.CreateRequest{Driver: "sim"}, "")
 	if err == nil {
-		v, err = b.Wait(ctx, v.ID, events.PhaseReady)
+		v, err = b.Wait(ctx, v.ID, torpor.PhaseReady)
 	}
 	if err == nil {
 		fmt.Println(v.Phase)
 		v, err = b.Stop(ctx, v.ID)
 	}
 	if err == nil {
-		v, err = b.WaitAfter(ctx, v.ID, events.PhaseStopped, v.Seq)
+		v, err = b.WaitAfter(ctx, v.ID, torpor.PhaseStopped, v.Seq)
 	}
 	if err != nil {
 		fmt.Println(err)
@@ -140,14 +139,14 @@ func ExampleClient_Watch() {
 		return
 	}
 	errReady := errors.New("ready")
-	err = c.Watch(ctx, 0, func(w events.View) error {
+	err = c.Watch(ctx, 0, func(w torpor.View) error {
 		if w.ID != v.ID {
 			return nil // another sandbox
 		}
 		switch w.Phase {
-		case events.PhaseReady:
+		case torpor.PhaseReady:
 			return errReady
-		case events.PhaseProvisioning:
+		case torpor.PhaseProvisioning:
 		default:
 			// A phase this SDK may not know (a newer server): "other".
 		}

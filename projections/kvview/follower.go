@@ -33,11 +33,18 @@ type Follower struct {
 	// back is closed, and replaced, each time the watch (again) delivers
 	// changes: a wait then reads its view afresh, for what it missed.
 	back   chan struct{}
-	latest map[string][]byte // key → its value, as the watch delivered it
+	latest map[string]latest // key → its value, as the watch delivered it
 	ring   []change          // the last changes seen, oldest first, ringSize at most
 	head   int               // where the next change goes once ring is full
 	subs   map[*sub]struct{}
 	up     chan struct{} // closed once the follower's watch is first up
+}
+
+// latest is the last value of a key the follower saw, and its view once
+// decoded (for a wait: each value is decoded at most once here).
+type latest struct {
+	raw  []byte
+	view *events.View
 }
 
 // change is one value the follower's watch delivered.
@@ -81,7 +88,7 @@ const followRetry = 250 * time.Millisecond
 // Follow starts the follower of v's bucket, which runs until ctx ends.
 func (v *View) Follow(ctx context.Context) *Follower {
 	f := &Follower{v: v, waits: map[string]map[*waiter]struct{}{}, back: make(chan struct{}),
-		latest: map[string][]byte{}, subs: map[*sub]struct{}{}, up: make(chan struct{})}
+		latest: map[string]latest{}, subs: map[*sub]struct{}{}, up: make(chan struct{})}
 	go f.run(ctx)
 	return f
 }
@@ -165,7 +172,7 @@ func (f *Follower) deliver(c change) {
 			break
 		}
 	}
-	f.latest[c.key] = c.raw
+	f.latest[c.key] = latest{raw: c.raw}
 	if len(f.ring) < ringSize {
 		f.ring = append(f.ring, c)
 	} else {
@@ -186,6 +193,7 @@ func (f *Follower) deliver(c change) {
 	if json.Unmarshal(c.raw, &view) != nil {
 		return
 	}
+	f.latest[c.key] = latest{raw: c.raw, view: &view}
 	for w := range f.waits[c.key] {
 		w.put(view)
 	}
@@ -240,8 +248,11 @@ func (f *Follower) Wait(ctx context.Context, id string, phase events.Phase, afte
 	read := func() (events.View, bool, error) {
 		if isCached {
 			isCached = false
+			if cached.view != nil {
+				return *cached.view, true, nil
+			}
 			var view events.View
-			if err := json.Unmarshal(cached, &view); err == nil {
+			if err := json.Unmarshal(cached.raw, &view); err == nil {
 				return view, true, nil
 			}
 		}

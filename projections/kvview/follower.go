@@ -19,12 +19,13 @@ import (
 // on the server per request (View.Wait and View.Watch make one per call).
 // Make one with View.Follow.
 //
-// What it keeps: the latest value of each key changed since its watch
-// (re)started, up to latestMax keys (a wait on one of them answers without
-// a read of the bucket), and the last ringSize changes in the order it saw
-// them (a watch resumed with the seq of one of them replays the rest from
-// memory). Both are dropped whenever its watch is lost, since the changes
-// in between are not in them.
+// What it keeps: the last ringSize changes in the order it saw them (a
+// watch resumed with the seq of one of them replays the rest from memory),
+// and for each key changed among them its latest value (a wait on it
+// answers without a read of the bucket). So what it holds is bounded by
+// ringSize values, whatever the size of the fleet: a sandbox idle for
+// longer is read from the bucket. Both are dropped whenever its watch is
+// lost, since the changes in between are not in them.
 type Follower struct {
 	v *View
 
@@ -38,11 +39,13 @@ type Follower struct {
 	head   int               // where the next change goes once ring is full
 	subs   map[*sub]struct{}
 	up     chan struct{} // closed once the follower's watch is first up
+	n      uint64        // changes delivered
 }
 
 // latest is the last value of a key the follower saw, and its view once
 // decoded (for a wait: each value is decoded at most once here).
 type latest struct {
+	n    uint64 // the change's number (change.n)
 	raw  []byte
 	view *events.View
 }
@@ -51,6 +54,7 @@ type latest struct {
 type change struct {
 	key string
 	raw []byte
+	n   uint64 // its number in the follower's order, from 1
 }
 
 // waiter is one wait's queue of the views of its sandbox, newest last.
@@ -77,8 +81,6 @@ const (
 	// ringSize is how many recent changes a resumed watch can be served
 	// from without reading the bucket.
 	ringSize = 4096
-	// latestMax bounds the keys whose latest value the follower keeps.
-	latestMax = 1 << 16
 )
 
 // followRetry is the wait before the follower watches the bucket again
@@ -166,19 +168,20 @@ func (f *Follower) follow(ctx context.Context, w jetstream.KeyWatcher) {
 func (f *Follower) deliver(c change) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.latest[c.key]; !ok && len(f.latest) >= latestMax {
-		for k := range f.latest { // make room: drop one at random
-			delete(f.latest, k)
-			break
-		}
-	}
-	f.latest[c.key] = latest{raw: c.raw}
+	f.n++
+	c.n = f.n
 	if len(f.ring) < ringSize {
 		f.ring = append(f.ring, c)
 	} else {
+		// The oldest change leaves the ring, and its key's latest value
+		// with it unless the key changed again since.
+		if old := f.ring[f.head]; f.latest[old.key].n == old.n {
+			delete(f.latest, old.key)
+		}
 		f.ring[f.head] = c
 		f.head = (f.head + 1) % ringSize
 	}
+	f.latest[c.key] = latest{n: c.n, raw: c.raw}
 	for s := range f.subs {
 		select {
 		case s.ch <- c:
@@ -193,7 +196,7 @@ func (f *Follower) deliver(c change) {
 	if json.Unmarshal(c.raw, &view) != nil {
 		return
 	}
-	f.latest[c.key] = latest{raw: c.raw, view: &view}
+	f.latest[c.key] = latest{n: c.n, raw: c.raw, view: &view}
 	for w := range f.waits[c.key] {
 		w.put(view)
 	}

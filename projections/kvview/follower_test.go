@@ -269,6 +269,16 @@ func TestFollowerWatch(t *testing.T) {
 	if read > subQueue+128 {
 		t.Errorf("the slow watch delivered %d views before it ended, want about %d at most", read, subQueue)
 	}
+	// What the follower keeps is bounded by its ring, whatever the fleet:
+	// the 4608 sandboxes just created are more than it holds, and a, whose
+	// last change is older than all of theirs, is no longer held.
+	f.mu.Lock()
+	held := len(f.latest)
+	_, aHeld := f.latest[a]
+	f.mu.Unlock()
+	if held > ringSize || aHeld {
+		t.Errorf("the follower holds the latest values of %d keys (a among them: %v), want at most %d, a not", held, aHeld, ringSize)
+	}
 	// The others were read and are still open.
 	if w := next(t, fresh); w.ID != a || w.Seq != 5 {
 		t.Fatalf("the fresh watch after the slow one: %s at %d", w.ID, w.Seq)

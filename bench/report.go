@@ -307,7 +307,8 @@ const benchmarksNotes = `
   HTTP API, as users drive it: the command, then GET /v1/sandboxes/{id}/wait?phase=…&after=SEQ
   with the sequence the command answered, through the Go SDK (one keep-alive connection per
   client), where the pipeline's clients watch the KV view themselves. Printed next to the
-  closed loop with their ratios: of transitions/s, and of p50 (above 1: slower). No target yet.
+  closed loop with their ratios: of transitions/s, and of p50 (above 1: slower); the targets
+  (issue 15): at least 0.8 of the transitions/s, at most 1.25× the p50, in each fsync mode.
 - **latency**: an open loop offering half the measured transitions/s (or --rate), suspends
   and resumes in turn as in the closed loop, each command on an idle sandbox, sent when it
   comes due (a late loop catches up rather than offering less), timed from sending the

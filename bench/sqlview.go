@@ -141,7 +141,7 @@ func RunSQLView(ctx context.Context, cfg Config, start Starter, progress io.Writ
 	// The rebuild torpor replay --view sql runs: the whole log folded in
 	// memory into new tables, caught up, swapped in.
 	t0 = time.Now()
-	st, err := live.Rebuild(ctx, store, sqlview.RebuildOptions{})
+	st, err := live.Rebuild(ctx, store, projections.RebuildOptions{})
 	r.RebuildSeconds = time.Since(t0).Seconds()
 	if err != nil {
 		return nil, fmt.Errorf("rebuild: %w", err)

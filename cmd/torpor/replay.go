@@ -27,6 +27,7 @@ import (
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/jsstore"
+	"github.com/torpor/torpor/projections"
 	"github.com/torpor/torpor/projections/kvview"
 	"github.com/torpor/torpor/projections/sqlview"
 )
@@ -133,7 +134,7 @@ func (h *replayHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	)
 	poke := make(chan struct{}, 1)
 	progress := func(phase string, done, total uint64) {
-		if phase == kvview.PhaseDone {
+		if phase == projections.PhaseDone {
 			return // the last line says it, with where the view is
 		}
 		pmu.Lock()
@@ -215,18 +216,18 @@ func (h *replayHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // rebuild runs the rebuild of view and returns its last line.
 func (h *replayHandler) rebuild(ctx context.Context, view string, seq uint64, at time.Time, progress func(phase string, done, total uint64)) (replayLine, error) {
 	if view == "kv" {
-		st, err := h.d.KV.Rebuild(ctx, h.d.Store, kvview.RebuildOptions{Until: seq, UntilTime: at,
-			Progress: func(p kvview.Progress) { progress(p.Phase, p.Done, p.Total) }})
-		return replayLine{Phase: kvview.PhaseDone, Done: st.LastSeq, Total: st.LastSeq, Seq: st.LastSeq,
+		st, err := h.d.KV.Rebuild(ctx, h.d.Store, projections.RebuildOptions{Until: seq, UntilTime: at,
+			Progress: func(p projections.Progress) { progress(p.Phase, p.Done, p.Total) }})
+		return replayLine{Phase: projections.PhaseDone, Done: st.LastSeq, Total: st.LastSeq, Seq: st.LastSeq,
 			Target: st.Bucket, Events: st.Events}, err
 	}
 	sv, err := h.d.SQL()
 	if err != nil {
 		return replayLine{}, err
 	}
-	st, err := sv.Rebuild(ctx, h.d.Store, sqlview.RebuildOptions{Until: seq, UntilTime: at,
-		Progress: func(p sqlview.Progress) { progress(p.Phase, p.Done, p.Total) }})
-	return replayLine{Phase: sqlview.PhaseDone, Done: st.LastSeq, Total: st.LastSeq, Seq: st.LastSeq,
+	st, err := sv.Rebuild(ctx, h.d.Store, projections.RebuildOptions{Until: seq, UntilTime: at,
+		Progress: func(p projections.Progress) { progress(p.Phase, p.Done, p.Total) }})
+	return replayLine{Phase: projections.PhaseDone, Done: st.LastSeq, Total: st.LastSeq, Seq: st.LastSeq,
 		Target: st.Sandboxes, Events: st.Events}, err
 }
 
@@ -351,7 +352,7 @@ func showReplay(out io.Writer, r io.Reader) error {
 				return events.Errorf(events.CodeInternal, "replay of the %s view failed", l.View)
 			}
 			return l.Error
-		case kvview.PhaseDone:
+		case projections.PhaseDone:
 			if bar != nil {
 				_ = bar.Finish()
 			}

@@ -52,29 +52,11 @@ import (
 // applies nothing: the view lags for as long as step 4 takes (a read of
 // both buckets, the differing writes), and catches up after.
 //
-// A rebuild of the past (RebuildOptions.Until or UntilTime) folds the log
+// A rebuild of the past (RebuildOptions.Until or UntilTime, of package
+// projections, whose log, phases and progress every view shares) folds the log
 // up to that sequence into <bucket>_at_<seq>, for audit beside the live
 // bucket; it is never swapped in, and a second build of the same sequence
 // is ALREADY_EXISTS.
-
-// Log is what a rebuild reads; jsstore.Store satisfies it.
-type Log = projections.Log
-
-// The rebuild's log, phases, progress and options are the projections
-// package's, shared by every view.
-type (
-	Progress       = projections.Progress
-	RebuildOptions = projections.RebuildOptions
-)
-
-// The phases of a rebuild (projections').
-const (
-	PhaseFold    = projections.PhaseFold
-	PhaseWrite   = projections.PhaseWrite
-	PhaseCatchUp = projections.PhaseCatchUp
-	PhaseSwap    = projections.PhaseSwap
-	PhaseDone    = projections.PhaseDone
-)
 
 // SwapStats say what View.Rebuild did.
 type SwapStats struct {
@@ -104,11 +86,11 @@ func (v *View) PastBucket(seq uint64) string {
 // opts.UntilTime, into the bucket of the past, never swapped in. An Until
 // past the log's last sequence, or a time before its first event, is
 // INVALID_ARGUMENT.
-func (v *View) Rebuild(ctx context.Context, src Log, opts RebuildOptions) (SwapStats, error) {
+func (v *View) Rebuild(ctx context.Context, src projections.Log, opts projections.RebuildOptions) (SwapStats, error) {
 	var st SwapStats
 	report := opts.Progress
 	if report == nil {
-		report = func(Progress) {}
+		report = func(projections.Progress) {}
 	}
 	head, err := src.LastSeq(ctx)
 	if err != nil {
@@ -130,7 +112,7 @@ func (v *View) Rebuild(ctx context.Context, src Log, opts RebuildOptions) (SwapS
 
 	start := time.Now()
 	views, n, last, err := foldUntil(ctx, src, opts.Until, opts.UntilTime, func(last uint64) {
-		report(Progress{Phase: PhaseFold, Done: last, Total: total})
+		report(projections.Progress{Phase: projections.PhaseFold, Done: last, Total: total})
 	})
 	if err != nil {
 		return st, fmt.Errorf("rebuild: fold: %w", err)
@@ -158,7 +140,7 @@ func (v *View) Rebuild(ctx context.Context, src Log, opts RebuildOptions) (SwapS
 		bucket = v.PastBucket(last)
 	}
 	start = time.Now()
-	report(Progress{Phase: PhaseWrite, Done: last, Total: total})
+	report(projections.Progress{Phase: projections.PhaseWrite, Done: last, Total: total})
 	nv, err := New(ctx, v.js, Config{Bucket: bucket, Replicas: v.cfg.Replicas})
 	if err != nil {
 		return st, fmt.Errorf("rebuild: %w", err)
@@ -180,7 +162,7 @@ func (v *View) Rebuild(ctx context.Context, src Log, opts RebuildOptions) (SwapS
 	if past {
 		kept = true
 		st.Bucket = bucket
-		report(Progress{Phase: PhaseDone, Done: last, Total: total})
+		report(projections.Progress{Phase: projections.PhaseDone, Done: last, Total: total})
 		return st, nil
 	}
 
@@ -207,7 +189,7 @@ func (v *View) Rebuild(ctx context.Context, src Log, opts RebuildOptions) (SwapS
 	}
 	st.Swap = time.Since(start)
 	st.Bucket = v.cfg.Bucket
-	report(Progress{Phase: PhaseDone, Done: st.LastSeq, Total: st.LastSeq})
+	report(projections.Progress{Phase: projections.PhaseDone, Done: st.LastSeq, Total: st.LastSeq})
 	return st, nil
 }
 
@@ -235,7 +217,7 @@ func (v *View) drop() {
 
 // catchUp applies the events after *last to v (a rebuild's bucket) and
 // returns how many it read.
-func (v *View) catchUp(ctx context.Context, src Log, last *uint64, report func(Progress)) (int, error) {
+func (v *View) catchUp(ctx context.Context, src projections.Log, last *uint64, report func(projections.Progress)) (int, error) {
 	total, err := src.LastSeq(ctx)
 	if err != nil {
 		return 0, err
@@ -247,7 +229,7 @@ func (v *View) catchUp(ctx context.Context, src Log, last *uint64, report func(P
 		}
 		n += len(envs)
 		*last = max(*last, envs[len(envs)-1].Seq)
-		report(Progress{Phase: PhaseCatchUp, Done: *last, Total: max(total, *last)})
+		report(projections.Progress{Phase: projections.PhaseCatchUp, Done: *last, Total: max(total, *last)})
 		return nil
 	})
 	if err != nil {
@@ -264,13 +246,13 @@ func (v *View) catchUp(ctx context.Context, src Log, last *uint64, report func(P
 
 // swap brings the views of nv, a rebuild's bucket, into v's bucket with v's
 // writer paused (step 4 of the protocol), then deletes nv's bucket.
-func (v *View) swap(ctx context.Context, nv *View, src Log, st *SwapStats, report func(Progress)) error {
+func (v *View) swap(ctx context.Context, nv *View, src projections.Log, st *SwapStats, report func(projections.Progress)) error {
 	v.wmu.Lock()
 	paused := time.Now()
 	err := func() error {
 		defer v.wmu.Unlock()
-		report(Progress{Phase: PhaseSwap, Done: st.LastSeq, Total: max(st.LastSeq, v.applied)})
-		n, err := nv.catchUp(ctx, src, &st.LastSeq, func(Progress) {})
+		report(projections.Progress{Phase: projections.PhaseSwap, Done: st.LastSeq, Total: max(st.LastSeq, v.applied)})
+		n, err := nv.catchUp(ctx, src, &st.LastSeq, func(projections.Progress) {})
 		st.Events += n
 		if err != nil {
 			return fmt.Errorf("catch up: %w", err)

@@ -100,7 +100,7 @@ func TestSwapEquivalence(t *testing.T) {
 	}
 
 	var phases []string
-	st, err := live.Rebuild(ctx, store, RebuildOptions{Progress: func(p Progress) {
+	st, err := live.Rebuild(ctx, store, projections.RebuildOptions{Progress: func(p projections.Progress) {
 		if len(phases) == 0 || phases[len(phases)-1] != p.Phase {
 			phases = append(phases, p.Phase)
 		}
@@ -235,7 +235,7 @@ func TestSwapUnderLiveTraffic(t *testing.T) {
 		})
 	}
 
-	st, err := live.Rebuild(ctx, store, RebuildOptions{})
+	st, err := live.Rebuild(ctx, store, projections.RebuildOptions{})
 	if err != nil {
 		stopTraffic()
 		stopPolls()
@@ -349,12 +349,12 @@ func TestRebuildPast(t *testing.T) {
 
 	for _, c := range []struct {
 		name string
-		opts RebuildOptions
+		opts projections.RebuildOptions
 		seq  uint64
 	}{
-		{"a sequence", RebuildOptions{Until: 1234}, 1234},
-		{"a time", RebuildOptions{UntilTime: log[known].Time.Add(500 * time.Microsecond)}, uint64(known + 1)},
-		{"the last sequence", RebuildOptions{Until: uint64(len(log))}, uint64(len(log))},
+		{"a sequence", projections.RebuildOptions{Until: 1234}, 1234},
+		{"a time", projections.RebuildOptions{UntilTime: log[known].Time.Add(500 * time.Microsecond)}, uint64(known + 1)},
+		{"the last sequence", projections.RebuildOptions{Until: uint64(len(log))}, uint64(len(log))},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			st, err := live.Rebuild(ctx, store, c.opts)
@@ -380,11 +380,11 @@ func TestRebuildPast(t *testing.T) {
 			}
 		})
 	}
-	_, err := live.Rebuild(ctx, store, RebuildOptions{Until: uint64(len(log)) + 1})
+	_, err := live.Rebuild(ctx, store, projections.RebuildOptions{Until: uint64(len(log)) + 1})
 	if code := events.AsError(err).Code; code != events.CodeInvalidArgument {
 		t.Errorf("Rebuild past the end: %v (%s), want INVALID_ARGUMENT", err, code)
 	}
-	_, err = live.Rebuild(ctx, store, RebuildOptions{UntilTime: log[0].Time.Add(-time.Second)})
+	_, err = live.Rebuild(ctx, store, projections.RebuildOptions{UntilTime: log[0].Time.Add(-time.Second)})
 	if code := events.AsError(err).Code; code != events.CodeInvalidArgument {
 		t.Errorf("Rebuild before the first event: %v (%s), want INVALID_ARGUMENT", err, code)
 	}

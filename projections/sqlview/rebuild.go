@@ -63,7 +63,8 @@ import (
 // ones held at a seq at or above theirs (S ≥ C); a reader's statement that
 // meets the renaming waits for the commit and then reads the new table.
 //
-// A rebuild into tables of the past (RebuildOptions.Until or UntilTime)
+// A rebuild into tables of the past (RebuildOptions.Until or UntilTime, of
+// package projections, whose log, phases and progress every view shares)
 // folds the log up to that sequence into torpor_sandboxes_at_<seq> and
 // torpor_history_at_<seq>, for audit beside the live tables; they are never
 // swapped in, and a second build of the same sequence is ALREADY_EXISTS.
@@ -72,25 +73,6 @@ import (
 // untouched. Events the rebuild cannot apply are parked under the live
 // view's name, where the live view parked them already (ON CONFLICT DO
 // NOTHING).
-
-// Replayer reads the log; jsstore.Store satisfies it.
-type Replayer = projections.Log
-
-// The rebuild's log, phases, progress and options are the projections
-// package's, shared by every view.
-type (
-	Progress       = projections.Progress
-	RebuildOptions = projections.RebuildOptions
-)
-
-// The phases of a rebuild (projections').
-const (
-	PhaseFold    = projections.PhaseFold
-	PhaseWrite   = projections.PhaseWrite
-	PhaseCatchUp = projections.PhaseCatchUp
-	PhaseSwap    = projections.PhaseSwap
-	PhaseDone    = projections.PhaseDone
-)
 
 // RebuildStats say what a rebuild did.
 type RebuildStats struct {
@@ -120,7 +102,7 @@ type build struct {
 	last               uint64 // the log is folded up to here
 	events             int
 	parked             parked
-	progress           func(Progress)
+	progress           func(projections.Progress)
 }
 
 // Rebuild rebuilds the view from src (see the protocol above): into new
@@ -128,7 +110,7 @@ type build struct {
 // opts.UntilTime, into tables of the past, never swapped in. An Until past
 // the log's last sequence, or a time before its first event, is
 // INVALID_ARGUMENT.
-func (v *View) Rebuild(ctx context.Context, src Replayer, opts RebuildOptions) (st RebuildStats, err error) {
+func (v *View) Rebuild(ctx context.Context, src projections.Log, opts projections.RebuildOptions) (st RebuildStats, err error) {
 	head, err := src.LastSeq(ctx)
 	if err != nil {
 		return st, fmt.Errorf("rebuild: %w", err)
@@ -146,7 +128,7 @@ func (v *View) Rebuild(ctx context.Context, src Replayer, opts RebuildOptions) (
 	b := &build{v: v, sandboxes: "torpor_sandboxes_" + suffix, history: "torpor_history_" + suffix,
 		cp: v.cfg.Name + "." + suffix, views: map[string]events.View{}, progress: opts.Progress}
 	if b.progress == nil {
-		b.progress = func(Progress) {}
+		b.progress = func(projections.Progress) {}
 	}
 	kept := false
 	defer func() {
@@ -180,7 +162,7 @@ func (v *View) Rebuild(ctx context.Context, src Replayer, opts RebuildOptions) (
 	st.Fold = time.Since(start)
 
 	start = time.Now()
-	b.progress(Progress{Phase: PhaseWrite, Done: b.last, Total: total})
+	b.progress(projections.Progress{Phase: projections.PhaseWrite, Done: b.last, Total: total})
 	if st.Rows, err = b.writeRows(ctx); err != nil {
 		return st, fmt.Errorf("rebuild: write: %w", err)
 	}
@@ -200,7 +182,7 @@ func (v *View) Rebuild(ctx context.Context, src Replayer, opts RebuildOptions) (
 		}
 		kept = true
 		st.Events, st.LastSeq, st.Sandboxes, st.History = b.events, b.last, b.sandboxes, b.history
-		b.progress(Progress{Phase: PhaseDone, Done: b.last, Total: total})
+		b.progress(projections.Progress{Phase: projections.PhaseDone, Done: b.last, Total: total})
 		return st, nil
 	}
 
@@ -234,7 +216,7 @@ func (v *View) Rebuild(ctx context.Context, src Replayer, opts RebuildOptions) (
 		v.parked.Store(uint64(n))
 	}
 	st.Events, st.LastSeq, st.Sandboxes, st.History = b.events, b.last, "torpor_sandboxes", "torpor_history"
-	b.progress(Progress{Phase: PhaseDone, Done: b.last, Total: b.last})
+	b.progress(projections.Progress{Phase: projections.PhaseDone, Done: b.last, Total: b.last})
 	return st, nil
 }
 
@@ -285,7 +267,7 @@ func (b *build) drop() {
 // fold reads the log from the start (up to until, or to the first event
 // after untilTime, when set) and folds it into b.views, while one COPY
 // writes the history rows into the new history table.
-func (b *build) fold(ctx context.Context, src Replayer, until uint64, untilTime time.Time, total uint64) error {
+func (b *build) fold(ctx context.Context, src projections.Log, until uint64, untilTime time.Time, total uint64) error {
 	g, gctx := errgroup.WithContext(ctx)
 	chunks := make(chan []events.Envelope, 8)
 	hist := make(chan history, 8)
@@ -312,7 +294,7 @@ func (b *build) fold(ctx context.Context, src Replayer, until uint64, untilTime 
 			case <-gctx.Done():
 				return gctx.Err()
 			}
-			b.progress(Progress{Phase: PhaseFold, Done: b.last, Total: total})
+			b.progress(projections.Progress{Phase: projections.PhaseFold, Done: b.last, Total: total})
 		}
 		return nil
 	})
@@ -400,7 +382,7 @@ func (b *build) writeRows(ctx context.Context) (int, error) {
 
 // catchUp folds the events after b.last into the new tables, a transaction
 // per chunk of the log, and returns how many it read.
-func (b *build) catchUp(ctx context.Context, src Replayer) (int, error) {
+func (b *build) catchUp(ctx context.Context, src projections.Log) (int, error) {
 	total, err := src.LastSeq(ctx)
 	if err != nil {
 		return 0, err
@@ -430,7 +412,7 @@ func (b *build) catchUp(ctx context.Context, src Replayer) (int, error) {
 		n += len(envs)
 		b.events += len(envs)
 		b.last = max(b.last, p.top)
-		b.progress(Progress{Phase: PhaseCatchUp, Done: b.last, Total: max(total, b.last)})
+		b.progress(projections.Progress{Phase: projections.PhaseCatchUp, Done: b.last, Total: max(total, b.last)})
 		return nil
 	})
 	if err != nil {
@@ -506,7 +488,7 @@ func indexShape(def string) string {
 }
 
 // swap puts the new tables in place of the live ones in one transaction.
-func (b *build) swap(ctx context.Context, src Replayer) error {
+func (b *build) swap(ctx context.Context, src projections.Log) error {
 	renames, err := b.indexRenames(ctx)
 	if err != nil {
 		return err
@@ -527,7 +509,7 @@ func (b *build) swap(ctx context.Context, src Replayer) error {
 		if err != nil {
 			return fmt.Errorf("lock the live checkpoint: %w", err)
 		}
-		b.progress(Progress{Phase: PhaseSwap, Done: b.last, Total: max(b.last, uint64(live))})
+		b.progress(projections.Progress{Phase: projections.PhaseSwap, Done: b.last, Total: max(b.last, uint64(live))})
 		if uint64(live) > b.last {
 			if _, err := b.catchUp(ctx, src); err != nil {
 				return fmt.Errorf("catch up to the live checkpoint %d: %w", live, err)

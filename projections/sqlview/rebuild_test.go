@@ -155,7 +155,7 @@ func TestRebuildEquivalence(t *testing.T) {
 	}
 
 	var phases []string
-	st, err := v.Rebuild(context.Background(), store, RebuildOptions{Progress: func(p Progress) {
+	st, err := v.Rebuild(context.Background(), store, projections.RebuildOptions{Progress: func(p projections.Progress) {
 		if len(phases) == 0 || phases[len(phases)-1] != p.Phase {
 			phases = append(phases, p.Phase)
 		}
@@ -272,7 +272,7 @@ func TestRebuildUnderLiveTraffic(t *testing.T) {
 		})
 	}
 
-	st, err := v.Rebuild(ctx, store, RebuildOptions{})
+	st, err := v.Rebuild(ctx, store, projections.RebuildOptions{})
 	if err != nil {
 		stopTraffic()
 		stopPolls()
@@ -373,12 +373,12 @@ func TestRebuildUntil(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name string
-		opts RebuildOptions
+		opts projections.RebuildOptions
 		seq  uint64
 	}{
-		{"a sequence", RebuildOptions{Until: 1234}, 1234},
-		{"a time", RebuildOptions{UntilTime: envs[2000-1].Time.Add(500 * time.Millisecond)}, 2000},
-		{"the last sequence", RebuildOptions{Until: uint64(len(envs))}, uint64(len(envs))},
+		{"a sequence", projections.RebuildOptions{Until: 1234}, 1234},
+		{"a time", projections.RebuildOptions{UntilTime: envs[2000-1].Time.Add(500 * time.Millisecond)}, 2000},
+		{"the last sequence", projections.RebuildOptions{Until: uint64(len(envs))}, uint64(len(envs))},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			st, err := v.Rebuild(ctx, store, c.opts)
@@ -405,11 +405,11 @@ func TestRebuildUntil(t *testing.T) {
 			}
 		})
 	}
-	_, err := v.Rebuild(ctx, store, RebuildOptions{Until: uint64(len(envs)) + 1})
+	_, err := v.Rebuild(ctx, store, projections.RebuildOptions{Until: uint64(len(envs)) + 1})
 	if code := events.AsError(err).Code; code != events.CodeInvalidArgument {
 		t.Errorf("Rebuild past the end: %v (%s), want INVALID_ARGUMENT", err, code)
 	}
-	_, err = v.Rebuild(ctx, store, RebuildOptions{UntilTime: envs[0].Time.Add(-time.Second)})
+	_, err = v.Rebuild(ctx, store, projections.RebuildOptions{UntilTime: envs[0].Time.Add(-time.Second)})
 	if code := events.AsError(err).Code; code != events.CodeInvalidArgument {
 		t.Errorf("Rebuild before the first event: %v (%s), want INVALID_ARGUMENT", err, code)
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
-	"github.com/torpor/torpor/events/jsstore"
 	"github.com/torpor/torpor/events/natstest"
+	"github.com/torpor/torpor/events/storetest"
 	"github.com/torpor/torpor/projections"
 )
 
@@ -180,7 +180,7 @@ func TestSwapUnderLiveTraffic(t *testing.T) {
 	var wg sync.WaitGroup
 	var appended, polls, after atomic.Int64
 	var swapped atomic.Bool
-	wg.Go(func() { appendTraffic(t, trafficCtx, store, ids, heads, &appended) })
+	wg.Go(func() { storetest.AppendTraffic(t, trafficCtx, store, ids, heads, &appended) })
 	for w := range 3 {
 		wg.Go(func() {
 			seen := map[string]uint64{}
@@ -296,36 +296,6 @@ func mustJSON(t *testing.T, v events.View) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-// appendTraffic appends events to the sandboxes of ids as commands would
-// (each with the expected last sequence of its sandbox) until ctx ends.
-func appendTraffic(t *testing.T, ctx context.Context, store *jsstore.Store, ids []string, heads map[string]uint64, n *atomic.Int64) {
-	rnd := rand.New(rand.NewPCG(9, 9))
-	for i := 0; ctx.Err() == nil; i++ {
-		id := ids[rnd.IntN(len(ids))]
-		var e events.Event = &events.Started{Generation: int64(i), CredentialHash: "h"}
-		phase := events.PhaseReady
-		if i%2 == 1 {
-			e, phase = &events.StopRequested{Generation: int64(i)}, events.PhaseStopping
-		}
-		env, err := events.NewEnvelope(id, e, events.Meta{Actor: "traffic", CommandID: fmt.Sprint("traffic-", i)}, time.Now())
-		if err != nil {
-			t.Errorf("envelope: %v", err)
-			return
-		}
-		env.Phase = phase
-		seq, err := store.Append(ctx, id, heads[id], env)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			t.Errorf("append: %v", err)
-			return
-		}
-		heads[id] = seq
-		n.Add(1)
-	}
 }
 
 // TestRebuildPast: a rebuild until a sequence, or until a time (the last

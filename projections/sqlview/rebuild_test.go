@@ -3,7 +3,6 @@ package sqlview
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/jsstore"
 	"github.com/torpor/torpor/events/natstest"
+	"github.com/torpor/torpor/events/storetest"
 	"github.com/torpor/torpor/projections"
 )
 
@@ -217,7 +217,7 @@ func TestRebuildUnderLiveTraffic(t *testing.T) {
 	trafficCtx, stopTraffic := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var appended atomic.Int64
-	wg.Go(func() { appendTraffic(t, trafficCtx, store, ids, heads, &appended) })
+	wg.Go(func() { storetest.AppendTraffic(t, trafficCtx, store, ids, heads, &appended) })
 
 	var swapped atomic.Bool
 	var polls, after atomic.Int64
@@ -308,36 +308,6 @@ func TestRebuildUnderLiveTraffic(t *testing.T) {
 	caughtUp(t, fv, lastSeq)
 	stopFresh()
 	sameDump(t, d.dump(t), fresh.dump(t))
-}
-
-// appendTraffic appends events to the sandboxes of ids as commands would
-// (each with the expected last sequence of its sandbox) until ctx ends.
-func appendTraffic(t *testing.T, ctx context.Context, store *jsstore.Store, ids []string, heads map[string]uint64, n *atomic.Int64) {
-	rnd := rand.New(rand.NewPCG(9, 9))
-	for i := 0; ctx.Err() == nil; i++ {
-		id := ids[rnd.IntN(len(ids))]
-		var e events.Event = &events.Started{Generation: int64(i), CredentialHash: "h"}
-		phase := events.PhaseReady
-		if i%2 == 1 {
-			e, phase = &events.StopRequested{Generation: int64(i)}, events.PhaseStopping
-		}
-		env, err := events.NewEnvelope(id, e, events.Meta{Actor: "traffic", CommandID: fmt.Sprint("traffic-", i)}, time.Now())
-		if err != nil {
-			t.Errorf("envelope: %v", err)
-			return
-		}
-		env.Phase = phase
-		seq, err := store.Append(ctx, id, heads[id], env)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			t.Errorf("append: %v", err)
-			return
-		}
-		heads[id] = seq
-		n.Add(1)
-	}
 }
 
 // TestRebuildUntil: a rebuild until a sequence, or until a time (the last

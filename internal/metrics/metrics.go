@@ -104,14 +104,14 @@ func (s *Set) Handler() http.Handler {
 // that took d.
 func (s *Set) Command(verb, code string, d time.Duration) {
 	if s != nil {
-		s.commands.get(verb, code, "").Observe(d.Seconds())
+		s.commands.get(labels{verb, code}).Observe(d.Seconds())
 	}
 }
 
 // SagaStep records one step of saga that ended with outcome after d.
 func (s *Set) SagaStep(saga, step, outcome string, d time.Duration) {
 	if s != nil {
-		s.steps.get(saga, step, outcome).Observe(d.Seconds())
+		s.steps.get(labels{saga, step, outcome}).Observe(d.Seconds())
 	}
 }
 
@@ -119,7 +119,7 @@ func (s *Set) SagaStep(saga, step, outcome string, d time.Duration) {
 // success) after d.
 func (s *Set) DriverCall(driver, op, code string, d time.Duration) {
 	if s != nil {
-		s.driverCalls.get(driver, op, code).Observe(d.Seconds())
+		s.driverCalls.get(labels{driver, op, code}).Observe(d.Seconds())
 	}
 }
 
@@ -131,13 +131,13 @@ func (s *Set) Transition(from, to string) {
 	if from == "" {
 		from = "none"
 	}
-	s.transitions.get(from, to).Inc()
+	s.transitions.get(labels{from, to}).Inc()
 }
 
 // DeadlineFired counts a passed deadline of phase, settled.
 func (s *Set) DeadlineFired(phase string) {
 	if s != nil {
-		s.deadlines.get(phase, "").Inc()
+		s.deadlines.get(labels{phase}).Inc()
 	}
 }
 
@@ -151,7 +151,7 @@ const (
 // FencedGeneration).
 func (s *Set) Fenced(reason string) {
 	if s != nil {
-		s.fenced.get(reason, "").Inc()
+		s.fenced.get(labels{reason}).Inc()
 	}
 }
 
@@ -259,68 +259,49 @@ func (c scrape) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 // labels are the values of up to three labels, a key of the caches below.
 type labels [3]string
 
-// observers caches the histograms of a vector by their label values, so
+// cached holds the children of a metric vector by their label values, so
 // that an observation costs a map read under a read lock, not
 // WithLabelValues' hashing and its variadic slice.
-type observers struct {
-	vec *prometheus.HistogramVec
-	n   int
-	mu  sync.RWMutex
-	m   map[labels]prometheus.Observer
+type cached[T any] struct {
+	with func(...string) T // the vector's WithLabelValues
+	n    int               // how many labels it has
+	mu   sync.RWMutex
+	m    map[labels]T
 }
+
+// observers are the histograms of a vector, counters the counters.
+type (
+	observers = cached[prometheus.Observer]
+	counters  = cached[prometheus.Counter]
+)
 
 func newObservers(reg *prometheus.Registry, opts prometheus.HistogramOpts, names ...string) *observers {
 	opts.Namespace = Namespace
-	o := &observers{vec: prometheus.NewHistogramVec(opts, names), n: len(names), m: map[labels]prometheus.Observer{}}
-	reg.MustRegister(o.vec)
-	return o
-}
-
-func (o *observers) get(a, b, c string) prometheus.Observer {
-	k := labels{a, b, c}
-	o.mu.RLock()
-	h, ok := o.m[k]
-	o.mu.RUnlock()
-	if ok {
-		return h
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if h, ok = o.m[k]; !ok {
-		h = o.vec.WithLabelValues(k[:o.n]...)
-		o.m[k] = h
-	}
-	return h
-}
-
-// counters is observers for a counter vector.
-type counters struct {
-	vec *prometheus.CounterVec
-	n   int
-	mu  sync.RWMutex
-	m   map[labels]prometheus.Counter
+	vec := prometheus.NewHistogramVec(opts, names)
+	reg.MustRegister(vec)
+	return &observers{with: vec.WithLabelValues, n: len(names), m: map[labels]prometheus.Observer{}}
 }
 
 func newCounters(reg *prometheus.Registry, opts prometheus.CounterOpts, names ...string) *counters {
 	opts.Namespace = Namespace
-	c := &counters{vec: prometheus.NewCounterVec(opts, names), n: len(names), m: map[labels]prometheus.Counter{}}
-	reg.MustRegister(c.vec)
-	return c
+	vec := prometheus.NewCounterVec(opts, names)
+	reg.MustRegister(vec)
+	return &counters{with: vec.WithLabelValues, n: len(names), m: map[labels]prometheus.Counter{}}
 }
 
-func (c *counters) get(a, b string) prometheus.Counter {
-	k := labels{a, b}
+// get is the child of the label values k (the first n of them).
+func (c *cached[T]) get(k labels) T {
 	c.mu.RLock()
-	ctr, ok := c.m[k]
+	v, ok := c.m[k]
 	c.mu.RUnlock()
 	if ok {
-		return ctr
+		return v
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if ctr, ok = c.m[k]; !ok {
-		ctr = c.vec.WithLabelValues(k[:c.n]...)
-		c.m[k] = ctr
+	if v, ok = c.m[k]; !ok {
+		v = c.with(k[:c.n]...)
+		c.m[k] = v
 	}
-	return ctr
+	return v
 }

@@ -61,6 +61,8 @@ func TestBadInputOverHTTP(t *testing.T) {
 		{"bad wait after", "GET", "/v1/sandboxes/" + v.ID + "/wait?phase=ready&after=x", ``, 400, events.CodeInvalidArgument},
 		{"bad wait timeout", "GET", "/v1/sandboxes/" + v.ID + "/wait?phase=ready&timeout=soon", ``, 400, events.CodeInvalidArgument},
 		{"wait times out", "GET", "/v1/sandboxes/" + v.ID + "/wait?phase=stopped&timeout=50ms", ``, 504, events.CodeDeadlineExceeded},
+		{"wait on an unknown sandbox", "GET", "/v1/sandboxes/" + unknown + "/wait?phase=ready", ``, 404, events.CodeNotFound},
+		{"wait on an invalid id", "GET", "/v1/sandboxes/not-a-uuid/wait?phase=ready", ``, 400, events.CodeInvalidArgument},
 		{"bad list phase", "GET", "/v1/sandboxes?phase=asleep", ``, 400, events.CodeInvalidArgument},
 		{"bad list limit", "GET", "/v1/sandboxes?limit=0", ``, 400, events.CodeInvalidArgument},
 		{"bad list cursor", "GET", "/v1/sandboxes?cursor=!!!", ``, 400, events.CodeInvalidArgument},
@@ -77,6 +79,12 @@ func TestBadInputOverHTTP(t *testing.T) {
 				t.Fatalf("got %d %s %q, want %d %s", status, eb.Error.Code, eb.Error.Message, tc.status, tc.code)
 			}
 		})
+	}
+	// A watch resumed from something that is no seq.
+	status, body := httpDo(t, "GET", base+"/v1/watch", "", map[string]string{"Last-Event-ID": "yesterday"})
+	var eb events.ErrorBody
+	if json.Unmarshal(body, &eb) != nil || eb.Error == nil || status != 400 || eb.Error.Code != events.CodeInvalidArgument {
+		t.Fatalf("watch with Last-Event-ID yesterday: %d %q, want 400 INVALID_ARGUMENT", status, body)
 	}
 	// Nothing was lost or added: the sandbox is as it was, and the service serves.
 	if h, _ := c.History(ctx, v.ID, ready.Seq); len(h) != 0 {

@@ -294,6 +294,11 @@ func RunMode(ctx context.Context, cfg Config, fsync string, start Starter) (Mode
 	if mr.Raw, err = measureRaw(ctx, nc, cfg.Sandboxes, cfg.Concurrency, rawDur); err != nil {
 		return mr, err
 	}
+	ht, br, err := roundTrips(ctx, nc, cfg.Concurrency, rawDur)
+	if err != nil {
+		return mr, err
+	}
+	mr.Raw.HTTPRoundTrip, mr.Raw.BusRequest = &ht, &br
 	js, _ := jetstream.New(nc)
 	vw, err := newViewWaiter(ctx, js)
 	if err != nil {
@@ -368,6 +373,12 @@ func RunMode(ctx context.Context, cfg Config, fsync string, start Starter) (Mode
 	if mr.Pipeline.TransitionsPerS > 0 && mr.Pipeline.P50 > 0 {
 		mr.Ratios["http_vs_closed_loop_transitions"] = mr.HTTP.TransitionsPerS / mr.Pipeline.TransitionsPerS
 		mr.Ratios["http_vs_closed_loop_p50"] = mr.HTTP.P50 / mr.Pipeline.P50
+	}
+	// Where the cores limit the bus's closed loop, the bare round trips
+	// bound what the HTTP one can reach of it (httpCeiling); where
+	// something else limits it (fsync always), they do not.
+	if c := httpCeiling(mr.Pipeline.CPUMsPerTransition, ht, br); c > 0 && mr.Pipeline.CoresBusy >= cpuBound {
+		mr.Ratios["http_ceiling_vs_closed_loop_transitions"] = c
 	}
 
 	// The open loops: the figure at half the closed loop's rate (or

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -206,5 +207,37 @@ func TestConfigValidate(t *testing.T) {
 	q := Config{Sandboxes: 1000, Concurrency: 64, Quick: true, Transport: "bus", Duration: 10 * time.Second, Sizes: []int{100, 300}}.withDefaults()
 	if q.Sandboxes != 200 || q.Concurrency != 16 || q.Duration != 3*time.Second || !slices.Equal(q.Sizes, []int{100, 300}) || q.LongHistory != 200 {
 		t.Errorf("quick defaults: %+v; want sizes capped and the sizes set kept", q)
+	}
+}
+
+// TestHTTPCeiling: the closed loop over HTTP pays two bare round trips where
+// the bus's pays one request; with a transition over the bus at 0.4 ms CPU,
+// an HTTP round trip at 60 µs and a bus request at 20 µs, one over HTTP
+// costs at least 0.4 − 0.02 + 0.12 = 0.5 ms: 0.8 of the bus's rate.
+func TestHTTPCeiling(t *testing.T) {
+	h, b := RoundTrip{CPUMicros: 60}, RoundTrip{CPUMicros: 20}
+	if got := httpCeiling(0.4, h, b); math.Abs(got-0.8) > 1e-9 {
+		t.Errorf("ceiling = %v, want 0.8", got)
+	}
+	// Without a figure there is no ceiling, rather than one of 1.
+	for _, tc := range []struct {
+		ms   float64
+		h, b RoundTrip
+	}{{0, h, b}, {0.4, RoundTrip{}, b}, {0.4, h, RoundTrip{}}} {
+		if got := httpCeiling(tc.ms, tc.h, tc.b); got != 0 {
+			t.Errorf("ceiling(%v, %+v, %+v) = %v, want 0 (not measured)", tc.ms, tc.h, tc.b, got)
+		}
+	}
+}
+
+// TestHTTPRoundTrip runs the bare HTTP round trip: each client's requests are
+// answered with the whole reply, and counted.
+func TestHTTPRoundTrip(t *testing.T) {
+	rt, err := httpRoundTrip(context.Background(), 3, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.Concurrency != 3 || !(rt.PerS > 0) || (runtime.GOOS == "linux" && !(rt.CPUMicros > 0)) {
+		t.Errorf("round trip %+v, want 3 clients' measured figures", rt)
 	}
 }

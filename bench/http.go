@@ -32,9 +32,14 @@ type HTTPLoop struct {
 // load of more clients than that would open a connection for nearly every
 // request and measure the kernel's TCP set-up.
 func httpClient(addr string, conns int) *torpor.Client {
+	return torpor.New(addr, &http.Client{Transport: benchTransport(conns)})
+}
+
+// benchTransport is Go's default transport keeping conns idle connections.
+func benchTransport(conns int) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = conns, conns
-	return torpor.New(addr, &http.Client{Transport: t})
+	return t
 }
 
 // waitStep sends verb to id over HTTP and waits for target on the view at a

@@ -33,6 +33,10 @@ type Raw struct {
 	// on the bus: every mode carries the same figure.
 	SQLUpsertEPS *float64 `json:"sql_upsert_eps,omitempty"`
 	Messages     int      `json:"messages"`
+	// HTTPRoundTrip and BusRequest are the bare request-replies of the two
+	// command paths, with the closed loop's clients (roundTrips).
+	HTTPRoundTrip *RoundTrip `json:"http_round_trip,omitempty"`
+	BusRequest    *RoundTrip `json:"bus_request,omitempty"`
 }
 
 const rawStream = "BENCH_RAW"

@@ -145,8 +145,21 @@ func (r *Report) Print(w io.Writer) {
 			m.Ratios["http_vs_closed_loop_transitions"], m.Ratios["http_vs_closed_loop_p50"])
 	}
 	for _, m := range r.Modes {
-		fmt.Fprintf(w, "cost (%s): closed loop %.2f ms CPU per transition, %.0f%% of the cores busy, %.1f server messages per event (a raw append: 2); open loop at %.0f/s %.2f ms per transition, %.0f%% busy\n",
-			m.Fsync, m.Pipeline.CPUMsPerTransition, 100*m.Pipeline.CoresBusy, m.Pipeline.ServerMsgsPerEvent, m.Latency.OfferedPerS, m.Latency.CPUMsPerTransition, 100*m.Latency.CoresBusy)
+		h, b := m.Raw.HTTPRoundTrip, m.Raw.BusRequest
+		if h == nil || b == nil {
+			continue
+		}
+		fmt.Fprintf(w, "round trips (%s, %d clients, no work either side): raw HTTP %.0f/s, %.1f µs CPU each; raw bus request %.0f/s, %.1f µs CPU each", m.Fsync, h.Concurrency, h.PerS, h.CPUMicros, b.PerS, b.CPUMicros)
+		if c, ok := m.Ratios["http_ceiling_vs_closed_loop_transitions"]; ok {
+			fmt.Fprintf(w, "; so the closed loop over HTTP (two round trips where the bus has one request) can reach at most %.2f of the bus's transitions/s\n", c)
+		} else {
+			fmt.Fprintf(w, "; the bus's closed loop kept the cores %.0f%% busy, under the %.0f%% a ceiling of the HTTP one is drawn from\n", 100*m.Pipeline.CoresBusy, 100*cpuBound)
+		}
+	}
+	for _, m := range r.Modes {
+		fmt.Fprintf(w, "cost (%s): closed loop %.2f ms CPU per transition, %.0f%% of the cores busy, %.1f server messages per event (a raw append: 2); over HTTP %.2f ms, %.0f%% busy; open loop at %.0f/s %.2f ms per transition, %.0f%% busy\n",
+			m.Fsync, m.Pipeline.CPUMsPerTransition, 100*m.Pipeline.CoresBusy, m.Pipeline.ServerMsgsPerEvent, m.HTTP.CPUMsPerTransition, 100*m.HTTP.CoresBusy,
+			m.Latency.OfferedPerS, m.Latency.CPUMsPerTransition, 100*m.Latency.CoresBusy)
 	}
 	for _, m := range r.Modes {
 		if h := m.Latency.Host; h != nil {
@@ -309,6 +322,17 @@ const benchmarksNotes = `
   client), where the pipeline's clients watch the KV view themselves. Printed next to the
   closed loop with their ratios: of transitions/s, and of p50 (above 1: slower); the targets
   (issue 15): at least 0.8 of the transitions/s, at most 1.25× the p50, in each fsync mode.
+- **round trips**: what the two command paths cost bare, with the closed loop's clients and
+  nothing else running: a command-sized POST answered with a view-sized body by net/http on
+  loopback (one keep-alive connection per client, as the SDK and serve are set up), and the
+  same bodies as a core NATS request to a responder on a connection of its own. No JSON, no
+  handler work. Per transition a client over HTTP makes two round trips (the command, then
+  the wait) where one over the bus makes one request and learns the outcome from a watch of
+  the view. Where the cores limit the bus's closed loop (85% busy or more), a transition over
+  HTTP costs at least the bus's CPU per transition, less a bus request, plus two HTTP round
+  trips: the **ceiling** printed is the bus's CPU per transition over that, the most the HTTP
+  loop can reach of the bus's transitions/s even if nothing else it does cost more. With fsync
+  always the cores are not the limit and no ceiling is drawn.
 - **latency**: an open loop offering half the measured transitions/s (or --rate), suspends
   and resumes in turn as in the closed loop, each command on an idle sandbox, sent when it
   comes due (a late loop catches up rather than offering less), timed from sending the

@@ -146,6 +146,13 @@ func TestBenchQuickReport(t *testing.T) {
 			t.Errorf("%s = %v, want a measured figure", name, v)
 		}
 	}
+	// The bare round trips of both command paths were measured with the
+	// closed loop's clients; the CPU time is read on Linux.
+	for name, rt := range map[string]*bench.RoundTrip{"raw.http_round_trip": rep.Raw.HTTPRoundTrip, "raw.bus_request": rep.Raw.BusRequest} {
+		if rt == nil || !(rt.PerS > 0) || rt.Concurrency != cfg.Concurrency || (runtime.GOOS == "linux" && !(rt.CPUMicros > 0)) {
+			t.Errorf("%s = %+v, want a measured figure with %d clients", name, rt, cfg.Concurrency)
+		}
+	}
 	var split int
 	for _, verb := range []string{"suspend", "resume"} {
 		l := rep.Latency.ByVerb[verb]

@@ -374,11 +374,13 @@ func RunMode(ctx context.Context, cfg Config, fsync string, start Starter) (Mode
 		mr.Ratios["http_vs_closed_loop_transitions"] = mr.HTTP.TransitionsPerS / mr.Pipeline.TransitionsPerS
 		mr.Ratios["http_vs_closed_loop_p50"] = mr.HTTP.P50 / mr.Pipeline.P50
 	}
-	// Where the cores limit the bus's closed loop, the bare round trips
-	// bound what the HTTP one can reach of it (httpCeiling); where
-	// something else limits it (fsync always), they do not.
-	if c := httpCeiling(mr.Pipeline.CPUMsPerTransition, ht, br); c > 0 && mr.Pipeline.CoresBusy >= cpuBound {
-		mr.Ratios["http_ceiling_vs_closed_loop_transitions"] = c
+	// Transitions per CPU second over HTTP next to the bus's: what the HTTP
+	// loop did, and the most the bare round trips allow it (httpCeiling).
+	if p, h := mr.Pipeline.CPUMsPerTransition, mr.HTTP.CPUMsPerTransition; p > 0 && h > 0 {
+		mr.Ratios["http_vs_closed_loop_per_cpu"] = p / h
+		if c := httpCeiling(p, ht, br); c > 0 {
+			mr.Ratios["http_ceiling_vs_closed_loop_per_cpu"] = c
+		}
 	}
 
 	// The open loops: the figure at half the closed loop's rate (or

@@ -152,16 +152,14 @@ func clientsLoop(c int, d time.Duration, once func() error) (RoundTrip, error) {
 	return r, nil
 }
 
-// cpuBound is the share of the cores busy from which the bus's closed loop
-// counts as limited by them: the one the ceiling holds for.
-const cpuBound = 0.85
-
-// httpCeiling is the most the closed loop over HTTP can reach of the bus's
-// transitions/s where the cores are what limits both: a transition over
-// HTTP costs what one over the bus costs (busMs CPU), less the bus
-// request, plus two HTTP round trips, if everything else (the command's
-// work, the view, the wait's answer from the follower) cost nothing more
-// over HTTP than over the bus. Zero where a figure is missing.
+// httpCeiling is the most transitions the closed loop over HTTP can make
+// per CPU second next to the bus's, from the bare round trips: a transition
+// over HTTP costs at least what one over the bus costs (busMs CPU), less the
+// bus request, plus two HTTP round trips, even if everything else (the
+// command's work, the view, the wait's answer from the follower) cost no
+// more over HTTP than over the bus. Where the cores are what limits both
+// loops at the same share of them busy, it bounds the ratio of their
+// transitions/s. Zero where a figure is missing.
 func httpCeiling(busMs float64, h, b RoundTrip) float64 {
 	if busMs <= 0 || h.CPUMicros <= 0 || b.CPUMicros <= 0 {
 		return 0

@@ -141,6 +141,7 @@ func TestBenchQuickReport(t *testing.T) {
 		"http_closed_loop.cpu_ms_per_transition": rep.HTTP.CPUMsPerTransition,
 		"ratios.http_vs_closed_loop_transitions": rep.Ratios["http_vs_closed_loop_transitions"],
 		"ratios.http_vs_closed_loop_p50":         rep.Ratios["http_vs_closed_loop_p50"],
+		"ratios.http_vs_closed_loop_per_cpu":     rep.Ratios["http_vs_closed_loop_per_cpu"],
 	} {
 		if !(v > 0) {
 			t.Errorf("%s = %v, want a measured figure", name, v)

@@ -111,6 +111,7 @@ func TestHTTPGolden(t *testing.T) {
 	golden(t, "history", call("GET", sb+"/events", "", 200))
 	golden(t, "phases", call("GET", "/v1/phases", "", 200))
 	golden(t, "drivers", call("GET", "/v1/drivers", "", 200))
+	golden(t, "server", call("GET", "/v1/server", "", 200))
 
 	// The contract's error bodies, each with its status.
 	golden(t, "error-not-found", call("GET", "/v1/sandboxes/nobody", "", 404))

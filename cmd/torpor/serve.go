@@ -294,6 +294,11 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	m.Phases(phaseNames, func(ctx context.Context) (map[string]int, error) { return phaseCounts(ctx, reads) })
 	m.Lags(a.lags)
 	h := gateway.NewHTTP(svc, reads, a.Ready, log.With().Str("part", "http").Logger()).WithForwards(fwd).WithLags(a.lags).WithMetrics(m.Handler())
+	readFrom := cfg.ReadFrom
+	if readFrom == "" {
+		readFrom = "kv"
+	}
+	h.WithServerInfo(gateway.ServerInfo{Node: cfg.Node, DeadlineSeconds: cfg.Deadline.Seconds(), ReadFrom: readFrom})
 	// torpor replay: a rebuild streams its progress, so the server has no
 	// write timeout.
 	replay := replayDeps{Store: store, KV: view, Log: log.With().Str("part", "replay").Logger()}

@@ -39,7 +39,8 @@ func (f *clientFlags) topCmd() *cobra.Command {
 		Use:   "top",
 		Short: "a live view of the sandboxes: counts per phase, transient ones against the deadline, the latest transitions (q quits)",
 		Long: "top shows, live, the count of sandboxes per phase, the sandboxes in a transient phase\n" +
-			"with their age against the deadline of serve (--deadline, default 2m, as serve's), and\n" +
+			"with their age against the deadline the server runs with (read from GET /v1/server;\n" +
+			"--deadline overrides it, and is 2m against a server too old to say), and\n" +
 			"the latest transitions; q, esc or ^C quits. -l k=v (repeatable: all of them) keeps the\n" +
 			"sandboxes with those labels. When stdout is not a terminal, top prints one snapshot\n" +
 			"(without transitions) and exits.",
@@ -54,18 +55,26 @@ func (f *clientFlags) topCmd() *cobra.Command {
 				return err
 			}
 			c := f.client()
+			// The server's own deadline, unless --deadline says otherwise;
+			// a server older than GET /v1/server leaves the default, as
+			// serve's. Asking also finds a server that is down before the
+			// SDK's Watch would retry it for ever.
+			info, err := c.Server(cmd.Context())
+			switch {
+			case err != nil && !errors.Is(err, torpor.ErrNotFound):
+				return err
+			case err == nil && info.Deadline() > 0 && !cmd.Flags().Changed("deadline"):
+				deadline = info.Deadline()
+			}
 			m := &topModel{views: map[string]events.View{}, deadline: deadline, server: f.serverURL(), filter: lf, started: time.Now(), now: time.Now()}
 			out := cmd.OutOrStdout()
 			if !terminal(out) || !terminal(cmd.InOrStdin()) {
 				return topSnapshot(cmd, c, m, out)
 			}
-			if _, err := c.Phases(cmd.Context()); err != nil {
-				return err // the SDK's Watch would retry a server that is down for ever
-			}
 			return runTop(cmd, c, m)
 		},
 	}
-	cmd.Flags().DurationVar(&deadline, "deadline", 2*time.Minute, "the deadline of transient phases the server runs with (its serve --deadline)")
+	cmd.Flags().DurationVar(&deadline, "deadline", 2*time.Minute, "the deadline to judge transient phases against (default: the server's serve --deadline, read from it)")
 	cmd.Flags().StringArrayVarP(&labels, "label", "l", nil, "only sandboxes with label k=v (repeatable: all of them)")
 	return cmd
 }

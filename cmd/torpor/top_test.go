@@ -175,9 +175,13 @@ func TestTop(t *testing.T) {
 		t.Fatalf("top after q: exit %d\n%s", code, s.screen())
 	}
 
-	// Not on a terminal: one snapshot.
+	// Not on a terminal: one snapshot, judged against the deadline the
+	// server runs with (startApp's 10s) when --deadline does not say.
 	code, out, stderr := torporRun(t, srv, nil, "top")
 	if code != 0 || !regexp.MustCompile(`(?m)^suspended\s+2\s*$`).MatchString(out) || !strings.Contains(out, "2 sandboxes") {
 		t.Fatalf("top without a terminal: exit %d\n%s%s", code, out, stderr)
+	}
+	if !strings.Contains(out, "TRANSIENT (deadline 10s)") {
+		t.Errorf("top without --deadline against a server with a 10s one shows:\n%s", out)
 	}
 }

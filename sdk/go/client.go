@@ -312,6 +312,29 @@ func (c *Client) Drivers(ctx context.Context) ([]Driver, error) {
 	return out.Items, c.do(ctx, http.MethodGet, "/v1/drivers", "", nil, &out)
 }
 
+// Server is what a server says of itself (GET /v1/server).
+type Server struct {
+	// Node is the node the server runs as (serve --node).
+	Node string `json:"node"`
+	// DeadlineSeconds is the deadline of its transient phases (serve
+	// --deadline): a sandbox in one for longer is moved on by the server.
+	DeadlineSeconds float64 `json:"deadline_seconds"`
+	// ReadFrom is the view its reads come from: "kv" or "sql".
+	ReadFrom string `json:"read_from"`
+}
+
+// Deadline is DeadlineSeconds as a duration.
+func (s Server) Deadline() time.Duration {
+	return time.Duration(s.DeadlineSeconds * float64(time.Second))
+}
+
+// Server asks the server what it is: its node, its deadline, its view. A
+// server older than this call answers ErrNotFound.
+func (c *Client) Server(ctx context.Context) (Server, error) {
+	var s Server
+	return s, c.do(ctx, http.MethodGet, "/v1/server", "", nil, &s)
+}
+
 // Phases returns the count of sandboxes per phase.
 func (c *Client) Phases(ctx context.Context) (map[events.Phase]int, error) {
 	var m map[events.Phase]int

@@ -137,6 +137,11 @@ func TestHTTPVerbs(t *testing.T) {
 	if !found {
 		t.Errorf("drivers: %+v; want sim, able to suspend", drivers)
 	}
+	// What the server says of itself: what it was started with.
+	info, err := c.Server(ctx)
+	if err != nil || info.Node != "sdk-node" || info.Deadline() != 45*time.Second || info.ReadFrom != "kv" {
+		t.Errorf("server: %+v (deadline %s), %v; want node sdk-node, deadline 45s, reads from kv", info, info.Deadline(), err)
+	}
 	// By name, and at a past seq.
 	req := sim()
 	req.Name = "named-" + unique()[24:]

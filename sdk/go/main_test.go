@@ -29,6 +29,13 @@ var server struct {
 // waitFor bounds every wait of the tests.
 const waitFor = 20 * time.Second
 
+// The node and deadline the test server runs with (not serve's defaults),
+// for what it says of itself (TestHTTPVerbs).
+const (
+	serveNode     = "sdk-node"
+	serveDeadline = 45 * time.Second
+)
+
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
@@ -45,7 +52,8 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
 		return 1
 	}
-	cmd := exec.Command(bin, "serve", "--data", filepath.Join(dir, "data"), "--http", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--fsync", "interval")
+	cmd := exec.Command(bin, "serve", "--data", filepath.Join(dir, "data"), "--http", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--fsync", "interval",
+		"--node", serveNode, "--deadline", serveDeadline.String())
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -61,6 +61,24 @@ func (h *HTTP) WithMetrics(m http.Handler) *HTTP {
 	return h
 }
 
+// ServerInfo is what GET /v1/server says of the server: the node it runs
+// as, the deadline of its transient phases (serve --deadline) and the view
+// its reads come from ("kv" or "sql"). Clients read the deadline from it,
+// as torpor top does to judge the age of a transient sandbox.
+type ServerInfo struct {
+	Node            string  `json:"node"`
+	DeadlineSeconds float64 `json:"deadline_seconds"`
+	ReadFrom        string  `json:"read_from"`
+}
+
+// WithServerInfo serves info on GET /v1/server.
+func (h *HTTP) WithServerInfo(info ServerInfo) *HTTP {
+	h.mux.HandleFunc("GET /v1/server", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, info)
+	})
+	return h
+}
+
 // NewHTTP returns the handler. ready reports whether the service may take
 // traffic (for /readyz).
 func NewHTTP(svc *Service, views Views, ready func(context.Context) error, log zerolog.Logger) *HTTP {

@@ -294,11 +294,6 @@ func RunMode(ctx context.Context, cfg Config, fsync string, start Starter) (Mode
 	if mr.Raw, err = measureRaw(ctx, nc, cfg.Sandboxes, cfg.Concurrency, rawDur); err != nil {
 		return mr, err
 	}
-	ht, br, err := roundTrips(ctx, nc, cfg.Concurrency, rawDur)
-	if err != nil {
-		return mr, err
-	}
-	mr.Raw.HTTPRoundTrip, mr.Raw.BusRequest = &ht, &br
 	js, _ := jetstream.New(nc)
 	vw, err := newViewWaiter(ctx, js)
 	if err != nil {
@@ -374,14 +369,7 @@ func RunMode(ctx context.Context, cfg Config, fsync string, start Starter) (Mode
 		mr.Ratios["http_vs_closed_loop_transitions"] = mr.HTTP.TransitionsPerS / mr.Pipeline.TransitionsPerS
 		mr.Ratios["http_vs_closed_loop_p50"] = mr.HTTP.P50 / mr.Pipeline.P50
 	}
-	// Transitions per CPU second over HTTP next to the bus's: what the HTTP
-	// loop did, and the most the bare round trips allow it (httpCeiling).
-	if p, h := mr.Pipeline.CPUMsPerTransition, mr.HTTP.CPUMsPerTransition; p > 0 && h > 0 {
-		mr.Ratios["http_vs_closed_loop_per_cpu"] = p / h
-		if c := httpCeiling(p, ht, br); c > 0 {
-			mr.Ratios["http_ceiling_vs_closed_loop_per_cpu"] = c
-		}
-	}
+
 
 	// The open loops: the figure at half the closed loop's rate (or
 	// --rate), then the run at half busy that the p99 target is judged on,
@@ -406,6 +394,22 @@ func RunMode(ctx context.Context, cfg Config, fsync string, start Starter) (Mode
 		return mr, err
 	}
 	mr.Raw.AppendLatency = &raw
+
+	// The bare round trips last, so that nothing they leave behind (grown
+	// heaps, goroutines, connections closing) is in the timed runs above.
+	ht, br, err := roundTrips(ctx, nc, cfg.Concurrency, rawDur)
+	if err != nil {
+		return mr, err
+	}
+	mr.Raw.HTTPRoundTrip, mr.Raw.BusRequest = &ht, &br
+	// Transitions per CPU second over HTTP next to the bus's: what the HTTP
+	// loop did, and the most the bare round trips allow it (httpCeiling).
+	if p, h := mr.Pipeline.CPUMsPerTransition, mr.HTTP.CPUMsPerTransition; p > 0 && h > 0 {
+		mr.Ratios["http_vs_closed_loop_per_cpu"] = p / h
+		if c := httpCeiling(p, ht, br); c > 0 {
+			mr.Ratios["http_ceiling_vs_closed_loop_per_cpu"] = c
+		}
+	}
 	if mr.Raw.AppendCheckAsyncEPS > 0 {
 		mr.Ratios["pipeline_vs_raw_append"] = mr.Pipeline.EventsPerS / mr.Raw.AppendCheckAsyncEPS
 	}

@@ -151,7 +151,7 @@ func (r *Report) Print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "round trips (%s, %d clients, no work either side): raw HTTP %.0f/s, %.1f µs CPU each; raw bus request %.0f/s, %.1f µs CPU each", m.Fsync, h.Concurrency, h.PerS, h.CPUMicros, b.PerS, b.CPUMicros)
 		if c, ok := m.Ratios["http_ceiling_vs_closed_loop_per_cpu"]; ok {
-			fmt.Fprintf(w, "; per CPU second the closed loop over HTTP (two round trips where the bus has one request) can make at most %.2f of the bus's transitions, and made %.2f", c, m.Ratios["http_vs_closed_loop_per_cpu"])
+			fmt.Fprintf(w, "; per CPU second the closed loop over HTTP made %.2f of the bus's transitions, where two bare round trips for the bus's one request leave room for %.2f", m.Ratios["http_vs_closed_loop_per_cpu"], c)
 		}
 		fmt.Fprintln(w)
 	}
@@ -331,7 +331,9 @@ const benchmarksNotes = `
   HTTP costs at least the bus's CPU per transition, less a bus request, plus two HTTP round
   trips, even if nothing else it does cost more: printed is the most transitions the HTTP
   loop can make per CPU second next to the bus's (the bus's CPU per transition over that
-  least), and what it made (the bus's CPU per transition over its own). Where the cores are
+  least), and what it made (the bus's CPU per transition over its own). The round trips run
+  after the timed runs of their mode, so the two are minutes apart and each carries this
+  host's noise: the room is a bound on the order of the figures, not to the digit. Where the cores are
   what limits both loops, and they keep the same share of them busy, that is also the most
   of the bus's transitions/s the HTTP loop can reach; a loop that keeps more of the cores
   busy than the other (or one waiting on fsync) can reach more.

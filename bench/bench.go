@@ -370,7 +370,6 @@ func RunMode(ctx context.Context, cfg Config, fsync string, start Starter) (Mode
 		mr.Ratios["http_vs_closed_loop_p50"] = mr.HTTP.P50 / mr.Pipeline.P50
 	}
 
-
 	// The open loops: the figure at half the closed loop's rate (or
 	// --rate), then the run at half busy that the p99 target is judged on,
 	// its rate found from the first one's cost.

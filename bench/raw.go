@@ -105,38 +105,15 @@ func measureRaw(ctx context.Context, nc *nats.Conn, subjects, concurrency int, d
 		return r, fmt.Errorf("raw kv: %w", err)
 	}
 	defer func() { _ = js.DeleteKeyValue(context.WithoutCancel(ctx), "bench_raw_kv") }()
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		puts  int
-		perr  error
-		until = time.Now().Add(d)
-	)
-	start = time.Now()
-	for w := 0; w < concurrency; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			k := 0
-			for time.Now().Before(until) {
-				if _, err := kv.Put(ctx, fmt.Sprintf("k%d_%d", w, k%max(1, subjects/concurrency)), body); err != nil {
-					mu.Lock()
-					perr = err
-					mu.Unlock()
-					return
-				}
-				k++
-			}
-			mu.Lock()
-			puts += k
-			mu.Unlock()
-		}()
+	keys := max(1, subjects/concurrency) // each writer's own
+	puts, err := clientsLoop(concurrency, d, func(w, i int) error {
+		_, err := kv.Put(ctx, fmt.Sprintf("k%d_%d", w, i%keys), body)
+		return err
+	})
+	if err != nil {
+		return r, fmt.Errorf("raw kv put: %w", err)
 	}
-	wg.Wait()
-	if perr != nil {
-		return r, fmt.Errorf("raw kv put: %w", perr)
-	}
-	r.KVPutEPS = float64(puts) / time.Since(start).Seconds()
+	r.KVPutEPS = puts.PerS
 	return r, nil
 }
 

@@ -327,16 +327,16 @@ const benchmarksNotes = `
   same bodies as a core NATS request to a responder on a connection of its own. No JSON, no
   handler work. Per transition a client over HTTP makes two round trips (the command, then
   the wait) where one over the bus makes one request and learns the outcome from a watch of
-  the view. A transition over
-  HTTP costs at least the bus's CPU per transition, less a bus request, plus two HTTP round
-  trips, even if nothing else it does cost more: printed is the most transitions the HTTP
-  loop can make per CPU second next to the bus's (the bus's CPU per transition over that
-  least), and what it made (the bus's CPU per transition over its own). The round trips run
-  after the timed runs of their mode, so the two are minutes apart and each carries this
-  host's noise: the room is a bound on the order of the figures, not to the digit. Where the cores are
-  what limits both loops, and they keep the same share of them busy, that is also the most
-  of the bus's transitions/s the HTTP loop can reach; a loop that keeps more of the cores
-  busy than the other (or one waiting on fsync) can reach more.
+  the view. A transition over HTTP costs at least the bus's CPU per transition, less a bus
+  request, plus two HTTP round trips, even if nothing else it does cost more: printed is the
+  most transitions the HTTP loop can make per CPU second next to the bus's (the bus's CPU
+  per transition over that least), and what it made (the bus's CPU per transition over its
+  own). The round trips run after the timed runs of their mode, so the two are minutes apart
+  and each carries this host's noise: the room is a bound on the order of the figures, not
+  to the digit. Where the cores are what limits both loops, and they keep the same share of
+  them busy, that is also the most of the bus's transitions/s the HTTP loop can reach; a
+  loop that keeps more of the cores busy than the other (or one waiting on fsync) can reach
+  more.
 - **latency**: an open loop offering half the measured transitions/s (or --rate), suspends
   and resumes in turn as in the closed loop, each command on an idle sandbox, sent when it
   comes due (a late loop catches up rather than offering less), timed from sending the

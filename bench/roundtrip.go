@@ -67,7 +67,7 @@ func httpRoundTrip(ctx context.Context, c int, d time.Duration) (RoundTrip, erro
 	hc := &http.Client{Transport: benchTransport(c)}
 	defer hc.CloseIdleConnections()
 	url := "http://" + ln.Addr().String() + "/v1/sandboxes/x/suspend"
-	return clientsLoop(c, d, func() error {
+	return clientsLoop(c, d, func(int, int) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(rtRequest))
 		if err != nil {
 			return err
@@ -101,7 +101,7 @@ func busRequest(ctx context.Context, nc *nats.Conn, c int, d time.Duration) (Rou
 	if err := rc.Flush(); err != nil {
 		return RoundTrip{}, err
 	}
-	return clientsLoop(c, d, func() error {
+	return clientsLoop(c, d, func(int, int) error {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		m, err := nc.RequestWithContext(ctx, subj, rtRequest)
@@ -113,26 +113,28 @@ func busRequest(ctx context.Context, nc *nats.Conn, c int, d time.Duration) (Rou
 }
 
 // clientsLoop runs once on c clients, each in a loop, for d, and says how
-// many it completed per second and the CPU time each took.
-func clientsLoop(c int, d time.Duration, once func() error) (RoundTrip, error) {
+// many it completed per second and the CPU time each took. once is called
+// with its client w (0 to c-1) and how many calls w completed before; the
+// first error of a client ends that client's loop, and the run fails.
+func clientsLoop(c int, d time.Duration, once func(w, i int) error) (RoundTrip, error) {
 	r := RoundTrip{Concurrency: c}
 	var (
 		wg    sync.WaitGroup
 		n     atomic.Int64
 		errMu sync.Mutex
-		first error
+		errs  error
 	)
 	cpu0, cpuErr := processCPU()
 	start := time.Now()
 	until := start.Add(d)
-	for range c {
+	for w := range c {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for time.Now().Before(until) {
-				if err := once(); err != nil {
+			for i := 0; time.Now().Before(until); i++ {
+				if err := once(w, i); err != nil {
 					errMu.Lock()
-					first = errors.Join(first, err)
+					errs = errors.Join(errs, err)
 					errMu.Unlock()
 					return
 				}
@@ -142,8 +144,8 @@ func clientsLoop(c int, d time.Duration, once func() error) (RoundTrip, error) {
 	}
 	wg.Wait()
 	secs := time.Since(start).Seconds()
-	if first != nil {
-		return r, first
+	if errs != nil {
+		return r, errs
 	}
 	r.PerS = float64(n.Load()) / secs
 	if cpu1, err := processCPU(); cpuErr == nil && err == nil && n.Load() > 0 {

@@ -67,6 +67,7 @@ func TestBadInputOverHTTP(t *testing.T) {
 		{"bad list limit", "GET", "/v1/sandboxes?limit=0", ``, 400, events.CodeInvalidArgument},
 		{"bad list cursor", "GET", "/v1/sandboxes?cursor=!!!", ``, 400, events.CodeInvalidArgument},
 		{"no route", "GET", "/v2/everything", ``, 404, events.CodeNotFound},
+		{"a write to the server's own description", "PUT", "/v1/server", `{"deadline_seconds":1}`, 404, events.CodeNotFound},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

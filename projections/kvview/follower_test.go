@@ -110,6 +110,13 @@ func TestFollowerOneConsumer(t *testing.T) {
 	f := v.Follow(ctx)
 	id := newID(t)
 	applyBatch(t, v, env(t, id, 1, events.PhaseProvisioning, created(id, nil)))
+	// The base is the follower's own consumer, once its watch is up: a CI
+	// run counted it before it was (base 0), then the waits "held" it.
+	select {
+	case <-f.up:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the follower never came up")
+	}
 	base := consumers(t, srv.JS, "torpor_phases")
 
 	const n = 40

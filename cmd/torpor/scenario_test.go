@@ -318,7 +318,14 @@ func TestScenarios(t *testing.T) {
 					t.Fatalf("then: wait for %s: %v (view %+v)", tc.phase, err, got)
 				}
 				if !tc.anyLog {
-					s.then(base, tc.then, tc.racy)
+					// The view checked is the one with everything then
+					// holds folded in: the phase may come before the last
+					// of it (exited, then the state invalidated).
+					if last := s.then(base, tc.then, tc.racy); last > got.Seq {
+						if got, err = s.c.WaitAfter(ctx, s.id, tc.phase, last-1, waitFor); err != nil {
+							t.Fatalf("then: wait for %s at seq %d: %v", tc.phase, last, err)
+						}
+					}
 				}
 			}
 			if tc.view != nil {
@@ -390,8 +397,9 @@ func (s *scene) settled() []torpor.Event {
 }
 
 // then waits until the log holds the events of want (in order) and racy
-// (counted) after base, and fails unless it holds exactly those.
-func (s *scene) then(base uint64, want []string, racyWant map[string]int) {
+// (counted) after base, fails unless it holds exactly those, and returns
+// the seq of the last.
+func (s *scene) then(base uint64, want []string, racyWant map[string]int) uint64 {
 	s.t.Helper()
 	n := len(want)
 	for _, k := range racyWant {
@@ -423,6 +431,10 @@ func (s *scene) then(base uint64, want []string, racyWant map[string]int) {
 	if !slices.Equal(ordered, want) || fmt.Sprint(counted) != fmt.Sprint(orEmpty(racyWant)) {
 		s.t.Fatalf("then: appended %v and %v; want %v and %v", ordered, counted, want, racyWant)
 	}
+	if len(after) == 0 {
+		return base
+	}
+	return after[len(after)-1].Seq
 }
 
 func orEmpty(m map[string]int) map[string]int {

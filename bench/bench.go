@@ -27,6 +27,8 @@ import (
 // Service is a running torpor service as `torpor serve` wires it.
 type Service interface {
 	HTTPAddr() string
+	// AdminToken is the bearer token the bench's HTTP clients send.
+	AdminToken() string
 	NATSURL() string
 	// Server is the embedded nats-server, whose counters the cost line reads.
 	Server() *server.Server
@@ -323,7 +325,7 @@ func RunMode(ctx context.Context, cfg Config, fsync string, start Starter) (Mode
 		// do, from GET …/wait after the command, not from a watch of the
 		// view of their own (the open loops below still use that watch:
 		// they time an offered rate, not a client).
-		step = waitStep(httpClient(svc.HTTPAddr(), cfg.Concurrency))
+		step = waitStep(httpClient(svc, cfg.Concurrency))
 	}
 	loop, err := cycle(ctx, step, ids, cfg.Concurrency, cfg.Duration)
 	host := stopProbe()
@@ -425,7 +427,7 @@ func RunMode(ctx context.Context, cfg Config, fsync string, start Starter) (Mode
 // commanderFor is the command path of transport to svc, for conns clients.
 func commanderFor(transport string, svc Service, nc *nats.Conn, conns int) commander {
 	if transport == "http" {
-		return httpCommander{c: httpClient(svc.HTTPAddr(), conns)}
+		return httpCommander{c: httpClient(svc, conns)}
 	}
 	return busCommander{nc: nc}
 }

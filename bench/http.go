@@ -27,12 +27,12 @@ type HTTPLoop struct {
 	CoresBusy          float64 `json:"cores_busy"`
 }
 
-// httpClient is an SDK client of the service at addr for conns clients at
+// httpClient is an SDK client of the service svc, with its admin token, for conns clients at
 // once. Go's default transport keeps two idle connections per host, so a
 // load of more clients than that would open a connection for nearly every
 // request and measure the kernel's TCP set-up.
-func httpClient(addr string, conns int) *torpor.Client {
-	return torpor.New(addr, &http.Client{Transport: benchTransport(conns)})
+func httpClient(svc Service, conns int) *torpor.Client {
+	return torpor.New(svc.HTTPAddr(), &http.Client{Transport: benchTransport(conns)}).WithToken(svc.AdminToken())
 }
 
 // benchTransport is Go's default transport keeping conns idle connections.
@@ -65,7 +65,7 @@ func waitStep(c *torpor.Client) stepFunc {
 func httpLoop(ctx context.Context, svc Service, ids []string, c int, d time.Duration) (HTTPLoop, error) {
 	r := HTTPLoop{Concurrency: c}
 	cl, err := costOf(svc.Server(), func() (int, error) {
-		res, err := cycle(ctx, waitStep(httpClient(svc.HTTPAddr(), c)), ids, c, d)
+		res, err := cycle(ctx, waitStep(httpClient(svc, c)), ids, c, d)
 		r.Seconds, r.Transitions = res.secs, res.transitions
 		r.P50, r.P90, r.P99, _ = percentiles(res.lats)
 		return int(res.transitions), err

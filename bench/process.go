@@ -80,7 +80,7 @@ func RunProcess(ctx context.Context, cfg Config, start Starter, progress io.Writ
 		return nil, err
 	}
 	defer func() { _ = svc.Stop() }()
-	c := httpClient(svc.HTTPAddr(), 1)
+	c := httpClient(svc, 1)
 	var ids []string
 	defer func() { deleteAll(ctx, c, ids) }()
 	_, err = createEach(ctx, c, torpor.CreateRequest{Driver: "process", Command: processCommand}, sandboxes, 30*time.Second, &ids)

@@ -85,7 +85,7 @@ func RunVM(ctx context.Context, cfg Config, start Starter, progress io.Writer) (
 		return nil, err
 	}
 	defer func() { _ = svc.Stop() }()
-	c := httpClient(svc.HTTPAddr(), 1)
+	c := httpClient(svc, 1)
 	var ids []string
 	defer func() { deleteAll(ctx, c, ids) }()
 	fmt.Fprintf(progress, "bench: vm: %d microVMs booted (%s), suspended and resumed %d times each through the pipeline\n", sandboxes, r.Accel, rounds)

@@ -26,6 +26,7 @@ var allowed = []struct {
 	// The SQL view's schema is deploy/sql's migrations, embedded: data, no code.
 	{"projections", []string{"projections", "events", "internal", "deploy/sql"}},
 	{"deploy", []string{"deploy"}}, // embedded manifests, leaves
+	{"services/access", []string{"services/access", "events", "internal"}},
 	{"sdk/go", []string{"sdk/go", "events"}},
 	{"cmd/torpor", nil}, // wires everything
 	// The bench drives the whole service as users and operators do (its log,

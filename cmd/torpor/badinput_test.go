@@ -21,7 +21,7 @@ import (
 // service keeps serving after each one.
 func TestBadInputOverHTTP(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := torpor.New(a.HTTPAddr(), nil)
+	c := a.client()
 	ctx := context.Background()
 	v, err := c.Create(ctx, torpor.CreateRequest{Name: "taken"}, "")
 	if err != nil {
@@ -144,7 +144,7 @@ func TestBadInputOverBus(t *testing.T) {
 // over HTTP or the bus, is in the log exactly once.
 func TestDuplicateCommandsLandOnce(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := torpor.New(a.HTTPAddr(), nil)
+	c := a.client()
 	nc := busConn(t, a)
 	ctx := context.Background()
 
@@ -176,7 +176,7 @@ func TestDuplicateCommandsLandOnce(t *testing.T) {
 // generation, or with a wrong credential, is refused and changes nothing.
 func TestStaleGenerationReportIsFenced(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := torpor.New(a.HTTPAddr(), nil)
+	c := a.client()
 	nc := busConn(t, a)
 	ctx := context.Background()
 	v, _ := c.Create(ctx, torpor.CreateRequest{}, "")
@@ -228,7 +228,7 @@ func TestStaleGenerationReportIsFenced(t *testing.T) {
 // unaffected.
 func TestForeignMessagesInTheStream(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := torpor.New(a.HTTPAddr(), nil)
+	c := a.client()
 	nc := busConn(t, a)
 	ctx := context.Background()
 	v, _ := c.Create(ctx, torpor.CreateRequest{}, "")

@@ -24,7 +24,7 @@ import (
 // that each run sets its own.
 func cliEnv() []string {
 	return slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return strings.HasPrefix(kv, "TORPOR_SERVER=") || strings.HasPrefix(kv, "TORPOR_LIFECYCLE_TIMEOUT=")
+		return strings.HasPrefix(kv, "TORPOR_SERVER=") || strings.HasPrefix(kv, "TORPOR_LIFECYCLE_TIMEOUT=") || strings.HasPrefix(kv, "TORPOR_TOKEN=")
 	})
 }
 
@@ -39,7 +39,7 @@ func torporRun(t *testing.T, srv string, env []string, args ...string) (int, str
 		args = append([]string{"--server", srv}, args...)
 	}
 	cmd := exec.CommandContext(ctx, binary(t), args...)
-	cmd.Env = append(cliEnv(), env...)
+	cmd.Env = append(append(cliEnv(), tokenEnv(srv)...), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -60,7 +60,7 @@ func torporRun(t *testing.T, srv string, env []string, args ...string) (int, str
 func TestCLIBinary(t *testing.T) {
 	a := startApp(t, "", nil)
 	srv := "http://" + a.HTTPAddr()
-	c := torpor.New(a.HTTPAddr(), nil)
+	c := a.client()
 	ctx := context.Background()
 	tb := func(t *testing.T, env []string, args ...string) (int, string, string) {
 		t.Helper()
@@ -324,7 +324,7 @@ func TestCLIBinary(t *testing.T) {
 		wctx, cancel := context.WithTimeout(ctx, waitFor)
 		defer cancel()
 		cmd := exec.CommandContext(wctx, binary(t), "--server", srv, "watch", "-o", "json", "-l", "w=1", "--after", fmt.Sprint(from.Seq))
-		cmd.Env = cliEnv()
+		cmd.Env = append(cliEnv(), tokenEnv(srv)...)
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -371,7 +371,7 @@ func TestCLIBinary(t *testing.T) {
 
 		// A table from the start, of one sandbox: a header, then its view.
 		cmd = exec.CommandContext(wctx, binary(t), "--server", srv, "watch", "watched")
-		cmd.Env = cliEnv()
+		cmd.Env = append(cliEnv(), tokenEnv(srv)...)
 		stdout, _ = cmd.StdoutPipe()
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

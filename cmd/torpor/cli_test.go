@@ -10,14 +10,17 @@ import (
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/check"
-	torpor "github.com/torpor/torpor/sdk/go"
 )
 
 // cli runs the torpor binary's entry point against a server.
 func cli(t *testing.T, server string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := run(context.Background(), append([]string{"--server", server}, args...), &out, &errb)
+	pre := []string{"--server", server}
+	if tok := tokenFor(server); tok != "" {
+		pre = append(pre, "--token", tok)
+	}
+	code := run(context.Background(), append(pre, args...), &out, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -85,7 +88,7 @@ func TestCheckVerb(t *testing.T) {
 		t.Fatalf("check of a clean log: exit %d\n%s%s", code, out, stderr)
 	}
 	// Append a well-formed suspended on the consumed reference.
-	c := torpor.New(a.HTTPAddr(), nil)
+	c := a.client()
 	v, err := c.Get(context.Background(), "broken")
 	if err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 type clientFlags struct {
 	server string
 	output string
+	token  string
 
 	mu      sync.Mutex
 	dialErr error // the last failure to connect to the server
@@ -48,7 +49,7 @@ func (f *clientFlags) client() *torpor.Client {
 		}
 		return conn, err
 	}
-	return torpor.New(f.serverURL(), &http.Client{Transport: tr})
+	return torpor.New(f.serverURL(), &http.Client{Transport: tr}).WithToken(f.tokenValue())
 }
 
 // unreachable turns an UNAVAILABLE error that came of a failure to connect
@@ -84,7 +85,8 @@ func (f *clientFlags) show(cmd *cobra.Command, v events.View) error {
 // clientHelp is the long help of torpor: what the client verbs share, and
 // the exit statuses.
 const clientHelp = `torpor serve runs the service; the other verbs are its clients (the server is
---server, else $TORPOR_SERVER, else http://127.0.0.1:8080). A sandbox is named
+--server, else $TORPOR_SERVER, else http://127.0.0.1:8080; the token --token, else
+$TORPOR_TOKEN, else ./torpor-data/admin.token when present). A sandbox is named
 by its name or its id. -o table (default), wide, json or name (names only, one
 a line, for xargs). create and the lifecycle verbs wait for their target phase
 (--timeout D, default $TORPOR_LIFECYCLE_TIMEOUT or 5m) unless --no-wait.
@@ -96,6 +98,7 @@ func addClientCmds(root *cobra.Command) {
 	pf := root.PersistentFlags()
 	pf.StringVar(&f.server, "server", "", "torpor server URL (default $TORPOR_SERVER or http://127.0.0.1:8080)")
 	pf.StringVarP(&f.output, "output", "o", outTable, "output: table, wide, json or name")
+	pf.StringVar(&f.token, "token", "", "bearer token for the server (default $TORPOR_TOKEN, else ./torpor-data/admin.token when present)")
 
 	for _, l := range []struct {
 		verb   string
@@ -108,6 +111,7 @@ func addClientCmds(root *cobra.Command) {
 	for _, cmd := range []*cobra.Command{f.createCmd(), f.getCmd(), f.listCmd(), f.historyCmd(), f.waitCmd(), f.logsCmd(), f.watchCmd(), f.topCmd(), check, replay} {
 		root.AddCommand(f.verb(cmd))
 	}
+	root.AddCommand(f.tokenCmd())
 }
 
 // waitFlags are the flags of a verb that waits.

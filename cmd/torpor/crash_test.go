@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,6 +34,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	http.DefaultClient.Transport = tokenTransport{base: http.DefaultTransport}
 	code := m.Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
@@ -111,6 +113,7 @@ func serveProcess(t *testing.T, dir string, args ...string) *child {
 		c.kill()
 		t.Fatal("torpor serve did not come up")
 	}
+	readAdminToken(t, dir, c.http)
 	return c
 }
 
@@ -121,7 +124,7 @@ func (c *child) kill() {
 }
 
 // client is an SDK client of the child's HTTP API.
-func (c *child) client() *torpor.Client { return torpor.New(c.http, nil) }
+func (c *child) client() *torpor.Client { return torpor.New(c.http, nil).WithToken(tokenFor(c.http)) }
 
 // watch subscribes to sandbox id's subject on the child's NATS and sends
 // each event's type on the channel (the subscription ends with the process).
@@ -207,7 +210,9 @@ func converged(t *testing.T, c *child, dir, id string, want events.Phase) events
 	if err != nil {
 		t.Fatalf("sandbox %s did not converge to %s: %v (%+v)", id, want, err, v)
 	}
-	out, err := exec.Command(binary(t), "check", "--server", "http://"+c.http).CombinedOutput()
+	check := exec.Command(binary(t), "check", "--server", "http://"+c.http)
+	check.Env = append(os.Environ(), tokenEnv(c.http)...)
+	out, err := check.CombinedOutput()
 	if err != nil {
 		t.Fatalf("torpor check: %v\n%s", err, out)
 	}

@@ -63,6 +63,7 @@ func startAppUnchecked(t *testing.T, dir string, mod func(*serveConfig)) *app {
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
+	registerToken(a.HTTPAddr(), a.AdminToken())
 	stopped := false
 	t.Cleanup(func() {
 		if !stopped {
@@ -153,7 +154,7 @@ func mustWait(t *testing.T, c *torpor.Client, id string, p events.Phase) events.
 // delete through the real wiring and reads the KV view at each step.
 func TestLifecycleOverHTTP(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := torpor.New(a.HTTPAddr(), nil)
+	c := a.client()
 	nc := busConn(t, a)
 	ctx := context.Background()
 
@@ -231,7 +232,7 @@ func strconvU(u uint64) string { b, _ := json.Marshal(u); return string(b) }
 // TestLifecycleOverBus drives the same cycle through the micro service.
 func TestLifecycleOverBus(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := torpor.New(a.HTTPAddr(), nil)
+	c := a.client()
 	nc := busConn(t, a)
 
 	v, e := busCmd(t, nc, "create", map[string]any{"driver": "sim"}, nil)
@@ -270,7 +271,7 @@ func TestLifecycleOverBus(t *testing.T) {
 // answers UNIMPLEMENTED and the phase stays.
 func TestUnimplementedSuspendMovesNothing(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := torpor.New(a.HTTPAddr(), nil)
+	c := a.client()
 	ctx := context.Background()
 	v, err := c.Create(ctx, torpor.CreateRequest{DriverOptions: map[string]string{"suspend": "unimplemented"}}, "")
 	if err != nil {
@@ -290,9 +291,15 @@ func TestUnimplementedSuspendMovesNothing(t *testing.T) {
 	}
 }
 
+// httpDo sends a request as a client of the API does (a body as JSON, the
+// server's admin token, see tokenTransport) with the headers hdr on top,
+// and answers the status and body.
 func httpDo(t *testing.T, method, url, body string, hdr map[string]string) (int, []byte) {
 	t.Helper()
 	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
@@ -328,7 +335,7 @@ func historyCounts(t *testing.T, c *torpor.Client, id string) ([]torpor.Event, m
 // get their contract errors.
 func TestDriversAndLogs(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := torpor.New(a.HTTPAddr(), nil)
+	c := a.client()
 	ctx := context.Background()
 	ds, err := c.Drivers(ctx)
 	if err != nil {
@@ -392,7 +399,7 @@ func TestDriversAndLogs(t *testing.T) {
 // TestForwardsBadInput: what each bad forward request gets, over HTTP.
 func TestForwardsBadInput(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := torpor.New(a.HTTPAddr(), nil)
+	c := a.client()
 	v, err := c.Create(context.Background(), torpor.CreateRequest{Name: "fw"}, "")
 	if err != nil {
 		t.Fatal(err)
@@ -413,6 +420,7 @@ func TestForwardsBadInput(t *testing.T) {
 		{"an unknown forward", "DELETE", v.ID + "/forwards/0193b0a4-0000-7000-8000-00000000f00d", ``, events.CodeNotFound},
 	} {
 		req, _ := http.NewRequest(tc.method, base+tc.path, strings.NewReader(tc.body))
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

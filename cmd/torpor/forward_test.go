@@ -70,7 +70,7 @@ func TestForwardsThroughSuspensions(t *testing.T) {
 	port := "8000=" + strings.TrimPrefix(srv.URL, "http://")
 	dir := t.TempDir()
 	a := startApp(t, dir, nil)
-	c := torpor.New(a.HTTPAddr(), nil)
+	c := a.client()
 	ctx := context.Background()
 
 	stubborn, _ := c.Create(ctx, torpor.CreateRequest{Name: "stubborn", DriverOptions: map[string]string{"ports": port, "suspend": "reject"}}, "")
@@ -128,7 +128,7 @@ func TestForwardsThroughSuspensions(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := startApp(t, dir, nil)
-	c = torpor.New(b.HTTPAddr(), nil)
+	c = b.client()
 	deadline := time.Now().Add(waitFor)
 	for {
 		got, err := through(t, fw2.Address)

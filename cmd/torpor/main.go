@@ -81,7 +81,7 @@ func serveCmd() *cobra.Command {
 				return err
 			}
 			log.Info().Str("http", a.HTTPAddr()).Str("nats", a.NATSURL()).Str("data", cfg.Data).Str("fsync", cfg.Fsync).Str("node", cfg.Node).Msg("torpor serving")
-			fmt.Fprintf(os.Stderr, "\ntorpor is up: HTTP on http://%s, NATS on %s\ncreate a sandbox:\n  curl -s -X POST http://%s/v1/sandboxes -d '{\"name\":\"demo\",\"driver\":\"sim\"}'\n\n", a.HTTPAddr(), a.NATSURL(), a.HTTPAddr())
+			printBanner(os.Stderr, a, cfg)
 			err = a.Wait()
 			log.Info().Err(err).Msg("torpor stopped")
 			return err
@@ -100,6 +100,10 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&cfg.HeartbeatLimit, "heartbeat-limit", defaultHeartbeatLimit, "how long a supervisor that heartbeats may fall silent before it is recorded detached (process supervisors beat three times within it)")
 	f.StringVar(&cfg.ProjectionDB, "projection-db", "", "also keep the SQL view in this CockroachDB or PostgreSQL database (postgresql://user@host:26257/torpor?sslmode=verify-full); a database that is down delays the view, not the service")
 	f.StringVar(&cfg.ReadFrom, "read-from", "kv", "the view that lists, gets, counts and histories are read from: kv, or sql (wants --projection-db); waits and watches read kv")
+	f.BoolVar(&cfg.NoAuth, "no-auth", false, "serve the HTTP API without tokens, every request with every scope (loopback --http only; warned of at every start)")
+	f.StringSliceVar(&cfg.HTTPHosts, "http-host", nil, "names, besides IP addresses and localhost, that requests may address the HTTP API by (a Host it does not answer for is refused)")
+	f.StringSliceVar(&cfg.CORSOrigins, "cors-origin", nil, "browser origins allowed to call the HTTP API across origins (none by default)")
+	f.BoolVar(&cfg.MetricsOpen, "metrics-open", false, "serve /metrics without a token (it wants a read token otherwise)")
 	f.DurationVar(&cfg.DuplicateWindow, "duplicate-window", jsstore.DefaultDuplicateWindow, "how long the event stream remembers message ids for deduplication (about 125 bytes of server heap per append for that long)")
 	return cmd
 }

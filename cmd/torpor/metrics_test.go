@@ -92,7 +92,7 @@ outer:
 // /metrics, and promtool finds nothing wrong with it.
 func TestMetrics(t *testing.T) {
 	a := startAppUnchecked(t, "", func(c *serveConfig) { c.Deadline = 2 * time.Second })
-	c := torpor.New(a.HTTPAddr(), nil)
+	c := a.client()
 	nc := busConn(t, a)
 	ctx := context.Background()
 	js, _ := jetstream.New(nc)

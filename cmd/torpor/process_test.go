@@ -35,7 +35,7 @@ func processApp(t *testing.T, limit time.Duration, mods ...func(*serveConfig)) (
 			m(c)
 		}
 	})
-	return a, torpor.New(a.HTTPAddr(), nil), dir
+	return a, a.client(), dir
 }
 
 // refusing is the real process driver, but for the suspensions it is told

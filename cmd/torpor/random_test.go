@@ -150,7 +150,9 @@ func TestRandomizedRunWithKills(t *testing.T) {
 	if len(moving) > 0 {
 		t.Errorf("not settled after the load: %v", moving)
 	}
-	out, err := exec.Command(binary(t), "check", "--server", "http://"+cur.Load().http, "--deadline", deadline.String()).CombinedOutput()
+	check := exec.Command(binary(t), "check", "--server", "http://"+cur.Load().http, "--deadline", deadline.String())
+	check.Env = append(os.Environ(), tokenEnv(cur.Load().http)...)
+	out, err := check.CombinedOutput()
 	violations := "0"
 	if err != nil {
 		violations = "some"

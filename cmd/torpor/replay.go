@@ -43,14 +43,6 @@ type replayDeps struct {
 	Log zerolog.Logger
 }
 
-// withReplay serves POST /v1/replay from d and every other request from h.
-func withReplay(h http.Handler, d replayDeps) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("POST /v1/replay", newReplayHandler(d))
-	mux.Handle("/", h)
-	return mux
-}
-
 // replayRequest is the body of POST /v1/replay. Until is a sequence (a
 // number, or a string of digits) or an RFC 3339 time; absent, the view is
 // rebuilt and swapped in.
@@ -306,6 +298,9 @@ func replayCmd(f *clientFlags) *cobra.Command {
 				return events.Errorf(events.CodeInvalidArgument, "--server: %v", err)
 			}
 			hreq.Header.Set("Content-Type", "application/json")
+			if tok := f.tokenValue(); tok != "" {
+				hreq.Header.Set("Authorization", "Bearer "+tok)
+			}
 			resp, err := http.DefaultClient.Do(hreq)
 			if err != nil {
 				return events.Errorf(events.CodeUnavailable, "replay: %v", err)

@@ -70,9 +70,11 @@ func replayServer(t *testing.T, n int) (*httptest.Server, *replayHandler, uint64
 		time.Sleep(5 * time.Millisecond)
 	}
 	h := newReplayHandler(replayDeps{Store: store, KV: view, Log: zerolog.Nop()})
-	// withReplay makes a handler of its own: the tests that hold h's locks
-	// call h directly.
-	hs := httptest.NewServer(withReplay(http.NotFoundHandler(), h.d))
+	// The server's handler is one of its own: the tests that hold h's
+	// locks call h directly.
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/replay", newReplayHandler(h.d))
+	hs := httptest.NewServer(mux)
 	t.Cleanup(hs.Close)
 	return hs, h, last
 }

@@ -66,7 +66,7 @@ func (w *eventWaiter) wait(t *testing.T, id, typ string) {
 func TestRestartCatchesUp(t *testing.T) {
 	dir := t.TempDir()
 	a := startApp(t, dir, nil)
-	c := torpor.New(a.HTTPAddr(), nil)
+	c := a.client()
 	w := watchLog(t, busConn(t, a))
 	ctx := context.Background()
 
@@ -95,7 +95,7 @@ func TestRestartCatchesUp(t *testing.T) {
 	forgetView(t, dir)
 
 	b := startApp(t, dir, nil)
-	c = torpor.New(b.HTTPAddr(), nil)
+	c = b.client()
 	vd := mustWait(t, c, done.ID, events.PhaseSuspended)
 	vs := mustWait(t, c, slow.ID, events.PhaseSuspended)
 	for _, v := range []events.View{vd, vs} {
@@ -147,7 +147,7 @@ func forgetView(t *testing.T, dir string) {
 func TestRestartWithoutPositions(t *testing.T) {
 	dir := t.TempDir()
 	a := startApp(t, dir, nil)
-	c := torpor.New(a.HTTPAddr(), nil)
+	c := a.client()
 	ctx := context.Background()
 	phases := map[string]events.Phase{}
 	for name, verbs := range map[string][]string{
@@ -198,7 +198,7 @@ func TestRestartWithoutPositions(t *testing.T) {
 	srv.Stop()
 
 	b := startApp(t, dir, nil)
-	c = torpor.New(b.HTTPAddr(), nil)
+	c = b.client()
 	pos, err := b.store.Position(ctx, sagas.PositionKey("local"))
 	if err != nil {
 		t.Fatal(err)

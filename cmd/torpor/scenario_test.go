@@ -285,7 +285,7 @@ func TestScenarios(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			s := &scene{t: t, c: torpor.New(a.HTTPAddr(), nil), nc: nc, creds: creds, dir: dir}
+			s := &scene{t: t, c: a.client(), nc: nc, creds: creds, dir: dir}
 			v, err := s.c.Create(ctx, torpor.CreateRequest{Driver: "sim", DriverOptions: tc.opts}, "")
 			if err != nil {
 				t.Fatal(err)

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -25,6 +28,7 @@ import (
 	"github.com/torpor/torpor/projections"
 	"github.com/torpor/torpor/projections/kvview"
 	"github.com/torpor/torpor/sagas"
+	"github.com/torpor/torpor/services/access"
 	"github.com/torpor/torpor/services/compute"
 	"github.com/torpor/torpor/services/compute/process"
 	"github.com/torpor/torpor/services/compute/remote"
@@ -69,6 +73,18 @@ type serveConfig struct {
 	// ReadFrom is the view the reads of the HTTP API come from
 	// (--read-from): "kv" (also when empty) or "sql".
 	ReadFrom string
+	// NoAuth serves the HTTP API without tokens (--no-auth): every request
+	// holds every scope. Only on a loopback --http, and warned of at every
+	// start.
+	NoAuth bool
+	// HTTPHosts are the names, besides IP addresses and localhost, that a
+	// request's Host may carry (--http-host; DNS rebinding is refused).
+	HTTPHosts []string
+	// CORSOrigins are the browser origins allowed across origins
+	// (--cors-origin); none by default.
+	CORSOrigins []string
+	// MetricsOpen serves /metrics without a token (--metrics-open).
+	MetricsOpen bool
 	// wrapDrivers, when set, may replace drivers of the registry before
 	// anything uses them: tests wrap a real driver to make it refuse a call.
 	// No flag sets it.
@@ -97,6 +113,8 @@ func (c serveConfig) Validate() error {
 		return fmt.Errorf("--read-from %q: want kv or sql", c.ReadFrom)
 	case c.ReadFrom == "sql" && c.ProjectionDB == "":
 		return errors.New("--read-from sql: wants the SQL view, --projection-db")
+	case c.NoAuth && !loopbackHTTP(c.HTTP):
+		return fmt.Errorf("--no-auth with --http %s: serving without tokens is for a loopback address only (127.0.0.1, [::1], localhost)", c.HTTP)
 	case !validNode.MatchString(c.Node):
 		return fmt.Errorf("--node %q: want 1 to 63 lower-case letters, digits, '-' or '_', starting and ending with a letter or digit (it names subjects and keys)", c.Node)
 	}
@@ -106,6 +124,19 @@ func (c serveConfig) Validate() error {
 		}
 	}
 	return nil
+}
+
+// loopbackHTTP reports whether addr (host:port) listens on loopback only.
+func loopbackHTTP(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // embedded is the embedded NATS server of c, when it has no --nats-url.
@@ -151,7 +182,12 @@ type app struct {
 	svc    *gateway.Service
 	store  *jsstore.Store
 	proj   *projections.Runner
-	sql    *sqlPart // nil without --projection-db
+	// adminToken is the secret of <data>/admin.token, "" without one
+	// (--no-auth, no --data, or a file whose token was revoked).
+	adminToken string
+	// adminMinted says this start minted the admin token.
+	adminMinted bool
+	sql         *sqlPart // nil without --projection-db
 	// stopFollow ends the follower of the KV view the waits are served
 	// from.
 	stopFollow context.CancelFunc
@@ -212,6 +248,19 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	creds, err := credentials(ctx, js)
 	if err != nil {
 		return nil, err
+	}
+	tokens, err := access.Open(ctx, js, 1)
+	if err != nil {
+		return nil, err
+	}
+	guard := gateway.HTTPGuard{Auth: tokens, Hosts: cfg.HTTPHosts, Origins: cfg.CORSOrigins, MetricsOpen: cfg.MetricsOpen}
+	if cfg.NoAuth {
+		guard.Auth = nil
+		log.Warn().Str("http", cfg.HTTP).Msg("--no-auth: the HTTP API takes every request from loopback without a token, with every scope")
+	} else if cfg.Data != "" {
+		if err := a.bootstrapAdmin(ctx, tokens, cfg); err != nil {
+			return nil, err
+		}
 	}
 	if a.driver, err = sim.New(busReporter(a.nc), sim.Config{Data: cfg.Data}); err != nil {
 		return nil, err
@@ -293,7 +342,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	}
 	m.Phases(phaseNames, func(ctx context.Context) (map[string]int, error) { return phaseCounts(ctx, reads) })
 	m.Lags(a.lags)
-	h := gateway.NewHTTP(svc, reads, a.Ready, log.With().Str("part", "http").Logger()).WithForwards(fwd).WithLags(a.lags).WithMetrics(m.Handler())
+	h := gateway.NewHTTP(svc, reads, a.Ready, log.With().Str("part", "http").Logger()).WithGuard(guard).WithForwards(fwd).WithLags(a.lags).WithMetrics(m.Handler()).WithTokens(tokens)
 	readFrom := cfg.ReadFrom
 	if readFrom == "" {
 		readFrom = "kv"
@@ -305,7 +354,8 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if a.sql != nil {
 		replay.SQL = a.sql.reader // UNAVAILABLE until its database was reached
 	}
-	a.hsrv = &http.Server{Handler: withReplay(h, replay), ReadHeaderTimeout: 10 * time.Second}
+	h.Handle("POST /v1/replay", events.ScopeAdmin, newReplayHandler(replay))
+	a.hsrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, a.cancel = context.WithCancel(ctx)
 	a.g, ctx = errgroup.WithContext(ctx)
@@ -334,6 +384,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	}
 	run("bus", func() error { return bus.Run(ctx) })
 	run("sagas", func() error { return runner.Run(ctx) })
+	run("tokens", func() error { return tokens.Run(ctx) })
 	run("kvview", func() error { return proj.Run(ctx) })
 	if a.sql != nil {
 		run("sqlview", func() error { return a.sql.Run(ctx) })
@@ -360,6 +411,30 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	})
 	return a, nil
 }
+
+// bootstrapAdmin makes sure the operator of this machine can reach the
+// service: <data>/admin.token holds an admin token (minted on the first
+// start), whose secret a keeps for the startup banner and the tests.
+func (a *app) bootstrapAdmin(ctx context.Context, tokens *access.Tokens, cfg serveConfig) error {
+	path := filepath.Join(cfg.Data, access.AdminFile)
+	name, minted, err := tokens.Bootstrap(ctx, path, cfg.Node)
+	if err != nil {
+		return err
+	}
+	a.adminMinted = minted
+	if name == "" {
+		return nil // the file's token was revoked: the operator meant it
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("admin token: %w", err)
+	}
+	a.adminToken = strings.TrimSpace(string(data))
+	return nil
+}
+
+// AdminToken is the secret of the admin token under --data ("" if none).
+func (a *app) AdminToken() string { return a.adminToken }
 
 // phaseNames are the phases torpor_sandboxes reports, 0 when none is in it.
 var phaseNames = func() []string {
@@ -557,3 +632,27 @@ func (a viewAdapter) List(ctx context.Context, q gateway.ListQuery) (events.Page
 }
 
 var _ gateway.Views = viewAdapter{}
+
+// printBanner says where serve listens and how to reach it: the admin
+// token's file and a line to paste.
+func printBanner(w io.Writer, a *app, cfg serveConfig) {
+	fmt.Fprintf(w, "\ntorpor is up: HTTP on http://%s, NATS on %s\n", a.HTTPAddr(), a.NATSURL())
+	auth := ""
+	switch {
+	case cfg.NoAuth:
+		fmt.Fprintln(w, "WARNING: --no-auth: the HTTP API takes every request from loopback without a token")
+	case a.AdminToken() != "":
+		path := filepath.Join(cfg.Data, access.AdminFile)
+		what := "is in"
+		if a.adminMinted {
+			what = "was written to"
+		}
+		fmt.Fprintf(w, "an admin token %s %s (mode 0600); the CLI in this directory finds it, others take --token or TORPOR_TOKEN\n", what, path)
+		fmt.Fprintf(w, "  TOKEN=$(cat %s)\n", path)
+		auth = ` -H "Authorization: Bearer $TOKEN"`
+	default:
+		fmt.Fprintln(w, "no admin token under --data (revoked?): make one with torpor token create, or delete the file and restart")
+		auth = ` -H "Authorization: Bearer $TOKEN"`
+	}
+	fmt.Fprintf(w, "create a sandbox:\n  curl -s%s -H 'Content-Type: application/json' -X POST http://%s/v1/sandboxes -d '{\"name\":\"demo\",\"driver\":\"sim\"}'\n\n", auth, a.HTTPAddr())
+}

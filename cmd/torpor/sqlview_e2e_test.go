@@ -263,7 +263,7 @@ func sameReads(t *testing.T, got, want []answer) {
 // through suspend, resume, stop and delete; it returns their ids.
 func driveSandboxes(t *testing.T, a *app, prefix string, n int) []string {
 	t.Helper()
-	c := torpor.New(a.HTTPAddr(), nil)
+	c := a.client()
 	ctx := context.Background()
 	var ids []string
 	for i := range n {

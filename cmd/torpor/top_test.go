@@ -42,7 +42,7 @@ type ptySession struct {
 func startPTY(t *testing.T, args ...string) *ptySession {
 	t.Helper()
 	cmd := exec.Command(binary(t), args...)
-	cmd.Env = append(cliEnv(), "TERM=xterm-256color")
+	cmd.Env = append(append(cliEnv(), tokenEnv(serverArg(args))...), "TERM=xterm-256color")
 	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 120})
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +144,7 @@ func (s *ptySession) exit() int {
 func TestTop(t *testing.T) {
 	a := startApp(t, "", nil)
 	srv := "http://" + a.HTTPAddr()
-	c := torpor.New(a.HTTPAddr(), nil)
+	c := a.client()
 	ctx := context.Background()
 	v, err := c.Create(ctx, torpor.CreateRequest{Name: "topped", Labels: map[string]string{"screen": "top"}}, "")
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 // /v1/phases counts sandboxes per phase.
 func TestWatchAndPhases(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := torpor.New(a.HTTPAddr(), nil)
+	c := a.client()
 	ctx := context.Background()
 	v, err := c.Create(ctx, torpor.CreateRequest{Name: "watched"}, "")
 	if err != nil {

@@ -47,8 +47,32 @@ func orKey(key string) string {
 // Client is the client of one torpor server's HTTP API; it is safe for
 // concurrent use.
 type Client struct {
-	base string
-	hc   *http.Client
+	base  string
+	hc    *http.Client
+	token string
+}
+
+// WithToken returns a client like c that sends token as its bearer token
+// (Authorization: Bearer …) on every request: the server answers
+// UNAUTHENTICATED without one, and PERMISSION_DENIED to a token without the
+// scope a call wants (read for reads, write for commands, admin for the
+// rest).
+func (c *Client) WithToken(token string) *Client {
+	cc := *c
+	cc.token = token
+	return &cc
+}
+
+// newRequest is a request to the server, with the client's token.
+func (c *Client) newRequest(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	return req, nil
 }
 
 // New returns a client of the server at base (e.g. "http://127.0.0.1:8080")
@@ -98,7 +122,7 @@ func (c *Client) once(ctx context.Context, method, path, key string, body []byte
 	if hasBody {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	req, err := c.newRequest(ctx, method, path, rd)
 	if err != nil {
 		return err
 	}
@@ -358,4 +382,41 @@ func answerError(method, path string, resp *http.Response, data []byte) error {
 		code = events.CodeNotFound
 	}
 	return events.Errorf(code, "%s %s: %s", method, path, resp.Status)
+}
+
+// Wire types of the token endpoints (admin tokens only).
+type (
+	Scope        = events.Scope
+	TokenRequest = events.TokenRequest
+	TokenInfo    = events.TokenInfo
+	NewToken     = events.NewToken
+)
+
+// The scopes a token may hold: admin holds every scope.
+const (
+	ScopeRead  = events.ScopeRead
+	ScopeWrite = events.ScopeWrite
+	ScopeAdmin = events.ScopeAdmin
+)
+
+// CreateToken makes a bearer token (POST /v1/tokens); its secret is in the
+// answer and nowhere else (the server keeps a hash). A name in use is
+// ErrAlreadyExists.
+func (c *Client) CreateToken(ctx context.Context, r TokenRequest) (NewToken, error) {
+	var t NewToken
+	return t, c.do(ctx, http.MethodPost, "/v1/tokens", "", r, &t)
+}
+
+// Tokens lists the server's tokens, without their secrets.
+func (c *Client) Tokens(ctx context.Context) ([]TokenInfo, error) {
+	var out struct {
+		Items []TokenInfo `json:"items"`
+	}
+	return out.Items, c.do(ctx, http.MethodGet, "/v1/tokens", "", nil, &out)
+}
+
+// RevokeToken revokes the token named name: every server refuses it from
+// then on. An unknown name is ErrNotFound.
+func (c *Client) RevokeToken(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/tokens/"+url.PathEscape(name), "", nil, nil)
 }

@@ -249,7 +249,7 @@ func TestHTTPErrors(t *testing.T) {
 func TestHTTPRetrySameKey(t *testing.T) {
 	ctx := ctxFor(t)
 	p := newProxy(t, server.http)
-	wc := torpor.New(p.addr(), nil)
+	wc := torpor.New(p.addr(), nil).WithToken(server.token)
 	label := unique()
 	req := sim()
 	req.Labels = map[string]string{"retry": label}
@@ -295,7 +295,7 @@ func TestHTTPWaitDroppedConnection(t *testing.T) {
 	ctx := ctxFor(t)
 	c := client()
 	p := newProxy(t, server.http)
-	wc := torpor.New(p.addr(), nil)
+	wc := torpor.New(p.addr(), nil).WithToken(server.token)
 	v := mustCreate(t, ctx, c, sim())
 	mustWait(t, ctx, c, v.ID, events.PhaseReady)
 	type result struct {
@@ -339,7 +339,7 @@ func TestHTTPWaitDroppedConnection(t *testing.T) {
 func TestHTTPConnectionsReused(t *testing.T) {
 	ctx := ctxFor(t)
 	p := newProxy(t, hostPort(server.http))
-	c := torpor.New("http://"+p.addr(), nil)
+	c := torpor.New("http://"+p.addr(), nil).WithToken(server.token)
 	const calls, rounds = 16, 5
 	for range rounds {
 		var wg sync.WaitGroup

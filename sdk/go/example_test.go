@@ -17,7 +17,7 @@ import (
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c := torpor.New(server.http, nil) // e.g. "127.0.0.1:8080"
+	c := torpor.New(server.http, nil).WithToken(server.token) // e.g. "127.0.0.1:8080", and the secret of serve's <data>/admin.token
 
 	v, err := c.Create(ctx, torpor.CreateRequest{Driver: "sim"}, "")
 	if err != nil {
@@ -66,7 +66,7 @@ func Example() {
 func Example_errors() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c := torpor.New(server.http, nil)
+	c := torpor.New(server.http, nil).WithToken(server.token)
 
 	v, err := c.Create(ctx, torpor.CreateRequest{Driver: "sim"}, "")
 	if err == nil {
@@ -132,7 +132,7 @@ func ExampleNewBus() {
 func ExampleClient_Watch() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c := torpor.New(server.http, nil)
+	c := torpor.New(server.http, nil).WithToken(server.token)
 	v, err := c.Create(ctx, torpor.CreateRequest{Driver: "sim"}, "")
 	if err != nil {
 		fmt.Println(err)

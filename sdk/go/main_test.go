@@ -24,6 +24,8 @@ import (
 var server struct {
 	http string // host:port
 	nats string // nats://host:port
+	// token is the admin token serve wrote under its --data.
+	token string
 }
 
 // waitFor bounds every wait of the tests.
@@ -98,11 +100,17 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "torpor serve did not come up")
 		return 1
 	}
+	tok, err := os.ReadFile(filepath.Join(dir, "data", "admin.token"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "the admin token serve writes: %v\n", err)
+		return 1
+	}
+	server.token = strings.TrimSpace(string(tok))
 	return m.Run()
 }
 
 // client is an HTTP client of the server, straight (no proxy).
-func client() *torpor.Client { return torpor.New(server.http, nil) }
+func client() *torpor.Client { return torpor.New(server.http, nil).WithToken(server.token) }
 
 // ctxFor is a context bounded by waitFor, ended at the test's cleanup.
 func ctxFor(t *testing.T) context.Context {

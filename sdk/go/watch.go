@@ -88,7 +88,7 @@ func (w *watcher) deliver(v events.View) error {
 
 // watchOnce reads one connection's stream until it ends.
 func (c *Client) watchOnce(ctx context.Context, w *watcher) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/watch", nil)
+	req, err := c.newRequest(ctx, http.MethodGet, "/v1/watch", nil)
 	if err != nil {
 		return err
 	}

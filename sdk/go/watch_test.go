@@ -16,7 +16,7 @@ func TestWatchHTTPDroppedConnection(t *testing.T) {
 	ctx := ctxFor(t)
 	c := client()
 	p := newProxy(t, server.http)
-	wc := torpor.New(p.addr(), nil)
+	wc := torpor.New(p.addr(), nil).WithToken(server.token)
 
 	a := mustCreate(t, ctx, c, sim())
 	ready := mustWait(t, ctx, c, a.ID, events.PhaseReady)

@@ -27,6 +27,7 @@ type HTTP struct {
 	mux      *http.ServeMux
 	forwards Forwards
 	lags     func(context.Context) map[string]uint64
+	guard    HTTPGuard
 }
 
 // Forwards serves TCP forwards (forward.Forwarder does): the HTTP API binds
@@ -57,7 +58,7 @@ func (h *HTTP) WithLags(lags func(context.Context) map[string]uint64) *HTTP {
 // WithMetrics serves GET /metrics from m (the Prometheus text of
 // internal/metrics' Set).
 func (h *HTTP) WithMetrics(m http.Handler) *HTTP {
-	h.mux.Handle("GET /metrics", m)
+	h.mux.Handle("GET /metrics", h.authorize(scopeMetrics, m.ServeHTTP))
 	return h
 }
 
@@ -73,7 +74,7 @@ type ServerInfo struct {
 
 // WithServerInfo serves info on GET /v1/server.
 func (h *HTTP) WithServerInfo(info ServerInfo) *HTTP {
-	h.mux.HandleFunc("GET /v1/server", func(w http.ResponseWriter, r *http.Request) {
+	h.handle("GET /v1/server", events.ScopeRead, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, info)
 	})
 	return h
@@ -83,32 +84,33 @@ func (h *HTTP) WithServerInfo(info ServerInfo) *HTTP {
 // traffic (for /readyz).
 func NewHTTP(svc *Service, views Views, ready func(context.Context) error, log zerolog.Logger) *HTTP {
 	h := &HTTP{svc: svc, views: views, ready: ready, log: log, mux: http.NewServeMux()}
-	h.mux.HandleFunc("POST /v1/sandboxes", h.create)
-	h.mux.HandleFunc("GET /v1/sandboxes", h.list)
-	h.mux.HandleFunc("GET /v1/sandboxes/{ref}", h.get)
-	h.mux.HandleFunc("DELETE /v1/sandboxes/{id}", h.lifecycle(VerbDelete))
+	read, write := events.ScopeRead, events.ScopeWrite
+	h.handle("POST /v1/sandboxes", write, h.create)
+	h.handle("GET /v1/sandboxes", read, h.list)
+	h.handle("GET /v1/sandboxes/{ref}", read, h.get)
+	h.handle("DELETE /v1/sandboxes/{id}", write, h.lifecycle(VerbDelete))
 	for _, verb := range []string{VerbStart, VerbStop, VerbSuspend, VerbResume} {
-		h.mux.HandleFunc("POST /v1/sandboxes/{id}/"+verb, h.lifecycle(verb))
+		h.handle("POST /v1/sandboxes/{id}/"+verb, write, h.lifecycle(verb))
 	}
-	h.mux.HandleFunc("GET /v1/sandboxes/{id}/events", h.history)
-	h.mux.HandleFunc("GET /v1/sandboxes/{id}/logs", h.logs)
-	h.mux.HandleFunc("GET /v1/drivers", h.drivers)
-	h.mux.HandleFunc("POST /v1/sandboxes/{id}/forwards", h.forward)
-	h.mux.HandleFunc("DELETE /v1/sandboxes/{id}/forwards/{fid}", h.unforward)
-	h.mux.HandleFunc("GET /v1/sandboxes/{id}/wait", h.wait)
-	h.mux.HandleFunc("GET /v1/watch", h.watch)
-	h.mux.HandleFunc("GET /v1/phases", h.phases)
-	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	h.handle("GET /v1/sandboxes/{id}/events", read, h.history)
+	h.handle("GET /v1/sandboxes/{id}/logs", read, h.logs)
+	h.handle("GET /v1/drivers", read, h.drivers)
+	h.handle("POST /v1/sandboxes/{id}/forwards", write, h.forward)
+	h.handle("DELETE /v1/sandboxes/{id}/forwards/{fid}", write, h.unforward)
+	h.handle("GET /v1/sandboxes/{id}/wait", read, h.wait)
+	h.handle("GET /v1/watch", read, h.watch)
+	h.handle("GET /v1/phases", read, h.phases)
+	h.handle("GET /healthz", scopeOpen, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	h.mux.HandleFunc("GET /readyz", h.readyz)
-	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	h.handle("GET /readyz", scopeOpen, h.readyz)
+	// A route the API lacks is NOT_FOUND to a caller with a token, and
+	// UNAUTHENTICATED to one without: an outsider learns no routes.
+	h.handle("/", read, func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, events.Errorf(events.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
 	return h
 }
-
-func (h *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -159,9 +161,12 @@ func decodeJSON(data []byte, v any) error {
 	return nil
 }
 
+// actor is who sent r, for the log: the name of its token (token:<name>),
+// or, when the server authenticates nothing, its remote address. Nothing the
+// client sets (no header) can change it.
 func actor(r *http.Request) string {
-	if a := r.Header.Get("Torpor-Actor"); a != "" {
-		return a
+	if tok, ok := principal(r.Context()); ok {
+		return "token:" + tok.Name
 	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
@@ -354,6 +359,10 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	if _, port, err := net.SplitHostPort(body.Listen); err != nil || port == "" {
 		writeError(w, events.Errorf(events.CodeInvalidArgument, "listen %q: want host:port (127.0.0.1:0 picks a port)", body.Listen))
+		return
+	}
+	if tok, _ := principal(r.Context()); !loopbackListen(body.Listen) && !events.Allows(tok.Scopes, events.ScopeAdmin) {
+		writeError(w, events.Errorf(events.CodePermissionDenied, "listen %q: a forward off loopback wants a token with admin", body.Listen))
 		return
 	}
 	if body.Port < 1 || body.Port > 65535 {

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/torpor/torpor/events"
-	"github.com/torpor/torpor/services/access"
 	torpor "github.com/torpor/torpor/sdk/go"
+	"github.com/torpor/torpor/services/access"
 )
 
 // call sends a request with exactly the headers hdr (no token of the

@@ -392,7 +392,7 @@ func TestCLIBinary(t *testing.T) {
 	})
 
 	t.Run("completion", func(t *testing.T) {
-		env := []string{"TORPOR_SERVER=" + srv}
+		env := append([]string{"TORPOR_SERVER=" + srv}, tokenEnv(srv)...)
 		complete := func(args ...string) []string {
 			t.Helper()
 			code, out, stderr := torporRun(t, "", env, append([]string{"__complete"}, args...)...)

@@ -15,6 +15,7 @@ import (
 	"github.com/torpor/torpor/events"
 	torpor "github.com/torpor/torpor/sdk/go"
 	"github.com/torpor/torpor/services/access"
+	"github.com/torpor/torpor/services/gateway"
 )
 
 // call sends a request with exactly the headers hdr (no token of the
@@ -407,5 +408,113 @@ func TestTheLocalCLIFindsTheAdminToken(t *testing.T) {
 	}
 	if code, _, stderr := cliIn(nil, "get", "local-demo"); code != 0 {
 		t.Errorf("get after the restart: %d %s", code, stderr)
+	}
+}
+
+// TestTokenRateLimit: a token past its rate is RESOURCE_EXHAUSTED at once
+// and another token is not slowed by it.
+func TestTokenRateLimit(t *testing.T) {
+	a := startApp(t, "", func(c *serveConfig) {
+		c.TokenLimits = gateway.TokenLimits{Rate: 1, Burst: 5}
+	})
+	base := "http://" + a.HTTPAddr()
+	ctx := context.Background()
+	admin := a.client()
+	other, err := admin.CreateToken(ctx, torpor.TokenRequest{Name: "other", Scopes: []events.Scope{"read"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The admin token spent one request of its burst on the token above.
+	refused := 0
+	for range 10 {
+		if _, code, _, _ := call(t, "GET", base+"/v1/phases", "", bearer(a.AdminToken())); code == events.CodeResourceExhausted {
+			refused++
+		}
+	}
+	if refused < 5 {
+		t.Errorf("%d of 10 requests past a burst of 5 at 1/s refused; want at least 5", refused)
+	}
+	if status, code, _, body := call(t, "GET", base+"/v1/phases", "", bearer(other.Token)); status != http.StatusOK {
+		t.Errorf("another token while the first is limited: %d %s %s", status, code, body)
+	}
+
+}
+
+// TestTokenStreamLimits: a token holding its most watches or waits is
+// refused one more at once, and may open one again once one ends.
+func TestTokenStreamLimits(t *testing.T) {
+	a := startApp(t, "", func(c *serveConfig) {
+		c.TokenLimits = gateway.TokenLimits{Watches: 2, Waits: 1}
+	})
+	base := "http://" + a.HTTPAddr()
+	ctx := context.Background()
+	streams, err := a.client().CreateToken(ctx, torpor.TokenRequest{Name: "streams", Scopes: []events.Scope{"admin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := torpor.New(a.HTTPAddr(), nil).WithToken(streams.Token)
+	v, err := c.Create(ctx, torpor.CreateRequest{Name: "waited", Driver: "sim"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	openWatch := func() (*http.Response, events.Code) {
+		t.Helper()
+		wctx, cancel := context.WithCancel(ctx)
+		t.Cleanup(cancel)
+		req, _ := http.NewRequestWithContext(wctx, "GET", base+"/v1/watch", nil)
+		req.Header.Set("Authorization", "Bearer "+streams.Token)
+		resp, err := anonymous.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode == http.StatusOK {
+			return resp, ""
+		}
+		defer resp.Body.Close()
+		var eb events.ErrorBody
+		_ = json.NewDecoder(resp.Body).Decode(&eb)
+		if eb.Error == nil {
+			t.Fatalf("watch: %s without a contract error", resp.Status)
+		}
+		return nil, eb.Error.Code
+	}
+	w1, _ := openWatch()
+	w2, _ := openWatch()
+	if w1 == nil || w2 == nil {
+		t.Fatal("the first two watches were refused")
+	}
+	start := time.Now()
+	if _, code := openWatch(); code != events.CodeResourceExhausted {
+		t.Errorf("a third watch: %s, want RESOURCE_EXHAUSTED", code)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the refusal took %s; want it at once", d)
+	}
+	w1.Body.Close()
+	eventually(t, "a watch again once one ended", func() bool {
+		w, _ := openWatch()
+		if w != nil {
+			w.Body.Close()
+		}
+		return w != nil
+	})
+	w2.Body.Close()
+
+	// One wait held open (for a phase the sandbox will not reach), a
+	// second refused.
+	held := make(chan error, 1)
+	go func() {
+		_, err := c.Wait(ctx, v.ID, events.PhaseStopped, 3*time.Second)
+		held <- err
+	}()
+	eventually(t, "a second wait refused while one is held", func() bool {
+		_, code, _, _ := call(t, "GET", base+"/v1/sandboxes/"+v.ID+"/wait?phase=ready&timeout=1s", "", bearer(streams.Token))
+		return code == events.CodeResourceExhausted
+	})
+	if err := <-held; events.CodeOf(err) != events.CodeDeadlineExceeded {
+		t.Errorf("the held wait: %v, want DEADLINE_EXCEEDED", err)
+	}
+	if status, code, _, body := call(t, "GET", base+"/v1/sandboxes/"+v.ID+"/wait?phase=ready&timeout=5s", "", bearer(streams.Token)); status != http.StatusOK {
+		t.Errorf("a wait once the held one ended: %d %s %s", status, code, body)
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/jsstore"
+	"github.com/torpor/torpor/services/gateway"
 )
 
 func main() {
@@ -104,6 +105,11 @@ func serveCmd() *cobra.Command {
 	f.StringSliceVar(&cfg.HTTPHosts, "http-host", nil, "names, besides IP addresses and localhost, that requests may address the HTTP API by (a Host it does not answer for is refused)")
 	f.StringSliceVar(&cfg.CORSOrigins, "cors-origin", nil, "browser origins allowed to call the HTTP API across origins (none by default)")
 	f.BoolVar(&cfg.MetricsOpen, "metrics-open", false, "serve /metrics without a token (it wants a read token otherwise)")
+	cfg.TokenLimits = gateway.DefaultTokenLimits
+	f.Float64Var(&cfg.TokenLimits.Rate, "token-rate", cfg.TokenLimits.Rate, "requests a second each token may send to this server on average (0: no limit); past it RESOURCE_EXHAUSTED")
+	f.IntVar(&cfg.TokenLimits.Burst, "token-burst", cfg.TokenLimits.Burst, "requests each token may send at once above --token-rate")
+	f.IntVar(&cfg.TokenLimits.Watches, "token-watches", cfg.TokenLimits.Watches, "watches each token may hold open on this server (0: no limit)")
+	f.IntVar(&cfg.TokenLimits.Waits, "token-waits", cfg.TokenLimits.Waits, "waits each token may hold open on this server (0: no limit)")
 	f.DurationVar(&cfg.DuplicateWindow, "duplicate-window", jsstore.DefaultDuplicateWindow, "how long the event stream remembers message ids for deduplication (about 125 bytes of server heap per append for that long)")
 	return cmd
 }

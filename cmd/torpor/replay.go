@@ -114,7 +114,10 @@ func (h *replayHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		replayError(w, events.Errorf(events.CodeFailedPrecondition, "replay: a rebuild of the %s view is running already", req.View))
 		return
 	}
-	defer mu.Unlock()
+	// The rebuild is over once its result is in: the lock goes then, before
+	// the last line, so that a client that read it may start another at once.
+	unlock := sync.OnceFunc(mu.Unlock)
+	defer unlock()
 
 	// The rebuild reports from its goroutines, the KV swap with the live
 	// writer paused: it only keeps the newest progress here, and this
@@ -186,6 +189,7 @@ func (h *replayHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-tick.C:
 			send()
 		case out := <-res:
+			unlock()
 			if out.err != nil {
 				e := events.AsError(out.err)
 				h.d.Log.Warn().Err(out.err).Str("view", req.View).Msg("replay failed")

@@ -85,6 +85,11 @@ type serveConfig struct {
 	CORSOrigins []string
 	// MetricsOpen serves /metrics without a token (--metrics-open).
 	MetricsOpen bool
+	// TokenLimits bound each token's requests a second, watches and waits
+	// on this server (--token-rate, --token-burst, --token-watches,
+	// --token-waits); zero fields do not limit (the tests' and the
+	// bench's service), the flags default to gateway.DefaultTokenLimits.
+	TokenLimits gateway.TokenLimits
 	// wrapDrivers, when set, may replace drivers of the registry before
 	// anything uses them: tests wrap a real driver to make it refuse a call.
 	// No flag sets it.
@@ -253,7 +258,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, err
 	}
-	guard := gateway.HTTPGuard{Auth: tokens, Hosts: cfg.HTTPHosts, Origins: cfg.CORSOrigins, MetricsOpen: cfg.MetricsOpen}
+	guard := gateway.HTTPGuard{Auth: tokens, Hosts: cfg.HTTPHosts, Origins: cfg.CORSOrigins, MetricsOpen: cfg.MetricsOpen, Limits: cfg.TokenLimits}
 	if cfg.NoAuth {
 		guard.Auth = nil
 		log.Warn().Str("http", cfg.HTTP).Msg("--no-auth: the HTTP API takes every request from loopback without a token, with every scope")

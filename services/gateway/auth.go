@@ -35,6 +35,8 @@ type HTTPGuard struct {
 	Origins []string
 	// MetricsOpen serves GET /metrics to anyone; otherwise it wants read.
 	MetricsOpen bool
+	// Limits bound each token's requests, watches and waits.
+	Limits TokenLimits
 }
 
 // scopeOpen is the scope of routes anyone may call (/healthz, /readyz);
@@ -76,7 +78,15 @@ func (h *HTTP) Handle(pattern string, need events.Scope, hd http.Handler) {
 // goes into the request's context, for the actor of its commands.
 func (h *HTTP) authorize(need events.Scope, f http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if need == scopeOpen || h.guard.Auth == nil || (need == scopeMetrics && h.guard.MetricsOpen) {
+		if need == scopeOpen || (need == scopeMetrics && h.guard.MetricsOpen) {
+			f(w, r)
+			return
+		}
+		if h.guard.Auth == nil {
+			if err := h.quotas.allow(who(r), h.guard.Limits); err != nil {
+				writeError(w, err)
+				return
+			}
 			f(w, r)
 			return
 		}
@@ -101,7 +111,12 @@ func (h *HTTP) authorize(need events.Scope, f http.HandlerFunc) http.HandlerFunc
 			writeError(w, events.Errorf(events.CodePermissionDenied, "token %s holds %v; %s %s wants %s", tok.Name, tok.Scopes, r.Method, r.URL.Path, need))
 			return
 		}
-		f(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, tok)))
+		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, tok))
+		if err := h.quotas.allow(who(r), h.guard.Limits); err != nil {
+			writeError(w, err)
+			return
+		}
+		f(w, r)
 	}
 }
 

@@ -28,6 +28,7 @@ type HTTP struct {
 	forwards Forwards
 	lags     func(context.Context) map[string]uint64
 	guard    HTTPGuard
+	quotas   quotas
 }
 
 // Forwards serves TCP forwards (forward.Forwarder does): the HTTP API binds
@@ -97,8 +98,8 @@ func NewHTTP(svc *Service, views Views, ready func(context.Context) error, log z
 	h.handle("GET /v1/drivers", read, h.drivers)
 	h.handle("POST /v1/sandboxes/{id}/forwards", write, h.forward)
 	h.handle("DELETE /v1/sandboxes/{id}/forwards/{fid}", write, h.unforward)
-	h.handle("GET /v1/sandboxes/{id}/wait", read, h.wait)
-	h.handle("GET /v1/watch", read, h.watch)
+	h.handle("GET /v1/sandboxes/{id}/wait", read, h.limited(streamWait, h.wait))
+	h.handle("GET /v1/watch", read, h.limited(streamWatch, h.watch))
 	h.handle("GET /v1/phases", read, h.phases)
 	h.handle("GET /healthz", scopeOpen, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -1,0 +1,130 @@
+package gateway
+
+import (
+	"net"
+	"net/http"
+	"sync"
+
+	"golang.org/x/time/rate"
+
+	"github.com/torpor/torpor/events"
+)
+
+// TokenLimits bound what one token may ask of one server (an instance: two
+// instances each allow it as much again). Zero fields do not limit.
+type TokenLimits struct {
+	// Rate is the requests a second a token may send, on average; Burst
+	// how many at once above it. Past it: RESOURCE_EXHAUSTED at once.
+	Rate  float64
+	Burst int
+	// Watches and Waits are how many watches (GET /v1/watch) and waits
+	// (GET …/wait) a token may hold open at once. Past them:
+	// RESOURCE_EXHAUSTED at once, never a queue.
+	Watches int
+	Waits   int
+}
+
+// DefaultTokenLimits are serve's defaults (the README's Limits table).
+var DefaultTokenLimits = TokenLimits{Rate: 1000, Burst: 2000, Watches: 32, Waits: 1024}
+
+// quotas keeps, per token (or, without authentication, per remote
+// address), its rate limiter and its open watches and waits.
+type quotas struct {
+	mu  sync.Mutex
+	per map[string]*quota
+}
+
+type quota struct {
+	limiter        *rate.Limiter
+	watches, waits int
+}
+
+// who is the key a request's quotas are kept under: its token's name, or
+// its remote address when the server authenticates nothing.
+func who(r *http.Request) string {
+	if tok, ok := principal(r.Context()); ok {
+		return "token:" + tok.Name
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return "addr:" + host
+}
+
+func (q *quotas) get(key string, l TokenLimits) *quota {
+	if q.per == nil {
+		q.per = map[string]*quota{}
+	}
+	e := q.per[key]
+	if e == nil {
+		e = &quota{}
+		if l.Rate > 0 {
+			e.limiter = rate.NewLimiter(rate.Limit(l.Rate), max(l.Burst, 1))
+		}
+		q.per[key] = e
+	}
+	return e
+}
+
+// allow takes one request of key's rate.
+func (q *quotas) allow(key string, l TokenLimits) error {
+	if l.Rate <= 0 {
+		return nil
+	}
+	q.mu.Lock()
+	e := q.get(key, l)
+	q.mu.Unlock()
+	if !e.limiter.Allow() {
+		return events.Errorf(events.CodeResourceExhausted, "%s sends more than %g requests a second (burst %d); slow down", key, l.Rate, l.Burst)
+	}
+	return nil
+}
+
+// stream kinds: what a token holds open.
+const (
+	streamWatch = "watches"
+	streamWait  = "waits"
+)
+
+// open takes one stream of kind for key, refusing past the limit; done
+// gives it back.
+func (q *quotas) open(key, kind string, l TokenLimits) (done func(), err error) {
+	limit := l.Watches
+	if kind == streamWait {
+		limit = l.Waits
+	}
+	if limit <= 0 {
+		return func() {}, nil
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	e := q.get(key, l)
+	n := &e.watches
+	if kind == streamWait {
+		n = &e.waits
+	}
+	if *n >= limit {
+		return nil, events.Errorf(events.CodeResourceExhausted, "%s holds %d %s open, the most a token may on this server; close one first", key, *n, kind)
+	}
+	*n++
+	return func() {
+		q.mu.Lock()
+		*n--
+		q.mu.Unlock()
+	}, nil
+}
+
+// limited wraps f, a route that holds its answer open (a watch, a wait),
+// in the token's count of kind.
+func (h *HTTP) limited(kind string, f http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		done, err := h.quotas.open(who(r), kind, h.guard.Limits)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		defer done()
+		f(w, r)
+	}
+}

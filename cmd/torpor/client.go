@@ -8,10 +8,13 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -29,15 +32,23 @@ type clientFlags struct {
 	server string
 	output string
 	token  string
+	ca     string
 
 	mu      sync.Mutex
 	dialErr error // the last failure to connect to the server
 }
 
 // client is an SDK client of the server (--server, else $TORPOR_SERVER,
-// else http://127.0.0.1:8080) whose failures to connect are kept for
-// unreachable.
+// else http://127.0.0.1:8080) with the token of tokenValue, whose failures
+// to connect are kept for unreachable.
 func (f *clientFlags) client() *torpor.Client {
+	return torpor.New(f.serverURL(), f.httpClient()).WithToken(f.tokenValue())
+}
+
+// httpClient is the HTTP client of the client verbs: it trusts the CA of
+// --ca (else $TORPOR_CA) besides the system's, for a server with
+// --tls-cert, and keeps its failures to connect for unreachable.
+func (f *clientFlags) httpClient() *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -49,7 +60,51 @@ func (f *clientFlags) client() *torpor.Client {
 		}
 		return conn, err
 	}
-	return torpor.New(f.serverURL(), &http.Client{Transport: tr}).WithToken(f.tokenValue())
+	if pool := f.caPool(); pool != nil {
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return &http.Client{Transport: tr}
+}
+
+// checkCA refuses a --ca (or $TORPOR_CA) that is no file of PEM
+// certificates.
+func (f *clientFlags) checkCA() error {
+	file := f.ca
+	if file == "" {
+		file = os.Getenv("TORPOR_CA")
+	}
+	if file == "" {
+		return nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return events.Errorf(events.CodeInvalidArgument, "--ca: %v", err)
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(data) {
+		return events.Errorf(events.CodeInvalidArgument, "--ca %s: no PEM certificate in it", file)
+	}
+	return nil
+}
+
+// caPool is the system's roots and the certificates of --ca (else
+// $TORPOR_CA), nil when neither names a file (checkCA has refused one that
+// cannot be read).
+func (f *clientFlags) caPool() *x509.CertPool {
+	file := f.ca
+	if file == "" {
+		file = os.Getenv("TORPOR_CA")
+	}
+	if file == "" {
+		return nil
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if data, err := os.ReadFile(file); err == nil {
+		pool.AppendCertsFromPEM(data)
+	}
+	return pool
 }
 
 // unreachable turns an UNAVAILABLE error that came of a failure to connect
@@ -70,6 +125,9 @@ func (f *clientFlags) verb(cmd *cobra.Command) *cobra.Command {
 	run := cmd.RunE
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if err := checkOutput(f.output); err != nil {
+			return err
+		}
+		if err := f.checkCA(); err != nil {
 			return err
 		}
 		return f.unreachable(run(cmd, args))
@@ -98,6 +156,7 @@ func addClientCmds(root *cobra.Command) {
 	pf := root.PersistentFlags()
 	pf.StringVar(&f.server, "server", "", "torpor server URL (default $TORPOR_SERVER or http://127.0.0.1:8080)")
 	pf.StringVarP(&f.output, "output", "o", outTable, "output: table, wide, json or name")
+	pf.StringVar(&f.ca, "ca", "", "a CA certificate (PEM) to trust for an https --server besides the system's (default $TORPOR_CA)")
 	pf.StringVar(&f.token, "token", "", "bearer token for the server (default $TORPOR_TOKEN, else ./torpor-data/admin.token when present)")
 
 	for _, l := range []struct {

@@ -105,6 +105,8 @@ func serveCmd() *cobra.Command {
 	f.StringSliceVar(&cfg.HTTPHosts, "http-host", nil, "names, besides IP addresses and localhost, that requests may address the HTTP API by (a Host it does not answer for is refused)")
 	f.StringSliceVar(&cfg.CORSOrigins, "cors-origin", nil, "browser origins allowed to call the HTTP API across origins (none by default)")
 	f.BoolVar(&cfg.MetricsOpen, "metrics-open", false, "serve /metrics without a token (it wants a read token otherwise)")
+	f.StringVar(&cfg.TLSCert, "tls-cert", "", "serve the HTTP API over TLS with this certificate (PEM; with --tls-key)")
+	f.StringVar(&cfg.TLSKey, "tls-key", "", "the private key of --tls-cert (PEM)")
 	cfg.TokenLimits = gateway.DefaultTokenLimits
 	f.Float64Var(&cfg.TokenLimits.Rate, "token-rate", cfg.TokenLimits.Rate, "requests a second each token may send to this server on average (0: no limit); past it RESOURCE_EXHAUSTED")
 	f.IntVar(&cfg.TokenLimits.Burst, "token-burst", cfg.TokenLimits.Burst, "requests each token may send at once above --token-rate")

@@ -305,7 +305,7 @@ func replayCmd(f *clientFlags) *cobra.Command {
 			if tok := f.tokenValue(); tok != "" {
 				hreq.Header.Set("Authorization", "Bearer "+tok)
 			}
-			resp, err := http.DefaultClient.Do(hreq)
+			resp, err := f.httpClient().Do(hreq)
 			if err != nil {
 				return events.Errorf(events.CodeUnavailable, "replay: %v", err)
 			}

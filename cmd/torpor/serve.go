@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -85,6 +86,9 @@ type serveConfig struct {
 	CORSOrigins []string
 	// MetricsOpen serves /metrics without a token (--metrics-open).
 	MetricsOpen bool
+	// TLSCert and TLSKey are the HTTP API's certificate and key files (PEM;
+	// --tls-cert, --tls-key): set, it serves HTTPS only.
+	TLSCert, TLSKey string
 	// TokenLimits bound each token's requests a second, watches and waits
 	// on this server (--token-rate, --token-burst, --token-watches,
 	// --token-waits); zero fields do not limit (the tests' and the
@@ -118,6 +122,8 @@ func (c serveConfig) Validate() error {
 		return fmt.Errorf("--read-from %q: want kv or sql", c.ReadFrom)
 	case c.ReadFrom == "sql" && c.ProjectionDB == "":
 		return errors.New("--read-from sql: wants the SQL view, --projection-db")
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return errors.New("--tls-cert and --tls-key go together")
 	case c.NoAuth && !loopbackHTTP(c.HTTP):
 		return fmt.Errorf("--no-auth with --http %s: serving without tokens is for a loopback address only (127.0.0.1, [::1], localhost)", c.HTTP)
 	case !validNode.MatchString(c.Node):
@@ -176,6 +182,8 @@ func (s sharedStore) Follow(ctx context.Context, after uint64, max int, h events
 // app is a running torpor service: every part started, the addresses bound.
 type app struct {
 	httpAddr string
+	// httpScheme is https with --tls-cert, else http.
+	httpScheme string
 	natsURL  string
 
 	ns     *server.Server
@@ -325,11 +333,24 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 			return nil, err
 		}
 	}
+	var tlsConfig *tls.Config
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, invalid(fmt.Errorf("--tls-cert, --tls-key: %w", err))
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	ln, err := net.Listen("tcp", cfg.HTTP)
 	if err != nil {
 		return nil, fmt.Errorf("--http %s: %w", cfg.HTTP, err)
 	}
 	a.httpAddr = ln.Addr().String()
+	a.httpScheme = "http"
+	if tlsConfig != nil {
+		ln = tls.NewListener(ln, tlsConfig)
+		a.httpScheme = "https"
+	}
 	a.store, a.proj = store, proj
 	fwdIndex, err := forward.NewKVIndex(ctx, js, 1)
 	if err != nil {
@@ -463,6 +484,9 @@ func phaseCounts(ctx context.Context, v gateway.Views) (map[string]int, error) {
 
 // HTTPAddr is where the HTTP API listens.
 func (a *app) HTTPAddr() string { return a.httpAddr }
+
+// HTTPURL is the HTTP API's URL: https:// with --tls-cert.
+func (a *app) HTTPURL() string { return a.httpScheme + "://" + a.httpAddr }
 
 // NATSURL is the URL of the NATS server the service runs on.
 func (a *app) NATSURL() string { return a.natsURL }
@@ -641,7 +665,7 @@ var _ gateway.Views = viewAdapter{}
 // printBanner says where serve listens and how to reach it: the admin
 // token's file and a line to paste.
 func printBanner(w io.Writer, a *app, cfg serveConfig) {
-	fmt.Fprintf(w, "\ntorpor is up: HTTP on http://%s, NATS on %s\n", a.HTTPAddr(), a.NATSURL())
+	fmt.Fprintf(w, "\ntorpor is up: HTTP on %s, NATS on %s\n", a.HTTPURL(), a.NATSURL())
 	auth := ""
 	switch {
 	case cfg.NoAuth:
@@ -659,5 +683,5 @@ func printBanner(w io.Writer, a *app, cfg serveConfig) {
 		fmt.Fprintln(w, "no admin token under --data (revoked?): make one with torpor token create, or delete the file and restart")
 		auth = ` -H "Authorization: Bearer $TOKEN"`
 	}
-	fmt.Fprintf(w, "create a sandbox:\n  curl -s%s -H 'Content-Type: application/json' -X POST http://%s/v1/sandboxes -d '{\"name\":\"demo\",\"driver\":\"sim\"}'\n\n", auth, a.HTTPAddr())
+	fmt.Fprintf(w, "create a sandbox:\n  curl -s%s -H 'Content-Type: application/json' -X POST %s/v1/sandboxes -d '{\"name\":\"demo\",\"driver\":\"sim\"}'\n\n", auth, a.HTTPURL())
 }

@@ -518,3 +518,53 @@ func TestTokenStreamLimits(t *testing.T) {
 		t.Errorf("a wait once the held one ended: %d %s %s", status, code, body)
 	}
 }
+
+// TestTokenSandboxQuota: a token that holds its quota of sandboxes is
+// refused a create (RESOURCE_EXHAUSTED, nothing appended) while another
+// token is not; a delete frees a place, over HTTP at once, over the bus
+// (no token to count against) once the sandbox is deleted.
+func TestTokenSandboxQuota(t *testing.T) {
+	a := startApp(t, "", func(c *serveConfig) { c.TokenLimits = gateway.TokenLimits{Sandboxes: 2} })
+	ctx := context.Background()
+	admin := a.client()
+	tok, err := admin.CreateToken(ctx, torpor.TokenRequest{Name: "q", Scopes: []events.Scope{"read", "write"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := torpor.New(a.HTTPAddr(), nil).WithToken(tok.Token)
+	var ids []string
+	for _, name := range []string{"q1", "q2"} {
+		v, err := c.Create(ctx, torpor.CreateRequest{Name: name, Driver: "sim"}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, v.ID)
+	}
+	before := lastSeq(t, a)
+	if _, err := c.Create(ctx, torpor.CreateRequest{Name: "q3", Driver: "sim"}, ""); events.CodeOf(err) != events.CodeResourceExhausted {
+		t.Fatalf("a create past the quota: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if got := lastSeq(t, a); got != before {
+		t.Errorf("the refused create appended: last seq %d → %d", before, got)
+	}
+	if _, err := admin.Create(ctx, torpor.CreateRequest{Name: "other", Driver: "sim"}, ""); err != nil {
+		t.Errorf("another token's create: %v", err)
+	}
+	if _, err := c.Delete(ctx, ids[0], ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Create(ctx, torpor.CreateRequest{Name: "q3", Driver: "sim"}, ""); err != nil {
+		t.Fatalf("a create after a delete over HTTP: %v", err)
+	}
+	// At the quota again; a delete over the bus frees a place once done.
+	if _, err := c.Create(ctx, torpor.CreateRequest{Name: "q4", Driver: "sim"}, ""); events.CodeOf(err) != events.CodeResourceExhausted {
+		t.Fatalf("a create past the quota again: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if _, e := busCmd(t, busConn(t, a), "delete", map[string]string{"id": ids[1]}, nil); e != nil {
+		t.Fatal(e)
+	}
+	mustWait(t, admin, ids[1], events.PhaseDeleted)
+	if _, err := c.Create(ctx, torpor.CreateRequest{Name: "q4", Driver: "sim"}, ""); err != nil {
+		t.Errorf("a create once a sandbox was deleted over the bus: %v", err)
+	}
+}

@@ -266,6 +266,10 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, err
 	}
+	quota, err := access.OpenQuota(ctx, js, 1)
+	if err != nil {
+		return nil, err
+	}
 	guard := gateway.HTTPGuard{Auth: tokens, Hosts: cfg.HTTPHosts, Origins: cfg.CORSOrigins, MetricsOpen: cfg.MetricsOpen, Limits: cfg.TokenLimits}
 	if cfg.NoAuth {
 		guard.Auth = nil
@@ -368,7 +372,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	}
 	m.Phases(phaseNames, func(ctx context.Context) (map[string]int, error) { return phaseCounts(ctx, reads) })
 	m.Lags(a.lags)
-	h := gateway.NewHTTP(svc, reads, a.Ready, log.With().Str("part", "http").Logger()).WithGuard(guard).WithForwards(fwd).WithLags(a.lags).WithMetrics(m.Handler()).WithTokens(tokens)
+	h := gateway.NewHTTP(svc, reads, a.Ready, log.With().Str("part", "http").Logger()).WithGuard(guard).WithForwards(fwd).WithLags(a.lags).WithMetrics(m.Handler()).WithTokens(tokens).WithQuota(quota)
 	readFrom := cfg.ReadFrom
 	if readFrom == "" {
 		readFrom = "kv"

@@ -29,6 +29,7 @@ type HTTP struct {
 	lags     func(context.Context) map[string]uint64
 	guard    HTTPGuard
 	quotas   quotas
+	quota    SandboxQuota
 }
 
 // Forwards serves TCP forwards (forward.Forwarder does): the HTTP API binds
@@ -182,11 +183,16 @@ func (h *HTTP) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if err := h.checkQuota(r); err != nil {
+		writeError(w, err)
+		return
+	}
 	v, err := h.svc.Handle(r.Context(), Command{Verb: VerbCreate, Actor: actor(r), IdempotencyKey: r.Header.Get("Idempotency-Key"), Create: req})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	h.holdQuota(r, v.ID)
 	writeJSON(w, http.StatusCreated, v)
 }
 
@@ -211,6 +217,9 @@ func (h *HTTP) lifecycle(verb string) http.HandlerFunc {
 		if err != nil {
 			writeError(w, err)
 			return
+		}
+		if verb == VerbDelete {
+			h.releaseQuota(r, v.ID)
 		}
 		writeJSON(w, http.StatusAccepted, v)
 	}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"sync"
@@ -22,10 +23,14 @@ type TokenLimits struct {
 	// RESOURCE_EXHAUSTED at once, never a queue.
 	Watches int
 	Waits   int
+	// Sandboxes is how many sandboxes a token may have made and not
+	// deleted (on every server together: the count is kept on the bus).
+	// Past it a create is RESOURCE_EXHAUSTED.
+	Sandboxes int
 }
 
 // DefaultTokenLimits are serve's defaults (the README's Limits table).
-var DefaultTokenLimits = TokenLimits{Rate: 1000, Burst: 2000, Watches: 32, Waits: 1024}
+var DefaultTokenLimits = TokenLimits{Rate: 1000, Burst: 2000, Watches: 32, Waits: 1024, Sandboxes: 10000}
 
 // quotas keeps, per token (or, without authentication, per remote
 // address), its rate limiter and its open watches and waits.
@@ -126,5 +131,83 @@ func (h *HTTP) limited(kind string, f http.HandlerFunc) http.HandlerFunc {
 		}
 		defer done()
 		f(w, r)
+	}
+}
+
+// SandboxQuota counts the sandboxes each token made and has not deleted
+// (access.Quota does, on the bus).
+type SandboxQuota interface {
+	Held(ctx context.Context, token string) ([]string, error)
+	Hold(ctx context.Context, token, id string) error
+	Release(ctx context.Context, id string) error
+}
+
+// WithQuota counts each token's sandboxes in q, for TokenLimits.Sandboxes.
+func (h *HTTP) WithQuota(q SandboxQuota) *HTTP {
+	h.quota = q
+	return h
+}
+
+// checkQuota refuses a create by a token that holds its most sandboxes. At
+// the limit, it first lets go of those deleted (or never made) since they
+// were counted: a delete over the bus, or one whose release failed, frees
+// its place here.
+func (h *HTTP) checkQuota(r *http.Request) error {
+	tok, ok := principal(r.Context())
+	limit := h.guard.Limits.Sandboxes
+	if !ok || limit <= 0 || h.quota == nil {
+		return nil
+	}
+	ctx := r.Context()
+	ids, err := h.quota.Held(ctx, tok.Name)
+	if err != nil || len(ids) < limit {
+		return err
+	}
+	held := 0
+	for _, id := range ids {
+		v, err := h.views.Get(ctx, id)
+		if events.CodeOf(err) == events.CodeNotFound {
+			var sb *Sandbox
+			if sb, err = h.svc.Sandbox(ctx, id); err == nil {
+				v = sb.View
+			}
+		}
+		switch {
+		case events.CodeOf(err) == events.CodeNotFound || (err == nil && v.Phase == events.PhaseDeleted):
+			if err := h.quota.Release(ctx, id); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		default:
+			held++
+		}
+	}
+	if held >= limit {
+		return events.Errorf(events.CodeResourceExhausted, "token %s holds %d sandboxes, its quota; delete one first", tok.Name, held)
+	}
+	return nil
+}
+
+// holdQuota counts sandbox id, just made, against the request's token.
+func (h *HTTP) holdQuota(r *http.Request, id string) {
+	tok, ok := principal(r.Context())
+	if !ok || h.guard.Limits.Sandboxes <= 0 || h.quota == nil {
+		return
+	}
+	if err := h.quota.Hold(r.Context(), tok.Name, id); err != nil {
+		// The sandbox is made; not counting it favours the token, and
+		// the next count at the limit finds the truth in the views.
+		h.log.Warn().Err(err).Str("sandbox_id", id).Str("token", tok.Name).Msg("sandbox not counted against its token's quota")
+	}
+}
+
+// releaseQuota counts sandbox id, being deleted, against nobody.
+func (h *HTTP) releaseQuota(r *http.Request, id string) {
+	if h.quota == nil {
+		return
+	}
+	if err := h.quota.Release(r.Context(), id); err != nil {
+		h.log.Warn().Err(err).Str("sandbox_id", id).Msg("deleted sandbox still counted against its token's quota until the next count at the limit")
 	}
 }

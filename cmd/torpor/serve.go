@@ -184,7 +184,7 @@ type app struct {
 	httpAddr string
 	// httpScheme is https with --tls-cert, else http.
 	httpScheme string
-	natsURL  string
+	natsURL    string
 
 	ns     *server.Server
 	nc     *nats.Conn

@@ -100,6 +100,7 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&cfg.HeartbeatLimit, "heartbeat-limit", defaultHeartbeatLimit, "how long a supervisor that heartbeats may fall silent before it is recorded detached (process supervisors beat three times within it)")
 	f.StringVar(&cfg.ProjectionDB, "projection-db", "", "also keep the SQL view in this CockroachDB or PostgreSQL database (postgresql://user@host:26257/torpor?sslmode=verify-full); a database that is down delays the view, not the service")
 	f.StringVar(&cfg.ReadFrom, "read-from", "kv", "the view that lists, gets, counts and histories are read from: kv, or sql (wants --projection-db); waits and watches read kv")
+	f.StringVar(&cfg.RunAs, runAsFlag, "", runAsUsage)
 	f.DurationVar(&cfg.DuplicateWindow, "duplicate-window", jsstore.DefaultDuplicateWindow, "how long the event stream remembers message ids for deduplication (about 125 bytes of server heap per append for that long)")
 	return cmd
 }

@@ -38,6 +38,8 @@ type driverConfig struct {
 	// Torpor is the torpor binary the process driver's supervisors run;
 	// default this executable. No flag sets it.
 	Torpor string
+	// RunAs is whom the process driver's workloads run as (--run-as).
+	RunAs string
 }
 
 // Validate reports the first flag c cannot work with.
@@ -53,6 +55,11 @@ func (c driverConfig) Validate() error {
 		return fmt.Errorf("--heartbeat %s: want a positive duration", c.Heartbeat)
 	case len(c.Drivers) == 0:
 		return fmt.Errorf("--drivers: want one or more of %s", strings.Join(driverNames, ", "))
+	}
+	if c.RunAs != "" {
+		if _, err := process.LookupUser(c.RunAs); err != nil {
+			return fmt.Errorf("--run-as: %w", err)
+		}
 	}
 	for i, name := range c.Drivers {
 		switch {
@@ -86,6 +93,7 @@ func driverCmd() *cobra.Command {
 	f.StringVar(&cfg.Data, "data", "", "where the drivers keep their sandboxes (the sim's journal, the process sandboxes)")
 	f.StringVar(&cfg.VMKernel, "vm-kernel", "", "the guest kernel of the vm driver")
 	f.DurationVar(&cfg.Heartbeat, "heartbeat", 5*time.Second, "how often the process driver's supervisors heartbeat (a third of the service's --heartbeat-limit)")
+	f.StringVar(&cfg.RunAs, runAsFlag, "", runAsUsage)
 	return cmd
 }
 
@@ -94,6 +102,9 @@ func driverCmd() *cobra.Command {
 func serveDrivers(ctx context.Context, cfg driverConfig, out io.Writer, log zerolog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return invalid(err)
+	}
+	if slices.Contains(cfg.Drivers, "process") {
+		warnRoot(log, cfg.RunAs)
 	}
 	nc, err := nats.Connect(cfg.NATSURL, nats.Name("torpor driver "+cfg.Node), nats.MaxReconnects(-1))
 	if err != nil {
@@ -146,7 +157,7 @@ func buildDrivers(cfg driverConfig, nc *nats.Conn) (compute.Registry, func(), er
 		case "process":
 			// Stopping `torpor driver` leaves the sandboxes running: a
 			// restart on the same --data finds them.
-			d, err = process.New(process.Config{Data: cfg.Data, NATSURL: cfg.NATSURL, Binary: cfg.Torpor, Heartbeat: cfg.Heartbeat, Path: os.Getenv("PATH")})
+			d, err = process.New(process.Config{Data: cfg.Data, NATSURL: cfg.NATSURL, Binary: cfg.Torpor, Heartbeat: cfg.Heartbeat, Path: os.Getenv("PATH"), RunAs: cfg.RunAs})
 		case "vm":
 			d, err = vmDriver(cfg, nc)
 		}

@@ -140,6 +140,7 @@ func TestDriverVerbFlagsRefused(t *testing.T) {
 		{[]string{"--node", "n1", "--nats-url", url, "--data", dir, "--drivers", ""}, "INVALID_ARGUMENT: --drivers"},
 		{[]string{"--node", "n1", "--nats-url", url, "--data", dir, "--heartbeat", "0s"}, "INVALID_ARGUMENT: --heartbeat"},
 		{[]string{"--node", "n1", "--nats-url", url, "--data", dir, "extra"}, "INVALID_ARGUMENT: "},
+		{[]string{"--node", "n1", "--nats-url", url, "--data", dir, "--run-as", "no-such-user-torpor"}, "INVALID_ARGUMENT: --run-as: run as \"no-such-user-torpor\": unknown user"},
 		{[]string{"--node", "n1", "--nats-url", url, "--data", dir, "--drivers", "sim,vm", "--vm-kernel", "/nowhere"}, "FAILED_PRECONDITION: the vm driver cannot run here: missing the guest kernel"},
 	} {
 		var out, errb bytes.Buffer

@@ -2,6 +2,9 @@ package main
 
 import (
 	"errors"
+	"os"
+
+	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
 )
@@ -15,4 +18,19 @@ func invalid(err error) error {
 		return err
 	}
 	return events.Errorf(events.CodeInvalidArgument, "%v", err)
+}
+
+// runAsFlag and runAsUsage are --run-as of serve and driver: whom the
+// process driver's workloads run as.
+const (
+	runAsFlag  = "run-as"
+	runAsUsage = "run the process driver's workloads as this user (a name, uid or uid:gid; no supplementary groups); default the service's own user, whose files (--data, admin.token, NATS credentials) they can then read"
+)
+
+// warnRoot warns, once at start, that the process driver's workloads run
+// as root: they can read and do whatever the service can.
+func warnRoot(log zerolog.Logger, runAs string) {
+	if runAs == "" && os.Geteuid() == 0 {
+		log.Warn().Msg("running as root without --run-as: the process driver's workloads run as root and can read the service's data, its tokens and NATS credentials (see the README, Security)")
+	}
 }

@@ -113,6 +113,7 @@ func serveCmd() *cobra.Command {
 	f.IntVar(&cfg.TokenLimits.Watches, "token-watches", cfg.TokenLimits.Watches, "watches each token may hold open on this server (0: no limit)")
 	f.IntVar(&cfg.TokenLimits.Waits, "token-waits", cfg.TokenLimits.Waits, "waits each token may hold open on this server (0: no limit)")
 	f.IntVar(&cfg.TokenLimits.Sandboxes, "token-sandboxes", cfg.TokenLimits.Sandboxes, "sandboxes each token may have made and not deleted, on every server together (0: no limit)")
+	f.StringVar(&cfg.RunAs, runAsFlag, "", runAsUsage)
 	f.DurationVar(&cfg.DuplicateWindow, "duplicate-window", jsstore.DefaultDuplicateWindow, "how long the event stream remembers message ids for deduplication (about 125 bytes of server heap per append for that long)")
 	return cmd
 }

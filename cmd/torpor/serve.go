@@ -94,6 +94,9 @@ type serveConfig struct {
 	// --token-waits); zero fields do not limit (the tests' and the
 	// bench's service), the flags default to gateway.DefaultTokenLimits.
 	TokenLimits gateway.TokenLimits
+	// RunAs is whom the process driver's workloads run as (--run-as,
+	// process.Config.RunAs); empty: the service's user.
+	RunAs string
 	// wrapDrivers, when set, may replace drivers of the registry before
 	// anything uses them: tests wrap a real driver to make it refuse a call.
 	// No flag sets it.
@@ -128,6 +131,11 @@ func (c serveConfig) Validate() error {
 		return fmt.Errorf("--no-auth with --http %s: serving without tokens is for a loopback address only (127.0.0.1, [::1], localhost)", c.HTTP)
 	case !validNode.MatchString(c.Node):
 		return fmt.Errorf("--node %q: want 1 to 63 lower-case letters, digits, '-' or '_', starting and ending with a letter or digit (it names subjects and keys)", c.Node)
+	}
+	if c.RunAs != "" {
+		if _, err := process.LookupUser(c.RunAs); err != nil {
+			return fmt.Errorf("--run-as: %w", err)
+		}
 	}
 	if c.NATSURL == "" {
 		if err := c.embedded().Validate(); err != nil {
@@ -288,9 +296,10 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	// they can dial). Shutting the service down leaves them running: a
 	// restart finds them.
 	if cfg.Data != "" && (cfg.NATSURL != "" || cfg.NATSListen != "") {
-		if drivers["process"], err = process.New(process.Config{Data: cfg.Data, NATSURL: url, Binary: cfg.Torpor, Heartbeat: cfg.HeartbeatLimit / 3, Path: os.Getenv("PATH")}); err != nil {
+		if drivers["process"], err = process.New(process.Config{Data: cfg.Data, NATSURL: url, Binary: cfg.Torpor, Heartbeat: cfg.HeartbeatLimit / 3, Path: os.Getenv("PATH"), RunAs: cfg.RunAs}); err != nil {
 			return nil, err
 		}
+		warnRoot(log, cfg.RunAs)
 		// The vm driver is there whatever the node has: a node without
 		// QEMU or a kernel refuses each vm create, saying what it lacks.
 		if drivers["vm"], err = newVM(a.nc, cfg.Data, url, cfg.Torpor, cfg.VMKernel, cfg.HeartbeatLimit/3); err != nil {

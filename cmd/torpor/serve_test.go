@@ -13,6 +13,13 @@ func TestServeConfigValidate(t *testing.T) {
 	if err := good.Validate(); err != nil {
 		t.Fatalf("good config: %v", err)
 	}
+	for _, runAs := range []string{"root", "0", "65534:65534"} {
+		c := good
+		c.RunAs = runAs
+		if err := c.Validate(); err != nil {
+			t.Errorf("run as %q: %v", runAs, err)
+		}
+	}
 	for _, node := range []string{"n", "rack_1-b", strings.Repeat("n", 63)} {
 		c := good
 		c.Node = node
@@ -40,6 +47,8 @@ func TestServeConfigValidate(t *testing.T) {
 		{"node too long", "--node", func(c *serveConfig) { c.Node = strings.Repeat("n", 64) }},
 		{"upper-case node", "--node", func(c *serveConfig) { c.Node = "Rack1" }},
 		{"node ending in a dash", "--node", func(c *serveConfig) { c.Node = "rack-" }},
+		{"run as an unknown user", "--run-as", func(c *serveConfig) { c.RunAs = "no-such-user-torpor" }},
+		{"run as no uid:gid", "--run-as", func(c *serveConfig) { c.RunAs = "1:x" }},
 	}
 	for _, tc := range cases {
 		c := good

@@ -57,6 +57,7 @@ func superviseCmd() *cobra.Command {
 	f.DurationVar(&s.Heartbeat, "heartbeat", 5*time.Second, "how often to heartbeat")
 	f.StringVar(&s.Freezer, "freezer", "", "how the driver freezes the workload: "+strings.Join(process.Freezers(), ", "))
 	f.StringVar(&s.Cgroup, "cgroup", "", "the cgroup directory the workload starts in")
+	f.StringVar(&s.RunAs, "run-as", "", "the user the workload runs as (a name, uid or uid:gid); default the supervisor's")
 	f.IntVar(&readyFD, "ready-fd", 0, "a file descriptor to say on whether the workload runs")
 	_ = f.MarkHidden("ready-fd")
 	f.BoolVar(&isVM, "vm", false, "supervise the QEMU of the vm driver's sandbox in --dir (no command)")
@@ -85,16 +86,17 @@ func superviseVM(cmd *cobra.Command, p process.Supervision, readyFD int, restore
 // superviseExecCmd is the hidden entry through which a supervisor starts its
 // workload (process.Exec): it never returns when the command executes.
 func superviseExecCmd() *cobra.Command {
-	var cgroup string
+	var cgroup, runAs string
 	cmd := &cobra.Command{
-		Use:    process.ExecVerb + " [--cgroup DIR] -- CMD…",
+		Use:    process.ExecVerb + " [--cgroup DIR] [--run-as USER] -- CMD…",
 		Hidden: true,
 		Args:   cobra.MinimumNArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			return process.Exec(cgroup, args)
+			return process.Exec(cgroup, runAs, args)
 		},
 	}
 	cmd.Flags().SetInterspersed(false)
 	cmd.Flags().StringVar(&cgroup, "cgroup", "", "the cgroup to join first")
+	cmd.Flags().StringVar(&runAs, "run-as", "", "the user to become then (a name, uid or uid:gid)")
 	return cmd
 }

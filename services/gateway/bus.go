@@ -190,32 +190,43 @@ func (b *Bus) handler(ctx context.Context, verb string) micro.HandlerFunc {
 }
 
 func (b *Bus) command(ctx context.Context, verb string, req micro.Request) (events.View, error) {
-	data := req.Data()
-	if int64(len(data)) > b.svc.cfg.MaxBody {
-		return events.View{}, events.Errorf(events.CodeInvalidArgument, "body exceeds %d bytes", b.svc.cfg.MaxBody)
+	c, err := decodeCommand(verb, req.Data(), b.svc.cfg.MaxBody)
+	if err != nil {
+		return events.View{}, err
 	}
-	c := Command{Verb: verb, Actor: "bus", IdempotencyKey: req.Headers().Get(HeaderIdempotencyKey)}
+	c.Actor, c.IdempotencyKey = "bus", req.Headers().Get(HeaderIdempotencyKey)
 	if a := req.Headers().Get(HeaderActor); a != "" {
 		c.Actor = a
 	}
+	return b.svc.Handle(ctx, c)
+}
+
+// decodeCommand is the command of verb in data, the body of a request on
+// torpor.cmd.<verb> of at most max bytes, or why it is none
+// (INVALID_ARGUMENT).
+func decodeCommand(verb string, data []byte, max int64) (Command, error) {
+	if int64(len(data)) > max {
+		return Command{}, events.Errorf(events.CodeInvalidArgument, "body exceeds %d bytes", max)
+	}
+	c := Command{Verb: verb}
 	if verb == VerbCreate {
 		if err := decodeJSON(data, &c.Create); err != nil {
-			return events.View{}, err
+			return Command{}, err
 		}
-	} else {
-		var br BusRequest
-		if err := decodeJSON(data, &br); err != nil {
-			return events.View{}, err
-		}
-		if br.ID == "" {
-			return events.View{}, events.Errorf(events.CodeInvalidArgument, "%s needs \"id\"", verb)
-		}
-		if err := br.options(verb, &c); err != nil {
-			return events.View{}, err
-		}
-		c.ID = br.ID
+		return c, nil
 	}
-	return b.svc.Handle(ctx, c)
+	var br BusRequest
+	if err := decodeJSON(data, &br); err != nil {
+		return Command{}, err
+	}
+	if br.ID == "" {
+		return Command{}, events.Errorf(events.CodeInvalidArgument, "%s needs \"id\"", verb)
+	}
+	if err := br.options(verb, &c); err != nil {
+		return Command{}, err
+	}
+	c.ID = br.ID
+	return c, nil
 }
 
 // report records one supervisor report, if its credential is that of the

@@ -52,6 +52,10 @@ type Config struct {
 	// Path is the PATH workloads get, and where a command without a slash
 	// is looked for; default defaultPath (serve passes its own PATH).
 	Path string
+	// RunAs is whom the workloads run as (LookupUser: a user name, a uid
+	// or uid:gid), with no supplementary groups; their supervisors stay
+	// the service's user. Empty: the workloads run as the service's user.
+	RunAs string
 }
 
 // defaultPath is the workloads' PATH when Config.Path is empty.
@@ -72,6 +76,11 @@ func (c Config) Validate() error {
 	if c.Freezer != "" && !slices.Contains(freezers, c.Freezer) {
 		return fmt.Errorf("process driver: unknown freezer %q (known: %s)", c.Freezer, strings.Join(freezers, ", "))
 	}
+	if c.RunAs != "" {
+		if _, err := LookupUser(c.RunAs); err != nil {
+			return fmt.Errorf("process driver: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -82,6 +91,7 @@ func (c Config) Validate() error {
 type Driver struct {
 	cfg  Config
 	root string // <Data>/process, absolute
+	as   *User  // whom the workloads run as (Config.RunAs); nil: the service's user
 
 	pick    sync.Once
 	kind    string // the freezer new sandboxes get
@@ -114,7 +124,15 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("process driver: %w", err)
 	}
-	return &Driver{cfg: cfg, root: root}, nil
+	d := &Driver{cfg: cfg, root: root}
+	if cfg.RunAs != "" {
+		u, err := LookupUser(cfg.RunAs)
+		if err != nil {
+			return nil, fmt.Errorf("process driver: %w", err)
+		}
+		d.as = &u
+	}
+	return d, nil
 }
 
 // Freezer is the freezer new sandboxes get (Config.Freezer, or the first
@@ -265,6 +283,9 @@ func (d *Driver) Start(ctx context.Context, req compute.Start) error {
 	if err := os.MkdirAll(work, 0o750); err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
+	if err := d.own(dir, work); err != nil {
+		return fmt.Errorf("start %s: %w", id, err)
+	}
 	cg, err := makeCgroup(ctx, kind, d.parent, id)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
@@ -303,6 +324,26 @@ func (d *Driver) Start(ctx context.Context, req compute.Start) error {
 	return nil
 }
 
+// own gives the workload's user (Config.RunAs) its working directory,
+// work, and a way to it by its path (HOME): the directories above it, up
+// to <Data>/process, may be passed through (0711), not listed, and every
+// file of the driver and supervisor in them is 0600 (supervisor.WriteFile).
+// Whether <Data> itself may be passed through is the service's to say.
+func (d *Driver) own(dir, work string) error {
+	if d.as == nil {
+		return nil
+	}
+	for _, p := range []string{d.root, dir} {
+		if err := os.Chmod(p, 0o711); err != nil {
+			return err
+		}
+	}
+	if err := os.Chown(work, d.as.UID, d.as.GID); err != nil {
+		return err
+	}
+	return os.Chmod(work, 0o700)
+}
+
 // spawn starts `torpor supervise` for req (supervisor.Spawn) and waits
 // until it says the command runs (why is empty) or why it does not.
 func (d *Driver) spawn(ctx context.Context, dir, cg, kind string, req compute.Start, env []string) (sup proc, why string, err error) {
@@ -317,6 +358,9 @@ func (d *Driver) spawn(ctx context.Context, dir, cg, kind string, req compute.St
 	}
 	if cg != "" {
 		args = append(args, "--cgroup", cg)
+	}
+	if d.as != nil {
+		args = append(args, "--run-as", d.as.String())
 	}
 	args = append(append(args, "--"), req.Spec.Command...)
 	return supervisor.Spawn(ctx, args, append(env, CredentialEnv+"="+req.Credential), dir, filepath.Join(dir, logFile))

@@ -55,6 +55,11 @@ type Supervision struct {
 	Cgroup  string
 	// Heartbeat is how often the attached supervisor says it is there.
 	Heartbeat time.Duration
+	// RunAs is whom the workload runs as (LookupUser; the driver passes
+	// uid:gid); empty: the supervisor's user. The supervisor itself stays
+	// who it is: it reaches NATS with its credential, which the workload
+	// cannot read.
+	RunAs string
 	// Command and Env are the workload's.
 	Command []string
 	Env     []string
@@ -78,6 +83,11 @@ func (s Supervision) Validate() error {
 		return errors.New("supervise: no command")
 	case s.Heartbeat <= 0:
 		return fmt.Errorf("supervise: heartbeat %s, want a positive interval", s.Heartbeat)
+	}
+	if s.RunAs != "" {
+		if _, err := LookupUser(s.RunAs); err != nil {
+			return fmt.Errorf("supervise: %w", err)
+		}
 	}
 	_, err := groupOf(s.freezer(), s.Cgroup, 0)
 	return err
@@ -170,6 +180,9 @@ func (s Supervision) start() (proc, error) {
 	args := []string{self, ExecVerb}
 	if s.Cgroup != "" {
 		args = append(args, "--cgroup", s.Cgroup)
+	}
+	if s.RunAs != "" {
+		args = append(args, "--run-as", s.RunAs)
 	}
 	args = append(append(args, "--"), s.Command...)
 	cmd := &exec.Cmd{Path: self, Args: args, Env: s.Env,
@@ -358,31 +371,41 @@ func (v *supervision) handoff() bool {
 func (v *supervision) send(r compute.Report) bool { return v.sender.Send(r) }
 
 // Exec is the hidden entry through which a supervisor starts its workload
-// (ExecVerb): it moves this process into the cgroup at dir, if any, and
-// executes argv in its place, so the workload is inside its freezer's
-// group from its first instruction, and so are all its children. When it
-// cannot, it says why on file descriptor 3, if the supervisor passed one,
-// and returns the error.
-func Exec(cgroup string, argv []string) error {
+// (ExecVerb): it moves this process into the cgroup at dir, if any,
+// becomes the user runAs names, if any (LookupUser; only root may join the
+// cgroup, so this comes second), and executes argv in its place, so the
+// workload is inside its freezer's group and its user from its first
+// instruction, and so are all its children. When it cannot, it says why on
+// file descriptor 3, if the supervisor passed one, and returns the error.
+func Exec(cgroup, runAs string, argv []string) error {
 	var why *os.File
 	if _, err := unix.FcntlInt(3, unix.F_GETFD, 0); err == nil {
 		why = os.NewFile(3, "exec-error")
 		syscall.CloseOnExec(3)
 	}
-	err := execIn(cgroup, argv)
+	err := execIn(cgroup, runAs, argv)
 	if why != nil {
 		_, _ = io.WriteString(why, err.Error())
 	}
 	return err
 }
 
-func execIn(cgroup string, argv []string) error {
+func execIn(cgroup, runAs string, argv []string) error {
 	if len(argv) == 0 {
 		return errors.New("no command")
 	}
 	if cgroup != "" {
 		if err := joinCgroup(cgroup, os.Getpid()); err != nil {
 			return fmt.Errorf("join cgroup %s: %w", cgroup, err)
+		}
+	}
+	if runAs != "" {
+		u, err := LookupUser(runAs)
+		if err == nil {
+			err = become(u)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	path, err := exec.LookPath(argv[0])

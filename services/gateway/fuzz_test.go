@@ -153,6 +153,16 @@ func newFuzzRig(t *testing.T) fuzzRig {
 	return fuzzRig{svc: svc, creds: base.creds, id: v.ID}
 }
 
+// appended is how many events the rig's log holds.
+func (r fuzzRig) appended(t *testing.T) uint64 {
+	t.Helper()
+	n, err := r.svc.store.(*memstore.Store).LastSeq(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // fuzzCtx bounds every call of an input: none may wait.
 func fuzzCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -234,9 +244,12 @@ func FuzzBusCommand(f *testing.F) {
 var httpMethods = []string{http.MethodGet, http.MethodPost, http.MethodDelete, http.MethodPut, http.MethodPatch, http.MethodHead, http.MethodOptions}
 
 // FuzzHTTP: any request to the HTTP API (method, path and query, body, a
-// header) is answered, never a panic: a success, or the contract's error
-// body with the status of its code, never INTERNAL (500). "@id" in the
-// path or body stands for the rig's sandbox.
+// header, and who sends it: no token, a token of each scope, a forged one)
+// is answered, never a panic: a success, or the contract's error body with
+// the status of its code, never INTERNAL (500); a request without a valid
+// token never succeeds but on /healthz and /readyz, and one whose token
+// lacks the route's scope never changes the log. "@id" in the path or body
+// stands for the rig's sandbox.
 func FuzzHTTP(f *testing.F) {
 	for _, s := range []struct {
 		method     uint8
@@ -281,10 +294,13 @@ func FuzzHTTP(f *testing.F) {
 		{4, "/nope", ``, ""},
 		{6, "/v1/sandboxes/@id/suspend", ``, ""},
 	} {
-		f.Add(s.method, s.path, []byte(s.body), s.header)
+		for who := range uint8(len(fuzzTokens)) {
+			f.Add(s.method, s.path, []byte(s.body), s.header, who)
+		}
 	}
-	f.Fuzz(func(t *testing.T, method uint8, path string, body []byte, header string) {
+	f.Fuzz(func(t *testing.T, method uint8, path string, body []byte, header string, who uint8) {
 		r := newFuzzRig(t)
+		tok := fuzzTokens[int(who)%len(fuzzTokens)]
 		m := httpMethods[int(method)%len(httpMethods)]
 		path = strings.ReplaceAll(path, "@id", r.id)
 		body = bytes.ReplaceAll(body, []byte("@id"), []byte(r.id))
@@ -302,12 +318,28 @@ func FuzzHTTP(f *testing.F) {
 		}
 		req.RequestURI = req.URL.RequestURI()
 		req.RemoteAddr = "127.0.0.1:40000"
+		req.Header.Set("Content-Type", "application/json")
+		if tok.secret != "" {
+			req.Header.Set("Authorization", "Bearer "+tok.secret)
+		}
 		if k, v, ok := strings.Cut(header, ":"); ok && validHeader(k, v) {
 			req.Header.Set(k, strings.TrimSpace(v))
 		}
+		before := r.appended(t)
 		w := httptest.NewRecorder()
-		NewHTTP(r.svc, logViews{r.svc}, nil, zerolog.Nop()).ServeHTTP(w, req)
+		NewHTTP(r.svc, logViews{r.svc}, nil, zerolog.Nop()).WithGuard(HTTPGuard{Auth: fuzzAuth{}, Hosts: []string{"torpor.test"}}).ServeHTTP(w, req)
 		res := w.Result()
+		if auth := req.Header.Get("Authorization"); res.StatusCode < 300 && !strings.HasPrefix(auth, "Bearer torpor_") &&
+			req.URL.Path != "/healthz" && req.URL.Path != "/readyz" {
+			t.Fatalf("%s %s with Authorization %q: status %d without a valid token", m, path, auth, res.StatusCode)
+		}
+		readOnly := len(tok.scopes) == 1 && tok.scopes[0] == events.ScopeRead
+		if after := r.appended(t); after != before && (readOnly || tok.scopes == nil || res.StatusCode == http.StatusForbidden || res.StatusCode == http.StatusUnauthorized) {
+			t.Fatalf("%s %s with scopes %v answered %d, and the log grew %d → %d", m, path, tok.scopes, res.StatusCode, before, after)
+		}
+		if m == http.MethodGet && res.StatusCode < 300 && !events.Allows(tok.scopes, events.ScopeRead) && req.URL.Path != "/healthz" && req.URL.Path != "/readyz" {
+			t.Fatalf("GET %s with scopes %v: status %d, a read without read", path, tok.scopes, res.StatusCode)
+		}
 		if res.StatusCode < 400 {
 			return
 		}
@@ -324,6 +356,31 @@ func FuzzHTTP(f *testing.F) {
 			t.Fatalf("%s %s %q: status %d, error %+v: want a known code other than INTERNAL, with its status", m, path, body, res.StatusCode, eb.Error)
 		}
 	})
+}
+
+// fuzzTokens are who sends a fuzzed request: nobody, a token of each
+// scope (known to fuzzAuth), a forged one.
+var fuzzTokens = []struct {
+	secret string
+	scopes []events.Scope
+}{
+	{"", nil},
+	{"torpor_r_" + strings.Repeat("r", 43), []events.Scope{events.ScopeRead}},
+	{"torpor_w_" + strings.Repeat("w", 43), []events.Scope{events.ScopeWrite}},
+	{"torpor_a_" + strings.Repeat("a", 43), []events.Scope{events.ScopeAdmin}},
+	{"torpor_x_" + strings.Repeat("x", 43), nil},
+}
+
+// fuzzAuth knows the tokens of fuzzTokens that hold scopes.
+type fuzzAuth struct{}
+
+func (fuzzAuth) Authenticate(_ context.Context, secret string) (events.TokenInfo, error) {
+	for _, t := range fuzzTokens {
+		if t.secret == secret && t.scopes != nil {
+			return events.TokenInfo{Name: secret[len("torpor_"):len("torpor_")+1], Scopes: t.scopes}, nil
+		}
+	}
+	return events.TokenInfo{}, events.Errorf(events.CodeUnauthenticated, "unknown token")
 }
 
 // validHeader is whether net/http's server would take the header k: v

@@ -1,0 +1,199 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/torpor/torpor/events"
+)
+
+// blockingViews is a Views whose reads find nothing and whose waits and
+// watches hold until their request ends (what a slow client costs).
+type blockingViews struct{}
+
+func (blockingViews) Get(context.Context, string) (events.View, error) {
+	return events.View{}, events.ErrNotFound
+}
+func (blockingViews) List(context.Context, ListQuery) (events.Page, error) { return events.Page{}, nil }
+func (blockingViews) Wait(ctx context.Context, _ string, _ events.Phase, _ uint64) (events.View, error) {
+	<-ctx.Done()
+	return events.View{}, ctx.Err()
+}
+func (blockingViews) Counts(context.Context) (map[events.Phase]int, error) { return nil, nil }
+func (blockingViews) Watch(ctx context.Context, _ uint64) (<-chan events.View, error) {
+	ch := make(chan events.View)
+	go func() { <-ctx.Done(); close(ch) }()
+	return ch, nil
+}
+
+// limitsServer is the HTTP API of a service with limits lim over the rig's
+// log.
+func limitsServer(t *testing.T, r *rig, lim Limits) (*Service, string) {
+	t.Helper()
+	svc, err := NewService(r.store, r.names, fakeDrivers{}, r.creds, Config{Limits: lim}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(NewHTTP(svc, blockingViews{}, nil, zerolog.Nop()))
+	t.Cleanup(srv.Close)
+	return svc, srv.URL
+}
+
+func do(t *testing.T, method, url, body string) (int, events.ErrorBody) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var eb events.ErrorBody
+	_ = json.Unmarshal(data, &eb)
+	return resp.StatusCode, eb
+}
+
+func jsonOf(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestCreateLimits: a create whose labels, env, driver options or command
+// break a rule or a bound is INVALID_ARGUMENT, and appends nothing; one at
+// the bounds is created.
+func TestCreateLimits(t *testing.T) {
+	r := newRig(t)
+	_, base := limitsServer(t, r, Limits{})
+	many := func(n int, val string) map[string]string {
+		m := map[string]string{}
+		for i := range n {
+			m["k"+strings.Repeat("x", i%5)+string(rune('a'+i%26))+strings.Repeat("0", i/130)+string(rune('a'+i/26%26))] = val
+		}
+		return m
+	}
+	args := func(n, size int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = strings.Repeat("a", size)
+		}
+		return out
+	}
+	cases := []struct {
+		name string
+		req  events.CreateRequest
+		code events.Code // "" for created
+	}{
+		{"plain", events.CreateRequest{Labels: map[string]string{"team": "a b/c", "café": "ünï"}}, ""},
+		{"label value with NUL", events.CreateRequest{Labels: map[string]string{"k": "a\x00b"}}, events.CodeInvalidArgument},
+		{"label value with ESC", events.CreateRequest{Labels: map[string]string{"k": "\x1b[31mred"}}, events.CodeInvalidArgument},
+		{"label value with a newline", events.CreateRequest{Labels: map[string]string{"k": "a\nb"}}, events.CodeInvalidArgument},
+		{"label value with a tab", events.CreateRequest{Labels: map[string]string{"k": "a\tb"}}, events.CodeInvalidArgument},
+		{"label value with a bidi override", events.CreateRequest{Labels: map[string]string{"k": "a\u202eb"}}, events.CodeInvalidArgument},
+		{"label key with a newline", events.CreateRequest{Labels: map[string]string{"a\nb": "v"}}, events.CodeInvalidArgument},
+		{"label key with '='", events.CreateRequest{Labels: map[string]string{"a=b": "v"}}, events.CodeInvalidArgument},
+		{"empty label key", events.CreateRequest{Labels: map[string]string{"": "v"}}, events.CodeInvalidArgument},
+		{"label key of 64 bytes", events.CreateRequest{Labels: map[string]string{strings.Repeat("k", 64): "v"}}, events.CodeInvalidArgument},
+		{"label key of 63 bytes", events.CreateRequest{Labels: map[string]string{strings.Repeat("k", 63): "v"}}, ""},
+		{"label value of 257 bytes", events.CreateRequest{Labels: map[string]string{"k": strings.Repeat("v", 257)}}, events.CodeInvalidArgument},
+		{"label value of 256 bytes", events.CreateRequest{Labels: map[string]string{"k": strings.Repeat("v", 256)}}, ""},
+		{"65 labels", events.CreateRequest{Labels: many(65, "v")}, events.CodeInvalidArgument},
+		{"64 labels", events.CreateRequest{Labels: many(64, "v")}, ""},
+		{"env name with NUL", events.CreateRequest{Env: map[string]string{"A\x00B": "v"}}, events.CodeInvalidArgument},
+		{"env name with '='", events.CreateRequest{Env: map[string]string{"A=B": "v"}}, events.CodeInvalidArgument},
+		{"empty env name", events.CreateRequest{Env: map[string]string{"": "v"}}, events.CodeInvalidArgument},
+		{"env value with NUL", events.CreateRequest{Env: map[string]string{"A": "x\x00y"}}, events.CodeInvalidArgument},
+		{"env value with a newline", events.CreateRequest{Env: map[string]string{"PEM": "-----BEGIN\nabc\n-----END"}}, ""},
+		{"env value over 8 KiB", events.CreateRequest{Env: map[string]string{"A": strings.Repeat("v", 8<<10+1)}}, events.CodeInvalidArgument},
+		{"129 env variables", events.CreateRequest{Env: many(129, "v")}, events.CodeInvalidArgument},
+		{"driver option value with ESC", events.CreateRequest{DriverOptions: map[string]string{"o": "\x1b"}}, events.CodeInvalidArgument},
+		{"65 driver options", events.CreateRequest{DriverOptions: many(65, "v")}, events.CodeInvalidArgument},
+		{"command argument with NUL", events.CreateRequest{Command: []string{"sh", "-c", "a\x00b"}}, events.CodeInvalidArgument},
+		{"257 command arguments", events.CreateRequest{Command: args(257, 1)}, events.CodeInvalidArgument},
+		{"256 command arguments", events.CreateRequest{Command: args(256, 1)}, ""},
+		{"command over 16 KiB", events.CreateRequest{Command: args(17, 1<<10)}, events.CodeInvalidArgument},
+		{"name with two dots in a row", events.CreateRequest{Name: "a..b"}, events.CodeInvalidArgument},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			status, eb := do(t, "POST", base+"/v1/sandboxes", jsonOf(t, tc.req))
+			if tc.code == "" {
+				if status != http.StatusCreated {
+					t.Fatalf("got %d %+v, want 201", status, eb.Error)
+				}
+				return
+			}
+			if eb.Error == nil || eb.Error.Code != tc.code || status != tc.code.HTTPStatus() || eb.Error.Message == "" {
+				t.Fatalf("got %d %+v, want %s", status, eb.Error, tc.code)
+			}
+		})
+	}
+}
+
+// TestOddPathRefs: an id or name in a path that is neither a uuid nor a
+// valid name is INVALID_ARGUMENT, a well-formed unknown one NOT_FOUND;
+// never a 500.
+func TestOddPathRefs(t *testing.T) {
+	r := newRig(t)
+	_, base := limitsServer(t, r, Limits{})
+	cases := []struct {
+		path string
+		code events.Code
+	}{
+		{"/v1/sandboxes/a..b", events.CodeInvalidArgument},
+		{"/v1/sandboxes/a..b/logs", events.CodeInvalidArgument},
+		{"/v1/sandboxes/a..b/events", events.CodeInvalidArgument},
+		{"/v1/sandboxes/a..b/wait?phase=ready", events.CodeInvalidArgument},
+		{"/v1/sandboxes/.a", events.CodeInvalidArgument},
+		{"/v1/sandboxes/a.", events.CodeInvalidArgument},
+		{"/v1/sandboxes/a%00b", events.CodeInvalidArgument},
+		{"/v1/sandboxes/a%2A", events.CodeInvalidArgument},
+		{"/v1/sandboxes/" + strings.Repeat("a", 64), events.CodeInvalidArgument},
+		{"/v1/sandboxes/a.b", events.CodeNotFound},
+		{"/v1/sandboxes/a.b/logs", events.CodeNotFound},
+		{"/v1/sandboxes/0193b0a4-0000-7000-8000-0000000000ff", events.CodeNotFound},
+	}
+	for _, tc := range cases {
+		t.Run(tc.path, func(t *testing.T) {
+			status, eb := do(t, "GET", base+tc.path, "")
+			if eb.Error == nil || eb.Error.Code != tc.code || status != tc.code.HTTPStatus() {
+				t.Fatalf("got %d %+v, want %s", status, eb.Error, tc.code)
+			}
+		})
+	}
+}
+
+// TestEventSizeLimit: a command whose events exceed the event limit is
+// INVALID_ARGUMENT before anything is appended; one under it lands.
+func TestEventSizeLimit(t *testing.T) {
+	r := newRig(t)
+	svc, _ := limitsServer(t, r, Limits{Event: 8 << 10, CommandBytes: 64 << 10})
+	ctx := context.Background()
+	before, err := r.store.LastSeq(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = svc.Handle(ctx, Command{Verb: VerbCreate, Create: events.CreateRequest{Command: []string{strings.Repeat("a", 9<<10)}}})
+	if got := events.CodeOf(err); got != events.CodeInvalidArgument {
+		t.Fatalf("an append over the limit: got %s (%v), want INVALID_ARGUMENT", got, err)
+	}
+	if after, _ := r.store.LastSeq(ctx); after != before {
+		t.Fatalf("the log moved from %d to %d: the refused create was appended", before, after)
+	}
+	if _, err := svc.Handle(ctx, Command{Verb: VerbCreate, Create: events.CreateRequest{Command: []string{strings.Repeat("a", 7<<10)}}}); err != nil {
+		t.Fatalf("an append under the limit: %v", err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -27,6 +28,18 @@ type HTTP struct {
 	mux      *http.ServeMux
 	forwards Forwards
 	lags     func(context.Context) map[string]uint64
+	// watches and waits count those served now (Limits.Watches, .Waits).
+	watches, waits atomic.Int64
+}
+
+// admit counts one more long-lived request on n, or refuses it at once,
+// RESOURCE_EXHAUSTED, when limit are served already; release undoes it.
+func admit(n *atomic.Int64, limit int, what string) (release func(), err error) {
+	if n.Add(1) > int64(limit) {
+		n.Add(-1)
+		return nil, events.Errorf(events.CodeResourceExhausted, "this server serves %d %s at once, its limit; retry later", limit, what)
+	}
+	return func() { n.Add(-1) }, nil
 }
 
 // Forwards serves TCP forwards (forward.Forwarder does): the HTTP API binds
@@ -444,6 +457,12 @@ func (h *HTTP) wait(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	release, err := admit(&h.waits, h.svc.cfg.Limits.Waits, "waits")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer release()
 	// An unknown sandbox is NOT_FOUND at once (the view would wait for
 	// it); one in the service's cache is known without its lock, which a
 	// command on it may hold across its append.
@@ -480,6 +499,12 @@ func (h *HTTP) watch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	release, err := admit(&h.watches, h.svc.cfg.Limits.Watches, "watches")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer release()
 	ch, err := h.views.Watch(r.Context(), after)
 	if err != nil {
 		writeError(w, err)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -36,14 +37,20 @@ func (blockingViews) Watch(ctx context.Context, _ uint64) (<-chan events.View, e
 // limitsServer is the HTTP API of a service with limits lim over the rig's
 // log.
 func limitsServer(t *testing.T, r *rig, lim Limits) (*Service, string) {
+	svc, _, url := limitsHTTP(t, r, lim)
+	return svc, url
+}
+
+func limitsHTTP(t *testing.T, r *rig, lim Limits) (*Service, *HTTP, string) {
 	t.Helper()
 	svc, err := NewService(r.store, r.names, fakeDrivers{}, r.creds, Config{Limits: lim}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(NewHTTP(svc, blockingViews{}, nil, zerolog.Nop()))
+	h := NewHTTP(svc, blockingViews{}, nil, zerolog.Nop())
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return svc, srv.URL
+	return svc, h, srv.URL
 }
 
 func do(t *testing.T, method, url, body string) (int, events.ErrorBody) {
@@ -196,4 +203,97 @@ func TestEventSizeLimit(t *testing.T) {
 	if _, err := svc.Handle(ctx, Command{Verb: VerbCreate, Create: events.CreateRequest{Command: []string{strings.Repeat("a", 7<<10)}}}); err != nil {
 		t.Fatalf("an append under the limit: %v", err)
 	}
+}
+
+// TestWatchAndWaitLimits: watches and waits beyond the server's limits are
+// refused at once, RESOURCE_EXHAUSTED; one that ends frees its place.
+func TestWatchAndWaitLimits(t *testing.T) {
+	r := newRig(t)
+	svc, h, base := limitsHTTP(t, r, Limits{Watches: 2, Waits: 3})
+	v, err := svc.Handle(context.Background(), Command{Verb: VerbCreate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := base + "/v1/sandboxes/" + v.ID + "/wait?phase=stopped&timeout="
+	cases := []struct {
+		name        string
+		held, probe string // a request the server holds; one it answers at once when admitted
+		admitted    int    // the status of an admitted probe
+		limit       int
+	}{
+		{"watches", base + "/v1/watch", base + "/v1/watch", http.StatusOK, 2},
+		{"waits", wait + "10m", wait + "1ms", http.StatusGatewayTimeout, 3},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			// get answers the status of url, and a cancel that ends the
+			// request (a held one goes on until then).
+			get := func(url string) (int, events.Code, context.CancelFunc) {
+				ctx, cancel := context.WithCancel(context.Background())
+				t.Cleanup(cancel)
+				req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var eb events.ErrorBody
+				if resp.StatusCode != http.StatusOK {
+					_ = json.NewDecoder(resp.Body).Decode(&eb)
+					resp.Body.Close()
+				}
+				if eb.Error == nil {
+					return resp.StatusCode, "", cancel
+				}
+				return resp.StatusCode, eb.Error.Code, cancel
+			}
+			var first context.CancelFunc
+			for i := range tc.limit {
+				if tc.name == "watches" {
+					status, _, cancel := get(tc.held)
+					if status != http.StatusOK {
+						t.Fatalf("watch %d: %d", i, status)
+					}
+					first = cmpOr(first, cancel)
+					continue
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				t.Cleanup(cancel)
+				first = cmpOr(first, cancel)
+				req, _ := http.NewRequestWithContext(ctx, "GET", tc.held, nil)
+				go func() {
+					if resp, err := http.DefaultClient.Do(req); err == nil {
+						resp.Body.Close()
+					}
+				}()
+			}
+			// The held waits answer only at their end: wait until the
+			// server counts them all.
+			for h.waits.Load() < int64(tc.limit) && tc.name == "waits" {
+				runtime.Gosched()
+			}
+			if status, code, cancel := get(tc.probe); status != http.StatusTooManyRequests || code != events.CodeResourceExhausted {
+				cancel()
+				t.Fatalf("one beyond the limit: got %d %s, want 429 RESOURCE_EXHAUSTED", status, code)
+			}
+			first() // one ends: its place is free again
+			for {
+				status, code, cancel := get(tc.probe)
+				cancel()
+				if status == tc.admitted {
+					break
+				}
+				if status != http.StatusTooManyRequests || code != events.CodeResourceExhausted {
+					t.Fatalf("after one ended: got %d %s", status, code)
+				}
+			}
+		})
+	}
+}
+
+// cmpOr is a if set, else b.
+func cmpOr(a, b context.CancelFunc) context.CancelFunc {
+	if a != nil {
+		return a
+	}
+	return b
 }

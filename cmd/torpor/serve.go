@@ -69,6 +69,9 @@ type serveConfig struct {
 	// ReadFrom is the view the reads of the HTTP API come from
 	// (--read-from): "kv" (also when empty) or "sql".
 	ReadFrom string
+	// HTTPTimeouts bound slow HTTP clients; zero fields are the defaults
+	// (gateway.Timeouts). No flag sets them: tests make them short.
+	HTTPTimeouts gateway.Timeouts
 	// wrapDrivers, when set, may replace drivers of the registry before
 	// anything uses them: tests wrap a real driver to make it refuse a call.
 	// No flag sets it.
@@ -305,7 +308,9 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if a.sql != nil {
 		replay.SQL = a.sql.reader // UNAVAILABLE until its database was reached
 	}
-	a.hsrv = &http.Server{Handler: withReplay(h, replay), ReadHeaderTimeout: 10 * time.Second}
+	// Slow or idle clients are cut off (gateway.Timeouts); watch, wait and
+	// replay lift the deadlines for their own answers.
+	a.hsrv = cfg.HTTPTimeouts.Server(withReplay(h, replay))
 
 	ctx, a.cancel = context.WithCancel(ctx)
 	a.g, ctx = errgroup.WithContext(ctx)

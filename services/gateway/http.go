@@ -463,6 +463,7 @@ func (h *HTTP) wait(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	LongLived(w) // up to 10m, its own timeout
 	// An unknown sandbox is NOT_FOUND at once (the view would wait for
 	// it); one in the service's cache is known without its lock, which a
 	// command on it may hold across its append.
@@ -505,6 +506,7 @@ func (h *HTTP) watch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	LongLived(w) // until the client leaves
 	ch, err := h.views.Watch(r.Context(), after)
 	if err != nil {
 		writeError(w, err)

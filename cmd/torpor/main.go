@@ -19,6 +19,7 @@ import (
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/jsstore"
+	"github.com/torpor/torpor/projections/kvview"
 )
 
 func main() {
@@ -100,6 +101,8 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&cfg.HeartbeatLimit, "heartbeat-limit", defaultHeartbeatLimit, "how long a supervisor that heartbeats may fall silent before it is recorded detached (process supervisors beat three times within it)")
 	f.StringVar(&cfg.ProjectionDB, "projection-db", "", "also keep the SQL view in this CockroachDB or PostgreSQL database (postgresql://user@host:26257/torpor?sslmode=verify-full); a database that is down delays the view, not the service")
 	f.StringVar(&cfg.ReadFrom, "read-from", "kv", "the view that lists, gets, counts and histories are read from: kv, or sql (wants --projection-db); waits and watches read kv")
+	f.Int64Var(&cfg.MaxLogBytes, "max-log-bytes", jsstore.DefaultMaxBytes, "storage bound of the event log (the server reserves it); a full log refuses commands RESOURCE_EXHAUSTED, never drops events; -1: no bound")
+	f.DurationVar(&cfg.ReplayTTL, "replay-ttl", kvview.DefaultPastTTL, "how long a view rebuilt for the past (torpor replay --until, bucket torpor_phases_at_<seq>) is kept before it is removed")
 	f.DurationVar(&cfg.DuplicateWindow, "duplicate-window", jsstore.DefaultDuplicateWindow, "how long the event stream remembers message ids for deduplication (about 125 bytes of server heap per append for that long)")
 	return cmd
 }

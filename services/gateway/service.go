@@ -604,6 +604,12 @@ func (s *Service) create(ctx context.Context, c Command) (events.View, error) {
 	}
 	c.ID = id
 	c.Node = node
+	// The env values go into the log sealed, their names in clear (see
+	// compute's SealEnv); the driver gets them opened.
+	var err error
+	if r.Env, c.EnvSealed, err = s.creds.SealEnv(id, r.Env); err != nil {
+		return events.View{}, err
+	}
 	meta := events.Meta{Actor: c.Actor, CommandID: c.CommandID, CorrelationID: c.CommandID}
 	decideCreate := func(sb *Sandbox) ([]events.Event, error) {
 		if sb.Exists() && sb.seen(c.CommandID) {
@@ -612,7 +618,6 @@ func (s *Service) create(ctx context.Context, c Command) (events.View, error) {
 		return decide(sb, c, compute.Capabilities{})
 	}
 	var sb *Sandbox
-	var err error
 	if c.IdempotencyKey == "" {
 		// The id was minted just now, so its subject is empty: no need to
 		// read it (the append still states expected sequence 0).

@@ -375,7 +375,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-time.After(min(ttl/4, time.Hour)):
+			case <-time.After(max(min(ttl/4, time.Hour), time.Second)):
 			}
 		}
 	})

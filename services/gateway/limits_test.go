@@ -10,9 +10,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/jsstore"
+	"github.com/torpor/torpor/events/natstest"
+	"github.com/torpor/torpor/services/compute"
 )
 
 // blockingViews is a Views whose reads find nothing and whose waits and
@@ -296,4 +300,54 @@ func cmpOr(a, b context.CancelFunc) context.CancelFunc {
 		return a
 	}
 	return b
+}
+
+// TestFullStorageIsResourceExhausted: a command that a full log, or a full
+// names bucket, cannot take is RESOURCE_EXHAUSTED (429), never INTERNAL.
+func TestFullStorageIsResourceExhausted(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name  string
+		store jsstore.Config
+		names int64 // the names bucket's bound, 0 for its default
+	}{
+		{"full log", jsstore.Config{MaxBytes: 16 << 10}, 0},
+		{"full names bucket", jsstore.Config{}, 4 << 10},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := natstest.Start(t)
+			store, err := jsstore.New(ctx, srv.JS, tc.store)
+			if err != nil {
+				t.Fatal(err)
+			}
+			names, err := NewKVNames(ctx, srv.JS, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.names != 0 {
+				if _, err := srv.JS.UpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "torpor_names", MaxBytes: tc.names}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			creds, _ := compute.NewCredentials([]byte("0123456789abcdef0123456789abcdef"))
+			svc, err := NewService(store, names, fakeDrivers{}, creds, Config{}, zerolog.Nop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			srvHTTP := httptest.NewServer(NewHTTP(svc, blockingViews{}, nil, zerolog.Nop()))
+			t.Cleanup(srvHTTP.Close)
+			for i := range 1000 {
+				status, eb := do(t, "POST", srvHTTP.URL+"/v1/sandboxes", `{"labels":{"pad":"`+strings.Repeat("x", 200)+`"}}`)
+				if status == http.StatusCreated {
+					continue
+				}
+				if eb.Error == nil || eb.Error.Code != events.CodeResourceExhausted || status != http.StatusTooManyRequests {
+					t.Fatalf("create %d: got %d %+v, want 429 RESOURCE_EXHAUSTED", i, status, eb.Error)
+				}
+				return
+			}
+			t.Fatal("1000 creates fit")
+		})
+	}
 }

@@ -516,12 +516,18 @@ func (h *HTTP) watch(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	fl.Flush()
+	rc := http.NewResponseController(w)
 	for v := range ch {
 		data, _ := json.Marshal(v)
+		// A client that takes no view for a write timeout is cut off:
+		// a watch that never reads would hold its place for ever.
+		_ = rc.SetWriteDeadline(time.Now().Add(DefaultWriteTimeout))
 		if _, err := fmt.Fprintf(w, "id: %d\ndata: %s\n\n", v.Seq, data); err != nil {
 			return
 		}
-		fl.Flush()
+		if rc.Flush() != nil {
+			return
+		}
 	}
 }
 

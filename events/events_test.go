@@ -19,7 +19,7 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 // samples has one event of every registered type with every field set, so
 // the golden files show the whole wire form.
 var samples = []Event{
-	&Created{Name: "web", Driver: "sim", Node: "local", DriverOptions: map[string]string{"latency": "5ms"}, Command: []string{"sleep", "1"}, Env: map[string]string{"A": "1"}, Labels: map[string]string{"team": "a"}, Generation: 1},
+	&Created{Name: "web", Driver: "sim", Node: "local", DriverOptions: map[string]string{"latency": "5ms"}, Command: []string{"sleep", "1"}, Env: map[string]string{"A": "1"}, Labels: map[string]string{"team": "a"}, Generation: 1, EnvSealed: "c2VhbGVk"},
 	&DeleteRequested{},
 	&Deleted{},
 	&StartRequested{Generation: 2, Fallback: true},

@@ -30,6 +30,10 @@ type Created struct {
 	Env           map[string]string `json:"env,omitempty"`
 	Labels        map[string]string `json:"labels,omitempty"`
 	Generation    int64             `json:"generation"`
+	// EnvSealed holds the env values, sealed by the service (compute's
+	// Credentials.SealEnv); Env then names the variables with each value
+	// "(secret)". Events from before have it empty and Env in clear.
+	EnvSealed string `json:"env_sealed,omitempty"`
 }
 
 // DeleteRequested: a delete command was accepted (intent).

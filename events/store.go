@@ -51,6 +51,10 @@ type Store interface {
 // is here because neither of those packages may import the other.
 const PositionBucket = "torpor_positions"
 
+// PositionBucketMaxBytes bounds the positions bucket's storage (a few keys
+// of a few bytes each), wherever it is made.
+const PositionBucketMaxBytes = 16 << 20
+
 // FollowHandler handles a run of consecutive events of the log (see
 // Store.Follow); pending counts the events after the last of them.
 type FollowHandler func(ctx context.Context, envs []Envelope, pending uint64) error

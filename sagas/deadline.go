@@ -163,6 +163,9 @@ func (r *Runner) settle(ctx context.Context, o *open) error {
 		Int64("generation", st.view.Generation).Uint64("seq", o.env.Seq).Logger()
 	s := &step{saga: "deadline", intent: o.env, created: st.created, spec: compute.SpecOf(id, st.created), log: log}
 	s.driver, s.drvErr = r.drv.Driver(st.created.Driver)
+	if spec, err := r.creds.SpecOf(id, st.created); err == nil {
+		s.spec = spec
+	}
 	var (
 		obs     compute.Observation
 		evs     []events.Event

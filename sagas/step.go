@@ -111,19 +111,22 @@ func (r *Runner) step(ctx context.Context, j *job, later []events.Envelope, seen
 		saga:    sagaOf(env.Type),
 		intent:  env,
 		created: created,
-		spec:    compute.SpecOf(env.SandboxID, created),
+		spec:    compute.SpecOf(env.SandboxID, created), // env opened below
 		later:   later,
 		log:     log,
 	}
 	s.driver, s.drvErr = r.drv.Driver(created.Driver)
+	if spec, err := r.creds.SpecOf(env.SandboxID, created); err == nil {
+		s.spec = spec
+	} else if s.drvErr == nil && starts(intent) {
+		// Sealed under another key, or tampered with: no start with
+		// the values redacted; the start fails saying why.
+		s.driver, s.drvErr = nil, err
+	}
 	s.suspender, _ = s.driver.(compute.Suspender)
-	if s.drvErr != nil {
-		if _, starts := intent.(*events.Created); !starts {
-			if _, starts = intent.(*events.StartRequested); !starts {
-				log.Error().Err(s.drvErr).Msg("no driver; intent dropped")
-				return nil
-			}
-		}
+	if s.drvErr != nil && !starts(intent) {
+		log.Error().Err(s.drvErr).Msg("no driver; intent dropped")
+		return nil
 	}
 	switch e := intent.(type) {
 	case *events.Created:
@@ -442,4 +445,14 @@ func (c *specCache) forget(id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, id)
+}
+
+// starts reports whether intent is a start's (a create, a start request):
+// the intents whose saga records a failed start when there is no driver.
+func starts(intent events.Event) bool {
+	switch intent.(type) {
+	case *events.Created, *events.StartRequested:
+		return true
+	}
+	return false
 }

@@ -31,6 +31,7 @@ var volatile = []struct {
 	{regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)`), "TIME"},
 	{regexp.MustCompile(`"(seq|after|generation_seq)":\d+`), `"$1":0`},
 	{regexp.MustCompile(`"restore_ref":"sim:UUID:(\d+):[0-9a-f]+"`), `"restore_ref":"sim:UUID:$1:DIGEST"`},
+	{regexp.MustCompile(`"env_sealed":"[A-Za-z0-9+/]+"`), `"env_sealed":"SEALED"`}, // a fresh nonce each time
 }
 
 // anyResumer stands for the actor of the history's sandbox.resumed: the

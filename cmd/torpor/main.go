@@ -20,6 +20,7 @@ import (
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/jsstore"
 	"github.com/torpor/torpor/services/gateway"
+	"github.com/torpor/torpor/projections/kvview"
 )
 
 func main() {
@@ -114,6 +115,8 @@ func serveCmd() *cobra.Command {
 	f.IntVar(&cfg.TokenLimits.Waits, "token-waits", cfg.TokenLimits.Waits, "waits each token may hold open on this server (0: no limit)")
 	f.IntVar(&cfg.TokenLimits.Sandboxes, "token-sandboxes", cfg.TokenLimits.Sandboxes, "sandboxes each token may have made and not deleted, on every server together (0: no limit)")
 	f.StringVar(&cfg.RunAs, runAsFlag, "", runAsUsage)
+	f.Int64Var(&cfg.MaxLogBytes, "max-log-bytes", jsstore.DefaultMaxBytes, "storage bound of the event log (the server reserves it); a full log refuses commands RESOURCE_EXHAUSTED, never drops events; -1: no bound")
+	f.DurationVar(&cfg.ReplayTTL, "replay-ttl", kvview.DefaultPastTTL, "how long a view rebuilt for the past (torpor replay --until, bucket torpor_phases_at_<seq>) is kept before it is removed")
 	f.DurationVar(&cfg.DuplicateWindow, "duplicate-window", jsstore.DefaultDuplicateWindow, "how long the event stream remembers message ids for deduplication (about 125 bytes of server heap per append for that long)")
 	return cmd
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/torpor/torpor/projections"
 	"github.com/torpor/torpor/projections/kvview"
 	"github.com/torpor/torpor/projections/sqlview"
+	"github.com/torpor/torpor/services/gateway"
 )
 
 // replayDeps is what the replay endpoint rebuilds from and into.
@@ -118,6 +119,7 @@ func (h *replayHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// the last line, so that a client that read it may start another at once.
 	unlock := sync.OnceFunc(mu.Unlock)
 	defer unlock()
+	gateway.LongLived(w) // a rebuild may take longer than the write timeout
 
 	// The rebuild reports from its goroutines, the KV swap with the live
 	// writer paused: it only keeps the newest progress here, and this

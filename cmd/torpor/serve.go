@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -97,6 +98,15 @@ type serveConfig struct {
 	// RunAs is whom the process driver's workloads run as (--run-as,
 	// process.Config.RunAs); empty: the service's user.
 	RunAs string
+	// MaxLogBytes bounds the event log's storage (--max-log-bytes,
+	// jsstore.Config.MaxBytes); 0: the default.
+	MaxLogBytes int64
+	// ReplayTTL is how long a view of the past is kept (--replay-ttl,
+	// kvview.Reap); 0: the default.
+	ReplayTTL time.Duration
+	// HTTPTimeouts bound slow HTTP clients; zero fields are the defaults
+	// (gateway.Timeouts). No flag sets them: tests make them short.
+	HTTPTimeouts gateway.Timeouts
 	// wrapDrivers, when set, may replace drivers of the registry before
 	// anything uses them: tests wrap a real driver to make it refuse a call.
 	// No flag sets it.
@@ -123,6 +133,10 @@ func (c serveConfig) Validate() error {
 		return errors.New("--http: want an address")
 	case c.ReadFrom != "" && c.ReadFrom != "kv" && c.ReadFrom != "sql":
 		return fmt.Errorf("--read-from %q: want kv or sql", c.ReadFrom)
+	case c.MaxLogBytes < -1:
+		return fmt.Errorf("--max-log-bytes %d: want a positive size, or -1 for no bound", c.MaxLogBytes)
+	case c.ReplayTTL < 0:
+		return fmt.Errorf("--replay-ttl %s: want a positive duration", c.ReplayTTL)
 	case c.ReadFrom == "sql" && c.ProjectionDB == "":
 		return errors.New("--read-from sql: wants the SQL view, --projection-db")
 	case (c.TLSCert == "") != (c.TLSKey == ""):
@@ -251,14 +265,14 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	}
 	// Every part records into one set of metrics, served on GET /metrics.
 	m := metrics.New()
-	store, err := jsstore.New(ctx, js, jsstore.Config{DuplicateWindow: cfg.DuplicateWindow, OnForeign: func(f jsstore.Foreign) {
+	store, err := jsstore.New(ctx, js, jsstore.Config{DuplicateWindow: cfg.DuplicateWindow, MaxBytes: cfg.MaxLogBytes, OnForeign: func(f jsstore.Foreign) {
 		m.Foreign()
 		log.Warn().Err(f.Err).Str("subject", f.Subject).Uint64("seq", f.Seq).Msg("skipped a message that is not a torpor event")
 	}})
 	if err != nil {
 		return nil, err
 	}
-	view, err := kvview.New(ctx, js, kvview.Config{CheckpointEvery: 100 * time.Millisecond, HoldTransient: viewHold, Metrics: m})
+	view, err := kvview.New(ctx, js, kvview.Config{CheckpointEvery: 100 * time.Millisecond, HoldTransient: viewHold, Metrics: m, PastTTL: cfg.ReplayTTL})
 	if err != nil {
 		return nil, err
 	}
@@ -394,7 +408,9 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		replay.SQL = a.sql.reader // UNAVAILABLE until its database was reached
 	}
 	h.Handle("POST /v1/replay", events.ScopeAdmin, newReplayHandler(replay))
-	a.hsrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	// Slow or idle clients are cut off (gateway.Timeouts); watch, wait and
+	// replay lift the deadlines for their own answers.
+	a.hsrv = cfg.HTTPTimeouts.Server(h)
 
 	ctx, a.cancel = context.WithCancel(ctx)
 	a.g, ctx = errgroup.WithContext(ctx)
@@ -435,6 +451,23 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		}
 		fwd.Run(ctx)
 		return nil
+	})
+	run("reaper", func() error {
+		// Views of the past expire after --replay-ttl, and a crash
+		// mid-rebuild leaves a bucket: both are removed here.
+		ttl := cmp.Or(cfg.ReplayTTL, kvview.DefaultPastTTL)
+		for {
+			if gone, err := kvview.Reap(ctx, js, "", ttl, time.Now()); err != nil {
+				log.Warn().Err(err).Str("part", "reaper").Msg("replay buckets not reaped")
+			} else if len(gone) > 0 {
+				log.Info().Strs("buckets", gone).Str("part", "reaper").Msg("replay buckets removed")
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(max(min(ttl/4, time.Hour), time.Second)):
+			}
+		}
 	})
 	run("http", func() error {
 		if err := a.hsrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -581,7 +614,7 @@ func (a *app) close() {
 // torpor_config, creating it on first start (the first writer wins, so every
 // replica shares one secret).
 func credentials(ctx context.Context, js jetstream.JetStream) (*compute.Credentials, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "torpor_config", Description: "torpor service settings"})
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "torpor_config", Description: "torpor service settings", MaxBytes: 1 << 20, MaxValueSize: 4 << 10})
 	if err != nil {
 		return nil, fmt.Errorf("config bucket: %w", err)
 	}

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestServeConfigValidate: every flag serve cannot work with is refused
@@ -49,6 +52,8 @@ func TestServeConfigValidate(t *testing.T) {
 		{"node ending in a dash", "--node", func(c *serveConfig) { c.Node = "rack-" }},
 		{"run as an unknown user", "--run-as", func(c *serveConfig) { c.RunAs = "no-such-user-torpor" }},
 		{"run as no uid:gid", "--run-as", func(c *serveConfig) { c.RunAs = "1:x" }},
+		{"negative log bound", "--max-log-bytes", func(c *serveConfig) { c.MaxLogBytes = -2 }},
+		{"negative replay ttl", "--replay-ttl", func(c *serveConfig) { c.ReplayTTL = -time.Hour }},
 	}
 	for _, tc := range cases {
 		c := good
@@ -77,5 +82,48 @@ func TestDuplicateWindowReachesStream(t *testing.T) {
 		if err := a.Stop(); err != nil {
 			t.Fatalf("stop: %v", err)
 		}
+	}
+}
+
+// TestMaxLogBytesReachesStream: --max-log-bytes bounds the event stream,
+// and a restart with another bound changes the existing stream's.
+func TestMaxLogBytesReachesStream(t *testing.T) {
+	dir := t.TempDir()
+	for _, want := range []int64{256 << 20, 512 << 20} {
+		a := startApp(t, dir, func(c *serveConfig) { c.MaxLogBytes = want })
+		info, err := a.store.Stream().Info(t.Context())
+		if err != nil {
+			t.Fatalf("stream info: %v", err)
+		}
+		if got := info.Config.MaxBytes; got != want {
+			t.Errorf("max bytes: got %d, want %d", got, want)
+		}
+		if err := a.Stop(); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+	}
+}
+
+// TestServeReapsViewsOfThePast: serve removes a view of the past once
+// --replay-ttl has passed since it was made.
+func TestServeReapsViewsOfThePast(t *testing.T) {
+	a := startApp(t, "", func(c *serveConfig) { c.ReplayTTL = time.Millisecond })
+	js, err := jetstream.New(a.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "torpor_phases_at_7"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second) // the reaper runs every second at this TTL
+	for {
+		_, err := js.KeyValue(t.Context(), "torpor_phases_at_7")
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("torpor_phases_at_7 still there (%v)", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -40,6 +40,9 @@ func newVM(nc *nats.Conn, data, url, binary, kernel string, heartbeat time.Durat
 		Bucket:      vm.SnapshotBucket,
 		Description: "torpor vm snapshots that move between nodes",
 		Storage:     jetstream.FileStorage,
+		// Each snapshot is deleted once its guest runs again; the bound
+		// is what moving sandboxes may hold at once (reserved at start).
+		MaxBytes: 2 << 30,
 	})
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -69,6 +70,9 @@ func (s *Store) Append(ctx context.Context, id string, expected uint64, envs ...
 		}
 	}
 
+	if full(err) {
+		return 0, events.Errorf(events.CodeResourceExhausted, "append %s: the event log is full (%v); free storage or raise --max-log-bytes", id, err)
+	}
 	outcome := classify(err)
 	if outcome == failed {
 		return 0, fmt.Errorf("append %s: %w", id, err)
@@ -109,6 +113,33 @@ const (
 	codeBatchDuplicateMsgID       = jetstreamext.JSErrCodeBatchPublishDuplicateMsgID   // 10201
 	codeDuplicateMsgConflict      = 10158                                              // duplicate message id is in process
 )
+
+// Codes of a server that refuses to store: a stream at its MaxBytes (or
+// MaxMsgs) with DiscardNew answers 10077 with the store's error, a server
+// or account out of storage 10023, 10047 or 10028.
+const (
+	codeStoreFailed     = 10077
+	codeInsufficient    = 10023
+	codeStorageExceeded = 10047
+	codeMemoryExceeded  = 10028
+)
+
+// full reports whether err is the server refusing an append for want of
+// storage: not a failure of the server, a limit reached (RESOURCE_EXHAUSTED).
+func full(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case codeInsufficient, codeStorageExceeded, codeMemoryExceeded:
+		return true
+	case codeStoreFailed:
+		d := apiErr.Description
+		return strings.Contains(d, "maximum bytes exceeded") || strings.Contains(d, "maximum messages exceeded")
+	}
+	return false
+}
 
 func classify(err error) outcome {
 	var apiErr *jetstream.APIError

@@ -27,6 +27,8 @@ const (
 	DefaultStream          = "TORPOR_EVENTS"
 	DefaultReplicas        = 1
 	DefaultDuplicateWindow = 2 * time.Minute
+	// DefaultMaxBytes bounds the log's storage (serve --max-log-bytes).
+	DefaultMaxBytes = 4 << 30
 )
 
 // Subject is the subject of sandbox id's events.
@@ -45,6 +47,11 @@ type Config struct {
 	// DuplicateWindow is how long message ids are remembered for
 	// deduplication; default 2m.
 	DuplicateWindow time.Duration
+	// MaxBytes bounds the stream's storage; default DefaultMaxBytes, -1
+	// for no bound. The log is the only truth, so it is never trimmed: a
+	// full log refuses new events (DiscardNew), and an append then answers
+	// RESOURCE_EXHAUSTED.
+	MaxBytes int64
 	// OnForeign, if set, hears of each foreign message the store skips
 	// (once per message, however often it is read), for the log and the
 	// metrics.
@@ -62,6 +69,9 @@ func (c Config) withDefaults() Config {
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = DefaultDuplicateWindow
 	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = DefaultMaxBytes
+	}
 	return c
 }
 
@@ -77,6 +87,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("storage %v: want file or memory", c.Storage)
 	case c.DuplicateWindow < 0:
 		return fmt.Errorf("duplicate window %v: want positive", c.DuplicateWindow)
+	case c.MaxBytes < -1:
+		return fmt.Errorf("max bytes %d: want a positive size, or -1 for no bound", c.MaxBytes)
 	}
 	return nil
 }
@@ -105,7 +117,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error
 		Description:        "torpor event log: one subject per sandbox",
 		Subjects:           []string{SubjectPrefix + ">"},
 		Retention:          jetstream.LimitsPolicy,
-		Discard:            jetstream.DiscardOld,
+		Discard:            jetstream.DiscardNew,
+		MaxBytes:           cfg.MaxBytes,
 		Storage:            cfg.Storage,
 		Replicas:           cfg.Replicas,
 		Duplicates:         cfg.DuplicateWindow,
@@ -142,7 +155,7 @@ func Bind(ctx context.Context, js jetstream.JetStream, stream string) (*Store, e
 		return nil, fmt.Errorf("stream %s: %w", cfg.Stream, err)
 	}
 	info := s.CachedInfo().Config
-	cfg.Replicas, cfg.Storage, cfg.DuplicateWindow = info.Replicas, info.Storage, info.Duplicates
+	cfg.Replicas, cfg.Storage, cfg.DuplicateWindow, cfg.MaxBytes = info.Replicas, info.Storage, info.Duplicates, info.MaxBytes
 	return on(js, cfg, s), nil
 }
 

@@ -31,6 +31,7 @@ func (s *Store) Position(ctx context.Context, name string) (*Position, error) {
 		Bucket:      PositionBucket,
 		Description: "torpor follower name → last sequence handled",
 		History:     1,
+		MaxBytes:    events.PositionBucketMaxBytes,
 		Replicas:    s.cfg.Replicas,
 		Storage:     jetstream.FileStorage,
 	})

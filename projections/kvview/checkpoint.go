@@ -46,6 +46,7 @@ func positions(ctx context.Context, js jetstream.JetStream, replicas int) (jetst
 		Bucket:      events.PositionBucket,
 		Description: "torpor follower name → last sequence handled",
 		History:     1,
+		MaxBytes:    events.PositionBucketMaxBytes,
 		Replicas:    replicas,
 		Storage:     jetstream.FileStorage,
 	})

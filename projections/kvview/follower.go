@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
@@ -39,7 +41,11 @@ type Follower struct {
 	head   int               // where the next change goes once ring is full
 	subs   map[*sub]struct{}
 	up     chan struct{} // closed once the follower's watch is first up
-	n      uint64        // changes delivered
+	pulls  chan struct{} // the watches' snapshot pulls under way (snapshotPulls)
+	// pullBytes is what one pull asks for (snapshotBytes; a test makes
+	// both smaller, with the server's pending limit).
+	pullBytes int
+	n         uint64 // changes delivered
 }
 
 // latest is the last value of a key the follower saw, and its view once
@@ -90,7 +96,8 @@ const followRetry = 250 * time.Millisecond
 // Follow starts the follower of v's bucket, which runs until ctx ends.
 func (v *View) Follow(ctx context.Context) *Follower {
 	f := &Follower{v: v, waits: map[string]map[*waiter]struct{}{}, back: make(chan struct{}),
-		latest: map[string]latest{}, subs: map[*sub]struct{}{}, up: make(chan struct{})}
+		latest: map[string]latest{}, subs: map[*sub]struct{}{}, up: make(chan struct{}),
+		pulls: make(chan struct{}, snapshotPulls), pullBytes: snapshotBytes}
 	go f.run(ctx)
 	return f
 }
@@ -338,14 +345,6 @@ func (f *Follower) Watch(ctx context.Context, afterSeq uint64) (<-chan events.Vi
 		f.end(s)
 		f.mu.Unlock()
 	}
-	var start jetstream.KeyWatcher
-	if !fromRing {
-		var err error
-		if start, err = f.v.kv.WatchAll(ctx, jetstream.IgnoreDeletes()); err != nil {
-			release()
-			return nil, fmt.Errorf("watch %s: %w", f.v.cfg.Bucket, err)
-		}
-	}
 	out := make(chan events.View, 64)
 	go func() {
 		defer close(out)
@@ -364,10 +363,8 @@ func (f *Follower) Watch(ctx context.Context, afterSeq uint64) (<-chan events.Vi
 				return false
 			}
 		}
-		if start != nil {
-			ok := f.initial(ctx, start, func(key string, raw []byte) bool { return send(key, raw, afterSeq) })
-			stop(start)
-			if !ok {
+		if !fromRing {
+			if !f.snapshot(ctx, func(key string, raw []byte) bool { return send(key, raw, afterSeq) }) {
 				return
 			}
 		}
@@ -393,25 +390,107 @@ func (f *Follower) Watch(ctx context.Context, afterSeq uint64) (<-chan events.Vi
 	return out, nil
 }
 
-// initial hands each current value w delivers to send, up to the end of
-// the current values; false when ctx or w ended first, or send refused.
-func (f *Follower) initial(ctx context.Context, w jetstream.KeyWatcher, send func(key string, raw []byte) bool) bool {
+// A watch's snapshot is pulled snapshotBytes at a time, at most
+// snapshotPulls pulls of one follower at once: what the server may have
+// sent the service for all its watches and the service not yet read is at
+// most their product, far under the server's limit on a connection's
+// pending bytes (64 MiB by default), however many watches start at once.
+const (
+	snapshotBytes = 1 << 20
+	snapshotPulls = 16
+)
+
+// snapshot hands the current value of every key to send, through a pull
+// consumer of its own, and deletes it; false when ctx ended first, send
+// refused, or the bucket could not be read (the watch then ends, and its
+// client resumes).
+//
+// Why not KeyValue.WatchAll, as before: each watch was a push consumer on
+// the service's one connection, and the server pushed every watch's whole
+// snapshot at once, as fast as it could, while the watches drained them
+// only as fast as their clients read: the connection's pending bytes grew
+// past the server's limit and the server cut it as a slow consumer (30
+// watches over 50k sandboxes; TestManyWatchesKeepTheConnection), taking
+// the service's commands, appends and heartbeats down with it. Pulled, the
+// server sends no more than asked, and each pull is read whole into memory
+// before its values go to a (slow) client.
+func (f *Follower) snapshot(ctx context.Context, send func(key string, raw []byte) bool) bool {
+	stream, err := f.v.js.Stream(ctx, "KV_"+f.v.cfg.Bucket)
+	if err != nil {
+		return false
+	}
+	cons, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+		FilterSubject:     "$KV." + f.v.cfg.Bucket + ".>",
+		AckPolicy:         jetstream.AckNonePolicy,
+		MemoryStorage:     true,
+		InactiveThreshold: time.Minute, // if the deletion below is lost
+	})
+	if err != nil {
+		return false
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
+		cancel()
+	}()
+	if cons.CachedInfo().NumPending == 0 {
+		return true // an empty bucket
+	}
 	for {
-		select {
-		case <-ctx.Done():
+		vals, last, err := f.pull(ctx, cons)
+		if err != nil {
 			return false
-		case e, ok := <-w.Updates():
-			if !ok {
-				return false
-			}
-			if e == nil {
-				return true // the end of the current values
-			}
-			if viewKey(e.Key()) && !send(e.Key(), e.Value()) {
+		}
+		for _, c := range vals {
+			if !send(c.key, c.raw) {
 				return false
 			}
 		}
+		if last {
+			return true
+		}
 	}
+}
+
+// pull reads one pull of a snapshot whole, as one of snapshotPulls at once:
+// its values (deleted keys left out), and whether the last current value
+// was among them.
+func (f *Follower) pull(ctx context.Context, cons jetstream.Consumer) ([]change, bool, error) {
+	select {
+	case f.pulls <- struct{}{}:
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
+	}
+	defer func() { <-f.pulls }()
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	batch, err := cons.FetchBytes(f.pullBytes, jetstream.FetchContext(fctx))
+	if err != nil {
+		return nil, false, err
+	}
+	prefix := "$KV." + f.v.cfg.Bucket + "."
+	var out []change
+	for m := range batch.Messages() {
+		meta, err := m.Metadata()
+		if err != nil {
+			return nil, false, err
+		}
+		key := strings.TrimPrefix(m.Subject(), prefix)
+		if m.Headers().Get("KV-Operation") == "" && viewKey(key) {
+			out = append(out, change{key: key, raw: m.Data()})
+		}
+		if meta.NumPending == 0 {
+			return out, true, nil // the last current value
+		}
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		return nil, false, err
+	}
+	if len(out) == 0 {
+		return nil, false, fmt.Errorf("snapshot of %s: a pull brought nothing", f.v.cfg.Bucket)
+	}
+	return out, false, nil
 }
 
 // since returns the changes the follower holds after the one at seq

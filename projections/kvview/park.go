@@ -30,9 +30,11 @@ type Parked struct {
 // event again rewrites the same key.
 func (v *View) Park(ctx context.Context, env events.Envelope, why error) error {
 	kv, err := v.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      ParkedBucket,
-		Description: "torpor: events a view cannot apply",
-		Storage:     jetstream.FileStorage,
+		Bucket:       ParkedBucket,
+		Description:  "torpor: events a view cannot apply",
+		Storage:      jetstream.FileStorage,
+		MaxBytes:     256 << 20,
+		MaxValueSize: MaxValueSize,
 	})
 	if err != nil {
 		return fmt.Errorf("park: bucket %s: %w", ParkedBucket, err)

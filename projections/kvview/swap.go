@@ -141,7 +141,9 @@ func (v *View) Rebuild(ctx context.Context, src projections.Log, opts projection
 	}
 	start = time.Now()
 	report(projections.Progress{Phase: projections.PhaseWrite, Done: last, Total: total})
-	nv, err := New(ctx, v.js, Config{Bucket: bucket, Replicas: v.cfg.Replicas})
+	// Its values expire (and Reap removes it) after PastTTL: a view of the
+	// past is kept that long for audit; a swap's is deleted once swapped.
+	nv, err := New(ctx, v.js, Config{Bucket: bucket, Replicas: v.cfg.Replicas, MaxBytes: v.cfg.MaxBytes, TTL: v.cfg.PastTTL})
 	if err != nil {
 		return st, fmt.Errorf("rebuild: %w", err)
 	}

@@ -46,6 +46,16 @@ type Config struct {
 	// Readers see a transient phase up to this much later, or not at all
 	// when the outcome came first. Zero writes every view at once.
 	HoldTransient time.Duration
+	// MaxBytes bounds the bucket's storage; default DefaultMaxBytes. A full
+	// bucket refuses writes (the projection retries; /readyz shows the lag).
+	MaxBytes int64
+	// TTL, when set, expires the bucket's values that long after their
+	// write: what a rebuild leaves for audit (<bucket>_at_<seq>) or behind a
+	// crash (<bucket>_rebuild_<n>) goes, and Reap removes the bucket.
+	TTL time.Duration
+	// PastTTL is the TTL of the buckets a rebuild makes (views of the
+	// past, and the new bucket of a swap); default DefaultPastTTL.
+	PastTTL time.Duration
 	// Metrics counts the phase changes the view folds in as it applies
 	// the log (each once per process, however often it is folded again);
 	// nil counts nothing. Only the live view has it: a rebuild's view is
@@ -80,8 +90,22 @@ func (c Config) withDefaults() Config {
 	if c.CacheSize == 0 {
 		c.CacheSize = 100000
 	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = DefaultMaxBytes
+	}
+	if c.PastTTL == 0 {
+		c.PastTTL = DefaultPastTTL
+	}
 	return c
 }
+
+// Storage bounds of a view's bucket (the README's "Limits" table): the
+// server reserves MaxBytes for each bucket, the live one and each rebuilt
+// one, so replays in a loop run out of reservation rather than disk.
+const (
+	DefaultMaxBytes = 1 << 30
+	MaxValueSize    = 256 << 10
+)
 
 // View is the phase view in a KV bucket. Apply is meant for one writer (the
 // projection runner); the readers are safe for any number of goroutines.
@@ -129,11 +153,14 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*View, error)
 	}
 	cfg = cfg.withDefaults()
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      cfg.Bucket,
-		Description: "torpor phase view: sandbox id → view",
-		History:     1,
-		Replicas:    cfg.Replicas,
-		Storage:     jetstream.FileStorage,
+		Bucket:       cfg.Bucket,
+		Description:  "torpor phase view: sandbox id → view",
+		History:      1,
+		Replicas:     cfg.Replicas,
+		Storage:      jetstream.FileStorage,
+		MaxBytes:     cfg.MaxBytes,
+		MaxValueSize: MaxValueSize,
+		TTL:          cfg.TTL,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kv view: bucket %s: %w", cfg.Bucket, err)

@@ -38,6 +38,7 @@ var _ Index = (*KVIndex)(nil)
 func NewKVIndex(ctx context.Context, js jetstream.JetStream, replicas int) (*KVIndex, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: IndexBucket, Description: "torpor forward id → where it is bound", History: 1, Replicas: max(replicas, 1),
+		MaxBytes: 16 << 20, MaxValueSize: 4 << 10,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("forwards bucket: %w", err)

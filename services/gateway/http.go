@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -30,6 +31,18 @@ type HTTP struct {
 	guard    HTTPGuard
 	quotas   quotas
 	quota    SandboxQuota
+	// watches and waits count those served now (Limits.Watches, .Waits).
+	watches, waits atomic.Int64
+}
+
+// admit counts one more long-lived request on n, or refuses it at once,
+// RESOURCE_EXHAUSTED, when limit are served already; release undoes it.
+func admit(n *atomic.Int64, limit int, what string) (release func(), err error) {
+	if n.Add(1) > int64(limit) {
+		n.Add(-1)
+		return nil, events.Errorf(events.CodeResourceExhausted, "this server serves %d %s at once, its limit; retry later", limit, what)
+	}
+	return func() { n.Add(-1) }, nil
 }
 
 // Forwards serves TCP forwards (forward.Forwarder does): the HTTP API binds
@@ -463,6 +476,13 @@ func (h *HTTP) wait(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	release, err := admit(&h.waits, h.svc.cfg.Limits.Waits, "waits")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer release()
+	LongLived(w) // up to 10m, its own timeout
 	// An unknown sandbox is NOT_FOUND at once (the view would wait for
 	// it); one in the service's cache is known without its lock, which a
 	// command on it may hold across its append.
@@ -499,6 +519,13 @@ func (h *HTTP) watch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	release, err := admit(&h.watches, h.svc.cfg.Limits.Watches, "watches")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer release()
+	LongLived(w) // until the client leaves
 	ch, err := h.views.Watch(r.Context(), after)
 	if err != nil {
 		writeError(w, err)
@@ -508,12 +535,18 @@ func (h *HTTP) watch(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	fl.Flush()
+	rc := http.NewResponseController(w)
 	for v := range ch {
 		data, _ := json.Marshal(v)
+		// A client that takes no view for a write timeout is cut off:
+		// a watch that never reads would hold its place for ever.
+		_ = rc.SetWriteDeadline(time.Now().Add(DefaultWriteTimeout))
 		if _, err := fmt.Fprintf(w, "id: %d\ndata: %s\n\n", v.Seq, data); err != nil {
 			return
 		}
-		fl.Flush()
+		if rc.Flush() != nil {
+			return
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,12 +31,14 @@ func NewKVNames(ctx context.Context, js jetstream.JetStream, replicas int) (*KVN
 	}
 	names, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: "torpor_names", Description: "sandbox name → id, unique among sandboxes not deleted", Replicas: replicas,
+		MaxBytes: 256 << 20, MaxValueSize: 1 << 10,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("names bucket: %w", err)
 	}
 	keys, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: "torpor_create_keys", Description: "create idempotency key → sandbox id", TTL: 24 * time.Hour, Replicas: replicas,
+		MaxBytes: 256 << 20, MaxValueSize: 1 << 10,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create keys bucket: %w", err)
@@ -50,7 +53,7 @@ func (n *KVNames) Reserve(ctx context.Context, name, id string) (Holder, error) 
 		return Holder{ID: id}, nil
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) {
-		return Holder{}, fmt.Errorf("reserve %s: %w", name, err)
+		return Holder{}, fmt.Errorf("reserve %s: %w", name, exhausted(err))
 	}
 	e, gerr := n.names.Get(ctx, name)
 	if gerr != nil {
@@ -110,6 +113,23 @@ func (n *KVNames) Lookup(ctx context.Context, name string) (string, error) {
 	return string(e.Value()), nil
 }
 
+// exhausted is err as RESOURCE_EXHAUSTED when the server refused the write
+// for want of storage (a bucket at its MaxBytes answers 10077 "maximum
+// bytes exceeded"; a server or account out of storage 10023, 10047 or
+// 10028), else err.
+func exhausted(err error) error {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return err
+	}
+	switch {
+	case apiErr.ErrorCode == 10023 || apiErr.ErrorCode == 10047 || apiErr.ErrorCode == 10028,
+		apiErr.ErrorCode == 10077 && strings.Contains(apiErr.Description, "maximum "):
+		return events.Errorf(events.CodeResourceExhausted, "storage full: %w", err)
+	}
+	return err
+}
+
 // Claim maps an idempotency key to id once.
 func (n *KVNames) Claim(ctx context.Context, key, id string) (string, error) {
 	sum := sha256.Sum256([]byte(key))
@@ -117,7 +137,7 @@ func (n *KVNames) Claim(ctx context.Context, key, id string) (string, error) {
 	if _, err := n.keys.Create(ctx, k, []byte(id)); err == nil {
 		return id, nil
 	} else if !errors.Is(err, jetstream.ErrKeyExists) {
-		return "", fmt.Errorf("idempotency key: %w", err)
+		return "", fmt.Errorf("idempotency key: %w", exhausted(err))
 	}
 	e, err := n.keys.Get(ctx, k)
 	if err != nil {

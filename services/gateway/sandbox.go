@@ -144,6 +144,9 @@ type Command struct {
 	// are resume's options.
 	RestartIfRestoreFails bool
 	ResumeOn              string
+	// EnvSealed is a create's env values sealed (Credentials.SealEnv);
+	// Create.Env then holds the names only.
+	EnvSealed string
 	// Forward is the forward a forward command opens (bound already) or,
 	// by its ID, the one an unforward closes.
 	Forward events.Forward
@@ -220,7 +223,7 @@ func caused(typ string, s *Sandbox, c Command) events.Event {
 		r := c.Create
 		return &events.Created{
 			Name: r.Name, Driver: r.Driver, Node: c.Node, DriverOptions: r.DriverOptions,
-			Command: r.Command, Env: r.Env, Labels: r.Labels, Generation: 1,
+			Command: r.Command, Env: r.Env, Labels: r.Labels, Generation: 1, EnvSealed: c.EnvSealed,
 		}
 	case events.TypeStartRequested:
 		return &events.StartRequested{Generation: s.Generation + 1}

@@ -94,6 +94,8 @@ type Config struct {
 	// Metrics records the commands, appends and fenced reports; nil
 	// records nothing.
 	Metrics *metrics.Set
+	// Limits bound what one request may ask (zero fields: the defaults).
+	Limits Limits
 }
 
 // Defaults fills zero fields.
@@ -122,6 +124,7 @@ func (c *Config) Defaults() {
 	if c.HeartbeatLimit == 0 {
 		c.HeartbeatLimit = 15 * time.Second
 	}
+	c.Limits.defaults()
 }
 
 // Validate reports a config that cannot work.
@@ -141,6 +144,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway: name grace %s, want at least twice the create timeout %s", c.NameGrace, c.CreateTimeout)
 	case !validName.MatchString(c.Node):
 		return fmt.Errorf("gateway: node name %q: want lower-case letters, digits, '-', '_' or '.'", c.Node)
+	}
+	if err := c.Limits.validate(); err != nil {
+		return err
 	}
 	for _, n := range c.Nodes {
 		if !validName.MatchString(n) || n == c.Node {
@@ -222,9 +228,20 @@ func NewService(store events.Store, names Names, drivers Drivers, creds *compute
 }
 
 var (
-	validName  = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
+	nameRule   = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
 	idempotent = uuid.MustParse("0193b0a4-7c1e-7a4e-9d0e-5f1f0c9e2a11")
+	// validName is the name rule: 1 to 63 of a-z 0-9 . _ -, alphanumeric
+	// at both ends, and no two dots in a row, since a name is a key of
+	// the bucket torpor_names, whose subject tokens cannot be empty (the
+	// server refuses such a key, which was a 500).
+	validName = nameMatcher{}
 )
+
+type nameMatcher struct{}
+
+func (nameMatcher) MatchString(s string) bool {
+	return nameRule.MatchString(s) && !strings.Contains(s, "..")
+}
 
 // ParseID checks that id is a sandbox id (a uuid), so it is safe in a subject.
 func ParseID(id string) error {
@@ -506,6 +523,9 @@ func (s *Service) appendFrom(ctx context.Context, sb *Sandbox, verify bool, meta
 			env.Phase = next.Phase
 			envs[i] = env
 		}
+		if err := s.cfg.Limits.checkSize(id, envs); err != nil {
+			return nil, err
+		}
 		seq, err := s.store.Append(ctx, id, sb.Seq, envs...)
 		if err == nil {
 			// Stamp the stored sequence into the state and its view: the
@@ -543,6 +563,9 @@ func (s *Service) create(ctx context.Context, c Command) (events.View, error) {
 		}
 		node = r.Node
 	}
+	if err := s.cfg.Limits.checkCreate(r); err != nil {
+		return events.View{}, err
+	}
 	if err := s.drivers.Validate(r.Driver, compute.Spec{Node: node, Options: r.DriverOptions, Command: r.Command, Env: r.Env}); err != nil {
 		// A refusal that carries a code keeps it (a node that lacks what
 		// the driver needs is FAILED_PRECONDITION); any other is the
@@ -554,15 +577,10 @@ func (s *Service) create(ctx context.Context, c Command) (events.View, error) {
 		return events.View{}, events.Errorf(code, "create: %v", err)
 	}
 	if r.Name != "" && !validName.MatchString(r.Name) {
-		return events.View{}, events.Errorf(events.CodeInvalidArgument, "invalid name %q: 1 to 63 lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit", r.Name)
+		return events.View{}, events.Errorf(events.CodeInvalidArgument, "invalid name %q: 1 to 63 lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit, no two dots in a row", r.Name)
 	}
 	if r.Name != "" && ParseID(r.Name) == nil {
 		return events.View{}, events.Errorf(events.CodeInvalidArgument, "invalid name %q: a name must not look like a sandbox id", r.Name)
-	}
-	for k := range r.Labels {
-		if k == "" {
-			return events.View{}, events.Errorf(events.CodeInvalidArgument, "invalid label: empty key")
-		}
 	}
 	id := uuid.Must(uuid.NewV7()).String()
 	c.CommandID = CommandID(VerbCreate, "", c.IdempotencyKey)
@@ -586,6 +604,12 @@ func (s *Service) create(ctx context.Context, c Command) (events.View, error) {
 	}
 	c.ID = id
 	c.Node = node
+	// The env values go into the log sealed, their names in clear (see
+	// compute's SealEnv); the driver gets them opened.
+	var err error
+	if r.Env, c.EnvSealed, err = s.creds.SealEnv(id, r.Env); err != nil {
+		return events.View{}, err
+	}
 	meta := events.Meta{Actor: c.Actor, CommandID: c.CommandID, CorrelationID: c.CommandID}
 	decideCreate := func(sb *Sandbox) ([]events.Event, error) {
 		if sb.Exists() && sb.seen(c.CommandID) {
@@ -594,7 +618,6 @@ func (s *Service) create(ctx context.Context, c Command) (events.View, error) {
 		return decide(sb, c, compute.Capabilities{})
 	}
 	var sb *Sandbox
-	var err error
 	if c.IdempotencyKey == "" {
 		// The id was minted just now, so its subject is empty: no need to
 		// read it (the append still states expected sequence 0).
@@ -645,7 +668,7 @@ func (s *Service) Resolve(ctx context.Context, ref string) (string, error) {
 		return ref, nil
 	}
 	if !validName.MatchString(ref) {
-		return "", events.Errorf(events.CodeInvalidArgument, "invalid sandbox id or name %q", ref)
+		return "", events.Errorf(events.CodeInvalidArgument, "invalid sandbox id or name %q: want a lower-case uuid or a name (1 to 63 of a-z 0-9 . _ -, alphanumeric at both ends, no two dots in a row)", ref)
 	}
 	id, err := s.names.Lookup(ctx, ref)
 	if errors.Is(err, events.ErrNotFound) {

@@ -63,6 +63,7 @@ func do(t *testing.T, method, url, body string) (int, events.ErrorBody) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

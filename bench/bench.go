@@ -28,6 +28,8 @@ import (
 type Service interface {
 	HTTPAddr() string
 	NATSURL() string
+	// NATSOptions connect to NATSURL as the service (its bus user).
+	NATSOptions() []nats.Option
 	// Server is the embedded nats-server, whose counters the cost line reads.
 	Server() *server.Server
 	// Ready is what /readyz answers.
@@ -284,7 +286,7 @@ func RunMode(ctx context.Context, cfg Config, fsync string, start Starter) (Mode
 		return mr, err
 	}
 	defer func() { _ = svc.Stop() }()
-	nc, err := nats.Connect(svc.NATSURL())
+	nc, err := nats.Connect(svc.NATSURL(), svc.NATSOptions()...)
 	if err != nil {
 		return mr, err
 	}
@@ -452,4 +454,10 @@ func lastSeq(ctx context.Context, js jetstream.JetStream, stream string) (uint64
 		return 0, err
 	}
 	return info.State.LastSeq, nil
+}
+
+// connectAgain opens another connection like nc: its server, its user.
+func connectAgain(nc *nats.Conn) (*nats.Conn, error) {
+	o := nc.Opts
+	return o.Connect()
 }

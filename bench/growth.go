@@ -368,7 +368,7 @@ func grow(ctx context.Context, dir string, n, short, nLong, long int) ([]string,
 
 // measureGrowth samples command latency on short (and long) sandboxes.
 func measureGrowth(ctx context.Context, cfg Config, svc Service, short, long []string, total, logEvents int) ([]GrowthRow, error) {
-	nc, err := nats.Connect(svc.NATSURL())
+	nc, err := nats.Connect(svc.NATSURL(), svc.NATSOptions()...)
 	if err != nil {
 		return nil, err
 	}
@@ -400,7 +400,7 @@ func measureGrowth(ctx context.Context, cfg Config, svc Service, short, long []s
 // measureReplay reads the whole log with an ordered consumer, then rebuilds
 // the KV view from it into a fresh bucket, on a connection of its own.
 func measureReplay(ctx context.Context, svc Service, events int) (*Replay, error) {
-	nc, err := nats.Connect(svc.NATSURL(), nats.SyncQueueLen(jsstore.SyncQueueLen))
+	nc, err := nats.Connect(svc.NATSURL(), append(svc.NATSOptions(), nats.SyncQueueLen(jsstore.SyncQueueLen))...)
 	if err != nil {
 		return nil, err
 	}

@@ -43,8 +43,12 @@ func (r *Runner) start(ctx context.Context, s *step, gen int64) error {
 			}
 		}
 	}
-	req := compute.Start{Spec: s.spec, Generation: gen, Credential: r.creds.Mint(s.spec.SandboxID, gen)}
-	err := r.within(ctx, s, "start", unanswered, func(ctx context.Context) error { return s.driver.Start(ctx, req) })
+	bus, err := r.creds.MintBus(s.spec.SandboxID, gen)
+	if err != nil {
+		return fmt.Errorf("start %s: supervisor's bus credentials: %w", s.spec.SandboxID, err)
+	}
+	req := compute.Start{Spec: s.spec, Generation: gen, Credential: r.creds.Mint(s.spec.SandboxID, gen), BusCreds: bus}
+	err = r.within(ctx, s, "start", unanswered, func(ctx context.Context) error { return s.driver.Start(ctx, req) })
 	switch {
 	case err == nil:
 		// The hash stays empty: supervisors are verified by HMAC.

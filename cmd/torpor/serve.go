@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/fanout"
 	"github.com/torpor/torpor/events/jsstore"
+	"github.com/torpor/torpor/internal/busauth"
 	"github.com/torpor/torpor/internal/embedded"
 	"github.com/torpor/torpor/internal/metrics"
 	"github.com/torpor/torpor/projections"
@@ -39,7 +41,11 @@ type serveConfig struct {
 	HTTP       string
 	NATSListen string
 	NATSURL    string
-	Fsync      string
+	// NATSCreds is the NATS credentials file the service connects to
+	// NATSURL with (--nats-creds, a service user: `torpor creds --role
+	// service`); empty: none, as the server wants it.
+	NATSCreds string
+	Fsync     string
 	Node       string
 	Deadline   time.Duration
 	// DuplicateWindow is how long the stream remembers message ids
@@ -141,9 +147,17 @@ func (s sharedStore) Follow(ctx context.Context, after uint64, max int, h events
 type app struct {
 	httpAddr string
 	natsURL  string
+	data     string // --data
 
 	ns     *server.Server
 	nc     *nats.Conn
+	// auth is the bus's operator and accounts, from <data>/auth: made on
+	// the first start of the embedded server; with --nats-url, there when
+	// the directory is (so that this service mints its supervisors' users).
+	auth *busauth.Auth
+	// user is who the service connects as: minted under auth, or read from
+	// --nats-creds.
+	user *busauth.User
 	g      *errgroup.Group
 	cancel context.CancelFunc
 	hsrv   *http.Server
@@ -163,7 +177,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err := cfg.Validate(); err != nil {
 		return nil, invalid(err)
 	}
-	a = &app{}
+	a = &app{data: cfg.Data}
 	parts := a // a is nil once a return gives an error
 	defer func() {
 		if err != nil {
@@ -178,14 +192,23 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		}
 	}
 	url := cfg.NATSURL
+	if err := a.openAuth(cfg); err != nil {
+		return nil, err
+	}
 	if url == "" {
-		if a.ns, err = embedded.Start(cfg.embedded()); err != nil {
+		ec := cfg.embedded()
+		ec.Operator, ec.Accounts, ec.SystemAccount = a.auth.OperatorJWT, a.auth.Accounts(), a.auth.SystemKey
+		if a.ns, err = embedded.Start(ec); err != nil {
 			return nil, err
 		}
 		url = a.ns.ClientURL()
 	}
 	a.natsURL = url
-	if a.nc, err = nats.Connect(url, nats.Name("torpor "+cfg.Node), nats.MaxReconnects(-1), nats.SyncQueueLen(jsstore.SyncQueueLen)); err != nil {
+	opts := []nats.Option{nats.Name("torpor " + cfg.Node), nats.MaxReconnects(-1), nats.SyncQueueLen(jsstore.SyncQueueLen)}
+	if a.user != nil {
+		opts = append(opts, a.user.Options()...)
+	}
+	if a.nc, err = nats.Connect(url, opts...); err != nil {
 		return nil, fmt.Errorf("connect %s: %w", url, err)
 	}
 	js, err := jetstream.New(a.nc)
@@ -213,6 +236,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, err
 	}
+	creds = creds.WithBus(a.supervisorCreds(log))
 	if a.driver, err = sim.New(busReporter(a.nc), sim.Config{Data: cfg.Data}); err != nil {
 		return nil, err
 	}
@@ -379,6 +403,84 @@ func phaseCounts(ctx context.Context, v gateway.Views) (map[string]int, error) {
 		out[string(p)] = n
 	}
 	return out, err
+}
+
+// openAuth opens the bus's keys under <data>/auth (making them on the
+// embedded server's first start) and the user the service connects as.
+func (a *app) openAuth(cfg serveConfig) error {
+	dir := filepath.Join(cfg.Data, "auth")
+	if cfg.NATSURL == "" || cfg.Data != "" && exists(filepath.Join(dir, busauth.AccountFile)) {
+		var err error
+		if a.auth, err = busauth.Open(dir, busauth.NoLimits); err != nil {
+			return events.Errorf(events.CodeFailedPrecondition, "%v", err)
+		}
+	}
+	if cfg.NATSCreds != "" {
+		b, err := os.ReadFile(cfg.NATSCreds)
+		if err != nil {
+			return invalid(fmt.Errorf("--nats-creds: %w", err))
+		}
+		if a.user, err = busauth.ParseCreds(b, busauth.Grant{Role: busauth.Service}); err != nil {
+			return invalid(fmt.Errorf("--nats-creds %s: %w", cfg.NATSCreds, err))
+		}
+		return nil
+	}
+	if a.auth != nil {
+		var err error
+		a.user, err = a.auth.User("torpor "+cfg.Node, 0, busauth.Grant{Role: busauth.Service})
+		return err
+	}
+	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// supervisorCreds mints each supervisor's NATS user: one that reports for
+// its sandbox only, for its generation. A service that joined a server
+// without holding the account's key (--nats-url, no <data>/auth) hands its
+// supervisors its own credentials, and says so.
+func (a *app) supervisorCreds(log zerolog.Logger) func(id string, gen int64) (string, error) {
+	if a.auth == nil {
+		if a.user == nil {
+			return nil
+		}
+		log.Warn().Msg("no bus keys under --data (auth/): supervisors connect with this service's --nats-creds, not a user of their own sandbox")
+		creds, err := a.user.Creds()
+		return func(string, int64) (string, error) { return string(creds), err }
+	}
+	return func(id string, gen int64) (string, error) {
+		u, err := a.auth.User(fmt.Sprintf("supervisor %s generation %d", id, gen), busauth.SupervisorTTL, busauth.Grant{Role: busauth.Supervisor, Sandbox: id})
+		if err != nil {
+			return "", err
+		}
+		b, err := u.Creds()
+		return string(b), err
+	}
+}
+
+// natsOptions are the nats.Connect options of a user holding grants,
+// minted under the bus's keys (for tests and in-process clients).
+func (a *app) natsOptions(grants ...busauth.Grant) ([]nats.Option, error) {
+	if a.auth == nil {
+		return nil, errors.New("no bus keys to mint a user with")
+	}
+	u, err := a.auth.User("torpor client", time.Hour, grants...)
+	if err != nil {
+		return nil, err
+	}
+	return u.Options(), nil
+}
+
+// NATSOptions are the options that connect to the service's NATS as the
+// service (the bench's connections).
+func (a *app) NATSOptions() []nats.Option {
+	if a.user == nil {
+		return nil
+	}
+	return a.user.Options()
 }
 
 // HTTPAddr is where the HTTP API listens.

@@ -70,6 +70,10 @@ type Start struct {
 	Spec       Spec   `json:"spec"`
 	Generation int64  `json:"generation"`
 	Credential string `json:"credential"`
+	// BusCreds is the NATS credentials file (text) the supervisor connects
+	// with: a user that may report for this sandbox and nothing else
+	// (internal/busauth); empty where the service cannot mint one.
+	BusCreds string `json:"bus_creds,omitempty"`
 }
 
 // Target names the running workload of one generation of one sandbox.
@@ -85,6 +89,8 @@ type Resume struct {
 	Generation int64  `json:"generation"`
 	Credential string `json:"credential"`
 	RestoreRef string `json:"restore_ref"`
+	// BusCreds is as Start's.
+	BusCreds string `json:"bus_creds,omitempty"`
 }
 
 // ResumeResult says whether the retained state was consumed, on success and

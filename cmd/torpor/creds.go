@@ -1,0 +1,96 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/torpor/torpor/internal/busauth"
+)
+
+// credsConfig is everything `torpor creds` takes from its flags.
+type credsConfig struct {
+	Roles []string
+	Node  string
+	Data  string
+	Out   string
+	Name  string
+}
+
+// credsCmd is `torpor creds`: it mints a user of the bus under the keys in
+// <data>/auth and writes its NATS credentials file (mode 0600), what
+// `--nats-creds`, nats.go's UserCredentials and `nats --creds` read.
+func credsCmd() *cobra.Command {
+	cfg := credsConfig{}
+	roles := make([]string, 0, len(busauth.Roles))
+	for _, r := range busauth.Roles {
+		roles = append(roles, string(r))
+	}
+	cmd := &cobra.Command{
+		Use:   "creds --role ROLE[,ROLE] [--node N] [--data DIR] -o FILE",
+		Short: "write a NATS credentials file for a user of the bus with the given roles (" + strings.Join(roles, ", ") + ")",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := writeCreds(cfg); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (roles %s)\n", cfg.Out, strings.Join(cfg.Roles, ","))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&cfg.Roles, "role", nil, "the user's roles: "+strings.Join(roles, ", ")+" (several: the union of their permissions)")
+	f.StringVar(&cfg.Node, "node", "", "with --role driver: the node whose drivers it serves")
+	f.StringVar(&cfg.Data, "data", "./torpor-data", "the data directory of the service whose bus keys (auth/) sign the user")
+	f.StringVarP(&cfg.Out, "output", "o", "", "the file to write (mode 0600; an existing file is replaced)")
+	f.StringVar(&cfg.Name, "name", "", "the user's name in its JWT; default: its roles")
+	return cmd
+}
+
+// writeCreds mints cfg's user and writes its credentials file.
+func writeCreds(cfg credsConfig) error {
+	grants, err := busauth.ParseRoles(cfg.Roles, cfg.Node)
+	if err != nil {
+		return invalid(fmt.Errorf("--role: %w", err))
+	}
+	if cfg.Out == "" {
+		return invalid(errors.New("-o: want the file to write"))
+	}
+	if cfg.Data == "" {
+		return invalid(errors.New("--data: want the service's data directory"))
+	}
+	auth, err := busauth.Open(filepath.Join(cfg.Data, "auth"), busauth.NoLimits)
+	if err != nil {
+		return invalid(err)
+	}
+	name := cfg.Name
+	if name == "" {
+		name = strings.Join(cfg.Roles, ",")
+	}
+	u, err := auth.User(name, 0, grants...)
+	if err != nil {
+		return err
+	}
+	creds, err := u.Creds()
+	if err != nil {
+		return err
+	}
+	// Written beside the target and renamed over it, 0600 from the start.
+	tmp, err := os.CreateTemp(filepath.Dir(cfg.Out), ".creds-*")
+	if err != nil {
+		return invalid(fmt.Errorf("-o: %w", err))
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(creds); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), cfg.Out)
+}

@@ -281,4 +281,3 @@ func TestBusRolesAllowed(t *testing.T) {
 		t.Errorf("the service's call of n1: %v %v", m, err)
 	}
 }
-

@@ -46,8 +46,8 @@ type serveConfig struct {
 	// service`); empty: none, as the server wants it.
 	NATSCreds string
 	Fsync     string
-	Node       string
-	Deadline   time.Duration
+	Node      string
+	Deadline  time.Duration
 	// DuplicateWindow is how long the stream remembers message ids
 	// (jsstore.Config.DuplicateWindow). The server holds heap for every
 	// append for that long, so the window sets the memory a busy service
@@ -149,15 +149,15 @@ type app struct {
 	natsURL  string
 	data     string // --data
 
-	ns     *server.Server
-	nc     *nats.Conn
+	ns *server.Server
+	nc *nats.Conn
 	// auth is the bus's operator and accounts, from <data>/auth: made on
 	// the first start of the embedded server; with --nats-url, there when
 	// the directory is (so that this service mints its supervisors' users).
 	auth *busauth.Auth
 	// user is who the service connects as: minted under auth, or read from
 	// --nats-creds.
-	user *busauth.User
+	user   *busauth.User
 	g      *errgroup.Group
 	cancel context.CancelFunc
 	hsrv   *http.Server

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"regexp"
 	"time"
 
@@ -41,13 +40,9 @@ type serveConfig struct {
 	HTTP       string
 	NATSListen string
 	NATSURL    string
-	// NATSCreds is the NATS credentials file the service connects to
-	// NATSURL with (--nats-creds, a service user: `torpor creds --role
-	// service`); empty: none, as the server wants it.
-	NATSCreds string
-	Fsync     string
-	Node      string
-	Deadline  time.Duration
+	Fsync      string
+	Node       string
+	Deadline   time.Duration
 	// DuplicateWindow is how long the stream remembers message ids
 	// (jsstore.Config.DuplicateWindow). The server holds heap for every
 	// append for that long, so the window sets the memory a busy service
@@ -75,6 +70,10 @@ type serveConfig struct {
 	// ReadFrom is the view the reads of the HTTP API come from
 	// (--read-from): "kv" (also when empty) or "sql".
 	ReadFrom string
+	// NATSCreds is the NATS credentials file the service connects to
+	// NATSURL with (--nats-creds, a service user: `torpor creds --role
+	// service`); empty: none, as the server wants it.
+	NATSCreds string
 	// wrapDrivers, when set, may replace drivers of the registry before
 	// anything uses them: tests wrap a real driver to make it refuse a call.
 	// No flag sets it.
@@ -147,17 +146,9 @@ func (s sharedStore) Follow(ctx context.Context, after uint64, max int, h events
 type app struct {
 	httpAddr string
 	natsURL  string
-	data     string // --data
 
-	ns *server.Server
-	nc *nats.Conn
-	// auth is the bus's operator and accounts, from <data>/auth: made on
-	// the first start of the embedded server; with --nats-url, there when
-	// the directory is (so that this service mints its supervisors' users).
-	auth *busauth.Auth
-	// user is who the service connects as: minted under auth, or read from
-	// --nats-creds.
-	user   *busauth.User
+	ns     *server.Server
+	nc     *nats.Conn
 	g      *errgroup.Group
 	cancel context.CancelFunc
 	hsrv   *http.Server
@@ -169,6 +160,15 @@ type app struct {
 	// stopFollow ends the follower of the KV view the waits are served
 	// from.
 	stopFollow context.CancelFunc
+	// auth is the bus's operator and accounts, from <data>/auth: made on
+	// the first start of the embedded server; with --nats-url, there when
+	// the directory is (so that this service mints its supervisors' users).
+	auth *busauth.Auth
+	// user is who the service connects as: minted under auth, or read from
+	// --nats-creds.
+	user *busauth.User
+	// data is --data.
+	data string
 }
 
 // start binds and starts every part of the service; they run until ctx ends
@@ -403,84 +403,6 @@ func phaseCounts(ctx context.Context, v gateway.Views) (map[string]int, error) {
 		out[string(p)] = n
 	}
 	return out, err
-}
-
-// openAuth opens the bus's keys under <data>/auth (making them on the
-// embedded server's first start) and the user the service connects as.
-func (a *app) openAuth(cfg serveConfig) error {
-	dir := filepath.Join(cfg.Data, "auth")
-	if cfg.NATSURL == "" || cfg.Data != "" && exists(filepath.Join(dir, busauth.AccountFile)) {
-		var err error
-		if a.auth, err = busauth.Open(dir, busauth.NoLimits); err != nil {
-			return events.Errorf(events.CodeFailedPrecondition, "%v", err)
-		}
-	}
-	if cfg.NATSCreds != "" {
-		b, err := os.ReadFile(cfg.NATSCreds)
-		if err != nil {
-			return invalid(fmt.Errorf("--nats-creds: %w", err))
-		}
-		if a.user, err = busauth.ParseCreds(b, busauth.Grant{Role: busauth.Service}); err != nil {
-			return invalid(fmt.Errorf("--nats-creds %s: %w", cfg.NATSCreds, err))
-		}
-		return nil
-	}
-	if a.auth != nil {
-		var err error
-		a.user, err = a.auth.User("torpor "+cfg.Node, 0, busauth.Grant{Role: busauth.Service})
-		return err
-	}
-	return nil
-}
-
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
-}
-
-// supervisorCreds mints each supervisor's NATS user: one that reports for
-// its sandbox only, for its generation. A service that joined a server
-// without holding the account's key (--nats-url, no <data>/auth) hands its
-// supervisors its own credentials, and says so.
-func (a *app) supervisorCreds(log zerolog.Logger) func(id string, gen int64) (string, error) {
-	if a.auth == nil {
-		if a.user == nil {
-			return nil
-		}
-		log.Warn().Msg("no bus keys under --data (auth/): supervisors connect with this service's --nats-creds, not a user of their own sandbox")
-		creds, err := a.user.Creds()
-		return func(string, int64) (string, error) { return string(creds), err }
-	}
-	return func(id string, gen int64) (string, error) {
-		u, err := a.auth.User(fmt.Sprintf("supervisor %s generation %d", id, gen), busauth.SupervisorTTL, busauth.Grant{Role: busauth.Supervisor, Sandbox: id})
-		if err != nil {
-			return "", err
-		}
-		b, err := u.Creds()
-		return string(b), err
-	}
-}
-
-// natsOptions are the nats.Connect options of a user holding grants,
-// minted under the bus's keys (for tests and in-process clients).
-func (a *app) natsOptions(grants ...busauth.Grant) ([]nats.Option, error) {
-	if a.auth == nil {
-		return nil, errors.New("no bus keys to mint a user with")
-	}
-	u, err := a.auth.User("torpor client", time.Hour, grants...)
-	if err != nil {
-		return nil, err
-	}
-	return u.Options(), nil
-}
-
-// NATSOptions are the options that connect to the service's NATS as the
-// service (the bench's connections).
-func (a *app) NATSOptions() []nats.Option {
-	if a.user == nil {
-		return nil
-	}
-	return a.user.Options()
 }
 
 // HTTPAddr is where the HTTP API listens.

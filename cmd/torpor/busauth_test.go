@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -280,4 +281,79 @@ func TestBusRolesAllowed(t *testing.T) {
 	if m, err := busConn(t, a).Request("torpor.driver.n1.observe", []byte(`{}`), waitFor); err != nil || string(m.Data) != "served" {
 		t.Errorf("the service's call of n1: %v %v", m, err)
 	}
+}
+
+// deployNATSOptions are the options of deploy/nats/torpor.conf with the
+// auth.conf of the bus keys of data (`torpor creds --server-config`)
+// beside it.
+func deployNATSOptions(t *testing.T, data string) *server.Options {
+	t.Helper()
+	conf, err := os.ReadFile("../../deploy/nats/torpor.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "torpor.conf")
+	if err := os.WriteFile(path, conf, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr strings.Builder
+	if code := run(context.Background(), []string{"creds", "--data", data, "--server-config", filepath.Join(dir, "auth.conf")}, &stdout, &stderr); code != 0 {
+		t.Fatalf("torpor creds --server-config: %d %s", code, stderr.String())
+	}
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatalf("deploy/nats/torpor.conf: %v", err)
+	}
+	if len(opts.TrustedOperators) != 1 || opts.SystemAccount == "" {
+		t.Fatalf("deploy/nats/torpor.conf with auth.conf: operators %d, system account %q; want torpor's", len(opts.TrustedOperators), opts.SystemAccount)
+	}
+	return opts
+}
+
+// TestExternalNATSWithAccounts: torpor runs against a nats-server started
+// apart from it, from deploy/nats/torpor.conf and the auth.conf of its
+// keys: `serve --nats-url --nats-creds service.creds` joins it, an
+// anonymous client is refused, a producer's credentials create a sandbox,
+// and a process sandbox's supervisor (its user minted by this serve, which
+// holds the keys in its --data) attaches.
+func TestExternalNATSWithAccounts(t *testing.T) {
+	dir := t.TempDir()
+	opts := deployNATSOptions(t, dir)
+	opts.Host, opts.Port, opts.StoreDir, opts.NoSigs, opts.NoLog = "127.0.0.1", server.RANDOM_PORT, filepath.Join(t.TempDir(), "jetstream"), true, true
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(waitFor) {
+		t.Fatal("nats-server not ready")
+	}
+	if nc, err := nats.Connect(ns.ClientURL(), nats.NoReconnect()); err == nil {
+		nc.Close()
+		t.Fatal("the server took an anonymous client")
+	}
+	svcCreds := credsFile(t, dir, "service", "")
+	bin := binary(t)
+	t.Cleanup(func() { deleteProcessSandboxes(t, dir) })
+	a := startApp(t, dir, func(c *serveConfig) {
+		c.NATSURL, c.NATSCreds, c.NATSListen, c.Torpor = ns.ClientURL(), svcCreds, "", bin
+	})
+	prod, err := nats.Connect(ns.ClientURL(), nats.UserCredentials(credsFile(t, dir, "producer", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	w := watchLog(t, busConn(t, a))
+	v, cerr := busCmd(t, prod, "create", map[string]any{"name": "sim1", "driver": "sim"}, nil)
+	if cerr != nil {
+		t.Fatalf("producer create: %v", cerr)
+	}
+	w.wait(t, v.ID, "supervisor.attached")
+	p, cerr := busCmd(t, prod, "create", map[string]any{"name": "proc1", "driver": "process", "command": []string{"sleep", "600"}}, nil)
+	if cerr != nil {
+		t.Fatalf("producer create of a process sandbox: %v", cerr)
+	}
+	w.wait(t, p.ID, "supervisor.attached")
 }

@@ -19,6 +19,10 @@ type credsConfig struct {
 	Data  string
 	Out   string
 	Name  string
+	// ServerConfig is where to write the nats-server configuration of
+	// the bus's operator and accounts (--server-config), for a server run
+	// apart (deploy/nats).
+	ServerConfig string
 }
 
 // credsCmd is `torpor creds`: it mints a user of the bus under the keys in
@@ -35,6 +39,15 @@ func credsCmd() *cobra.Command {
 		Short: "write a NATS credentials file for a user of the bus with the given roles (" + strings.Join(roles, ", ") + ")",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.ServerConfig != "" {
+				if err := writeServerConfig(cfg); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (include it from the nats-server's configuration)\n", cfg.ServerConfig)
+				if len(cfg.Roles) == 0 && cfg.Out == "" {
+					return nil
+				}
+			}
 			if err := writeCreds(cfg); err != nil {
 				return err
 			}
@@ -48,6 +61,7 @@ func credsCmd() *cobra.Command {
 	f.StringVar(&cfg.Data, "data", "./torpor-data", "the data directory of the service whose bus keys (auth/) sign the user")
 	f.StringVarP(&cfg.Out, "output", "o", "", "the file to write (mode 0600; an existing file is replaced)")
 	f.StringVar(&cfg.Name, "name", "", "the user's name in its JWT; default: its roles")
+	f.StringVar(&cfg.ServerConfig, "server-config", "", "also (or only) write the nats-server configuration that trusts this bus's operator and accounts, to include from a server run apart (deploy/nats)")
 	return cmd
 }
 
@@ -79,18 +93,35 @@ func writeCreds(cfg credsConfig) error {
 	if err != nil {
 		return err
 	}
-	// Written beside the target and renamed over it, 0600 from the start.
-	tmp, err := os.CreateTemp(filepath.Dir(cfg.Out), ".creds-*")
+	return writePrivate(cfg.Out, "-o", creds)
+}
+
+// writeServerConfig writes the nats-server configuration of cfg's bus.
+func writeServerConfig(cfg credsConfig) error {
+	if cfg.Data == "" {
+		return invalid(errors.New("--data: want the service's data directory"))
+	}
+	auth, err := busauth.Open(filepath.Join(cfg.Data, "auth"), busauth.NoLimits)
 	if err != nil {
-		return invalid(fmt.Errorf("-o: %w", err))
+		return invalid(err)
+	}
+	return writePrivate(cfg.ServerConfig, "--server-config", auth.ServerConfig())
+}
+
+// writePrivate writes data to path, mode 0600 from the start: beside it,
+// then renamed over it.
+func writePrivate(path, flag string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".creds-*")
+	if err != nil {
+		return invalid(fmt.Errorf("%s: %w", flag, err))
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(creds); err != nil {
+	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
 		return err
 	}
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), cfg.Out)
+	return os.Rename(tmp.Name(), path)
 }

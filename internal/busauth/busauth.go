@@ -180,3 +180,19 @@ func (a *Auth) sign(lim Limits) error {
 func (a *Auth) Accounts() map[string]string {
 	return map[string]string{a.AccountKey: a.AccountJWT, a.SystemKey: a.SystemJWT}
 }
+
+// ServerConfig is the part of a nats-server configuration file that makes a
+// separately run server trust this bus's operator and know its accounts
+// (include it from the server's file), for `torpor serve --nats-url`.
+func (a *Auth) ServerConfig() []byte {
+	return fmt.Appendf(nil, `# torpor's bus: the operator and accounts of <data>/auth (torpor creds --server-config).
+# Clients connect with user credentials of the account %s (torpor creds --role ...).
+operator: %s
+system_account: %s
+resolver: MEMORY
+resolver_preload: {
+  %s: %s
+  %s: %s
+}
+`, AccountName, a.OperatorJWT, a.SystemKey, a.AccountKey, a.AccountJWT, a.SystemKey, a.SystemJWT)
+}

@@ -357,3 +357,34 @@ func TestExternalNATSWithAccounts(t *testing.T) {
 	}
 	w.wait(t, p.ID, "supervisor.attached")
 }
+
+// TestDriverAndSecondServeWithCreds: `torpor driver --nats-creds` with a
+// driver's credentials of node n1 serves n1's drivers to the service (a sim
+// and a process sandbox made there attach, the process one's supervisor as
+// its own sandbox's user); a second serve joins the first's embedded server
+// with --nats-url and a service's credentials, and is ready.
+func TestDriverAndSecondServeWithCreds(t *testing.T) {
+	a := startApp(t, "", func(c *serveConfig) { c.RemoteNodes = []string{"n1"} })
+	data := t.TempDir()
+	t.Cleanup(func() { deleteProcessSandboxes(t, data) })
+	startDriver(t, "--node", "n1", "--drivers", "sim,process", "--nats-url", a.NATSURL(), "--nats-creds", credsFile(t, a.data, "driver", "n1"), "--data", data, "--heartbeat", "1s")
+	svc := busConn(t, a)
+	w := watchLog(t, svc)
+	for _, body := range []map[string]any{
+		{"name": "on-n1", "driver": "sim", "node": "n1"},
+		{"name": "proc-n1", "driver": "process", "node": "n1", "command": []string{"sleep", "600"}},
+	} {
+		v, cerr := busCmd(t, svc, "create", body, nil)
+		if cerr != nil {
+			t.Fatalf("create %v: %v", body, cerr)
+		}
+		w.wait(t, v.ID, "supervisor.attached")
+	}
+
+	b := startApp(t, "", func(c *serveConfig) {
+		c.NATSURL, c.NATSCreds, c.NATSListen, c.Node = a.NATSURL(), credsFile(t, a.data, "service", ""), "", "second"
+	})
+	if err := b.Ready(context.Background()); err != nil {
+		t.Errorf("the second serve: %v", err)
+	}
+}

@@ -24,6 +24,10 @@ type User struct {
 // credential is minted anew at every start and resume).
 const SupervisorTTL = 365 * 24 * time.Hour
 
+// respMax is how many messages a user that answers requests may send to
+// one request's reply subject, deliveries of the request included.
+const respMax = 4
+
 // User mints a user named name holding grants, valid for ttl (0: no
 // expiry), signed by the torpor account.
 func (a *Auth) User(name string, ttl time.Duration, grants ...Grant) (*User, error) {
@@ -61,7 +65,11 @@ func (a *Auth) User(name string, ttl time.Duration, grants ...Grant) (*User, err
 			uc.Pub.Deny = []string{">"}
 		}
 		if p.resp {
-			uc.Resp = &jwt.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
+			// The server counts every delivery of a request against the
+			// answers it allows, and a driver gets each request twice (its
+			// operation's endpoint and the catch-all that answers unknown
+			// operations): one answer needs a count of 2 or more.
+			uc.Resp = &jwt.ResponsePermission{MaxMsgs: respMax, Expires: time.Minute}
 		}
 	}
 	tok, err := uc.Encode(a.account)

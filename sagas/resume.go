@@ -32,7 +32,7 @@ import (
 func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested) error {
 	gen := in.Generation
 	s.log = s.log.With().Int64("generation", gen).Logger()
-	bus, err := r.creds.MintBus(s.spec.SandboxID, gen)
+	bus, err := r.busCreds(s, gen)
 	if err != nil {
 		return fmt.Errorf("resume %s: supervisor's bus credentials: %w", s.spec.SandboxID, err)
 	}

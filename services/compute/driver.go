@@ -137,6 +137,14 @@ type Suspender interface {
 	Discard(ctx context.Context, spec Spec, ref string) error
 }
 
+// SelfReporting is a driver whose workloads have no supervisor on the bus
+// of their own (the sim reports for its sandboxes itself): the service
+// mints no NATS user for them (Start.BusCreds stays empty), which saves a
+// key pair and a signature per start.
+type SelfReporting interface {
+	ReportsItself() bool
+}
+
 // Logger is a driver that keeps its workloads' output (stdout and stderr,
 // a VM's console): the last tail lines of it.
 type Logger interface {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/internal/busauth"
@@ -386,5 +387,30 @@ func TestDriverAndSecondServeWithCreds(t *testing.T) {
 	})
 	if err := b.Ready(context.Background()); err != nil {
 		t.Errorf("the second serve: %v", err)
+	}
+}
+
+// TestServeRefusesBrokenBusKeys: a bus key under <data>/auth that is not a
+// key stops the start with FAILED_PRECONDITION naming the file, and the
+// file stays as it was (every credential minted under it would be lost).
+func TestServeRefusesBrokenBusKeys(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "auth"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "auth", busauth.AccountFile)
+	if err := os.WriteFile(path, []byte("garbage\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := serveConfig{Data: dir, HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Fsync: "interval", Node: "local", Deadline: 10 * time.Second, DuplicateWindow: time.Minute, HeartbeatLimit: 15 * time.Second}
+	a, err := start(context.Background(), cfg, zerolog.Nop())
+	if err == nil {
+		_ = a.Stop()
+	}
+	if events.CodeOf(err) != events.CodeFailedPrecondition || !strings.Contains(err.Error(), path) {
+		t.Errorf("start: %v, want FAILED_PRECONDITION naming %s", err, path)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "garbage\n" {
+		t.Errorf("the key file was replaced: %q", b)
 	}
 }

@@ -414,3 +414,31 @@ func TestServeRefusesBrokenBusKeys(t *testing.T) {
 		t.Errorf("the key file was replaced: %q", b)
 	}
 }
+
+// TestNATSCredsFlagRefused: every verb that connects to NATS refuses a
+// --nats-creds it cannot read, or that is no credentials file, with
+// INVALID_ARGUMENT naming the flag, before it connects.
+func TestNATSCredsFlagRefused(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing.creds")
+	garbage := filepath.Join(t.TempDir(), "garbage.creds")
+	if err := os.WriteFile(garbage, []byte("not a creds file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url := "nats://127.0.0.1:1"
+	for _, file := range []string{missing, garbage} {
+		for _, args := range [][]string{
+			{"serve", "--data", t.TempDir(), "--http", "127.0.0.1:0", "--nats-url", url, "--nats-creds", file},
+			{"driver", "--node", "n1", "--nats-url", url, "--data", t.TempDir(), "--nats-creds", file},
+		} {
+			var stdout, stderr strings.Builder
+			if code := run(context.Background(), args, &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), "INVALID_ARGUMENT: --nats-creds") {
+				t.Errorf("torpor %v: %d %q, want INVALID_ARGUMENT naming --nats-creds", args, code, stderr.String())
+			}
+		}
+	}
+	var stdout, stderr strings.Builder
+	args := []string{"supervise", "--sandbox", "s1", "--generation", "1", "--nats-url", url, "--nats-creds", missing, "--", "true"}
+	if code := run(context.Background(), args, &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), "INVALID_ARGUMENT: --nats-creds") {
+		t.Errorf("torpor %v: %d %q, want INVALID_ARGUMENT naming --nats-creds", args, code, stderr.String())
+	}
+}

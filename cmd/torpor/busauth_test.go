@@ -442,3 +442,27 @@ func TestNATSCredsFlagRefused(t *testing.T) {
 		t.Errorf("torpor %v: %d %q, want INVALID_ARGUMENT naming --nats-creds", args, code, stderr.String())
 	}
 }
+
+// TestCredsRevoke: `torpor creds --revoke FILE` revokes that file's user:
+// the service started after refuses it, and takes another producer.
+func TestCredsRevoke(t *testing.T) {
+	dir := t.TempDir()
+	gone, kept := credsFile(t, dir, "producer", ""), credsFile(t, dir, "producer,dashboard", "")
+	var stdout, stderr strings.Builder
+	if code := run(context.Background(), []string{"creds", "--data", dir, "--revoke", gone}, &stdout, &stderr); code != 0 {
+		t.Fatalf("torpor creds --revoke: %d %s", code, stderr.String())
+	}
+	a := startApp(t, dir, nil)
+	nc, err := nats.Connect(a.NATSURL(), nats.UserCredentials(gone), nats.NoReconnect())
+	if err == nil {
+		nc.Close()
+	}
+	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
+		t.Errorf("revoked producer: got %v, want the server's authorization violation", err)
+	}
+	nc, err = nats.Connect(a.NATSURL(), nats.UserCredentials(kept), nats.NoReconnect())
+	if err != nil {
+		t.Fatalf("a producer not revoked: %v", err)
+	}
+	nc.Close()
+}

@@ -23,6 +23,8 @@ type credsConfig struct {
 	// the bus's operator and accounts (--server-config), for a server run
 	// apart (deploy/nats).
 	ServerConfig string
+	// Revoke is a credentials file whose user to revoke (--revoke).
+	Revoke string
 }
 
 // credsCmd is `torpor creds`: it mints a user of the bus under the keys in
@@ -39,6 +41,14 @@ func credsCmd() *cobra.Command {
 		Short: "write a NATS credentials file for a user of the bus with the given roles (" + strings.Join(roles, ", ") + ")",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Revoke != "" {
+				pub, err := revokeCreds(cfg)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "revoked user %s: refused from the next start of serve (a nats-server run apart: write its auth.conf again with --server-config and reload it)\n", pub)
+				return nil
+			}
 			if cfg.ServerConfig != "" {
 				if err := writeServerConfig(cfg); err != nil {
 					return err
@@ -61,6 +71,7 @@ func credsCmd() *cobra.Command {
 	f.StringVar(&cfg.Data, "data", "./torpor-data", "the data directory of the service whose bus keys (auth/) sign the user")
 	f.StringVarP(&cfg.Out, "output", "o", "", "the file to write (mode 0600; an existing file is replaced)")
 	f.StringVar(&cfg.Name, "name", "", "the user's name in its JWT; default: its roles")
+	f.StringVar(&cfg.Revoke, "revoke", "", "revoke the user of this credentials file (kept in <data>/auth/revoked) instead of minting one")
 	f.StringVar(&cfg.ServerConfig, "server-config", "", "also (or only) write the nats-server configuration that trusts this bus's operator and accounts, to include from a server run apart (deploy/nats)")
 	return cmd
 }
@@ -94,6 +105,24 @@ func writeCreds(cfg credsConfig) error {
 		return err
 	}
 	return writePrivate(cfg.Out, "-o", creds)
+}
+
+// revokeCreds revokes the user of the credentials file cfg.Revoke and
+// returns its public key.
+func revokeCreds(cfg credsConfig) (string, error) {
+	b, err := os.ReadFile(cfg.Revoke)
+	if err != nil {
+		return "", invalid(fmt.Errorf("--revoke: %w", err))
+	}
+	auth, err := busauth.Open(filepath.Join(cfg.Data, "auth"), busauth.NoLimits)
+	if err != nil {
+		return "", invalid(err)
+	}
+	pub, err := auth.Revoke(b)
+	if err != nil {
+		return "", invalid(fmt.Errorf("--revoke %s: %w", cfg.Revoke, err))
+	}
+	return pub, nil
 }
 
 // writeServerConfig writes the nats-server configuration of cfg's bus.

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
@@ -23,6 +24,10 @@ const (
 	OperatorFile = "operator.nk"
 	AccountFile  = "account.nk"
 	SystemFile   = "system.nk"
+	// RevokedFile lists the revoked users of the torpor account, one
+	// "<public key> <unix seconds>" a line: their JWTs issued up to then
+	// are refused.
+	RevokedFile = "revoked"
 )
 
 // The names the JWTs give the operator and the accounts.
@@ -35,6 +40,9 @@ const (
 // Auth is the operator and accounts of one torpor bus, with the keys that
 // sign them and the users of the torpor account.
 type Auth struct {
+	dir                       string
+	lim                       Limits
+	revoked                   map[string]int64
 	operator, account, system nkeys.KeyPair
 	// OperatorJWT is the operator's self-signed JWT, the one a nats-server
 	// trusts (its operator setting).
@@ -69,7 +77,7 @@ func Open(dir string, lim Limits) (*Auth, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("auth directory: %w", err)
 	}
-	a := &Auth{}
+	a := &Auth{dir: dir, lim: lim}
 	var err error
 	if a.operator, err = key(filepath.Join(dir, OperatorFile), nkeys.PrefixByteOperator); err != nil {
 		return nil, err
@@ -80,10 +88,78 @@ func Open(dir string, lim Limits) (*Auth, error) {
 	if a.system, err = key(filepath.Join(dir, SystemFile), nkeys.PrefixByteAccount); err != nil {
 		return nil, err
 	}
+	if a.revoked, err = readRevoked(filepath.Join(dir, RevokedFile)); err != nil {
+		return nil, err
+	}
 	if err := a.sign(lim); err != nil {
 		return nil, err
 	}
 	return a, nil
+}
+
+// readRevoked reads the revocations in path (none when it is missing).
+func readRevoked(path string) (map[string]int64, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[string]int64{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("revoked users: %w", err)
+	}
+	out := map[string]int64{}
+	for i, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		var at int64
+		if len(f) != 2 || !nkeys.IsValidPublicUserKey(f[0]) {
+			return nil, fmt.Errorf("revoked users %s, line %d: want \"<user public key> <unix seconds>\"", path, i+1)
+		}
+		if _, err := fmt.Sscan(f[1], &at); err != nil {
+			return nil, fmt.Errorf("revoked users %s, line %d: %v", path, i+1, err)
+		}
+		out[f[0]] = max(out[f[0]], at)
+	}
+	return out, nil
+}
+
+// Revoke revokes the user of creds (a credentials file's text): every JWT
+// of its key issued until now is refused by a server that loads the
+// account's JWT signed after this (the next start of the embedded server;
+// a server run apart once its auth.conf is written again and reloaded).
+// It returns the user's public key.
+func (a *Auth) Revoke(creds []byte) (string, error) {
+	tok, err := jwt.ParseDecoratedJWT(creds)
+	if err != nil {
+		return "", fmt.Errorf("credentials: %w", err)
+	}
+	uc, err := jwt.DecodeUserClaims(tok)
+	if err != nil {
+		return "", fmt.Errorf("credentials: %w", err)
+	}
+	if uc.Issuer != a.AccountKey {
+		return "", fmt.Errorf("credentials of %q: not a user of this bus's account", uc.Name)
+	}
+	// Revocations hold at whole seconds, and cover a JWT issued in this
+	// very second.
+	at := time.Now().Unix() + 1
+	f, err := os.OpenFile(filepath.Join(a.dir, RevokedFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("revoked users: %w", err)
+	}
+	_, err = fmt.Fprintf(f, "%s %d\n", uc.Subject, at)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("revoked users: %w", err)
+	}
+	a.revoked[uc.Subject] = at
+	return uc.Subject, a.sign(a.lim)
 }
 
 // key reads the seed in path, of kind, or makes one there (mode 0600).
@@ -158,6 +234,9 @@ func (a *Auth) sign(lim Limits) error {
 	}
 	ac := jwt.NewAccountClaims(a.AccountKey)
 	ac.Name = AccountName
+	for pub, at := range a.revoked {
+		ac.RevokeAt(pub, time.Unix(at, 0))
+	}
 	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{
 		MemoryStorage: lim.MemoryStorage,
 		DiskStorage:   lim.DiskStorage,

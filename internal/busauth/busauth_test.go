@@ -450,3 +450,66 @@ func TestParseRoles(t *testing.T) {
 		}
 	}
 }
+
+// TestRevoke: a revoked user is refused by a server started after the
+// revocation, another user of the account is not; the revocation is kept
+// under the auth directory, and a garbled list stops Open.
+func TestRevoke(t *testing.T) {
+	data := t.TempDir()
+	dir := filepath.Join(data, "auth")
+	a, err := busauth.Open(dir, busauth.NoLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, err := a.User("gone", 0, busauth.Grant{Role: busauth.Producer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := a.User("kept", 0, busauth.Grant{Role: busauth.Producer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, _ := gone.Creds()
+	if _, err := a.Revoke(creds); err != nil {
+		t.Fatal(err)
+	}
+	other, err := busauth.Open(filepath.Join(t.TempDir(), "auth"), busauth.NoLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, _ := other.User("foreign", 0, busauth.Grant{Role: busauth.Producer})
+	fcreds, _ := foreign.Creds()
+	if _, err := a.Revoke(fcreds); err == nil || !strings.Contains(err.Error(), "not a user of this bus") {
+		t.Errorf("revoke a user of another bus: %v", err)
+	}
+
+	again, err := busauth.Open(dir, busauth.NoLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := embedded.Start(embedded.Config{Data: data, Listen: "127.0.0.1:0", Operator: again.OperatorJWT, Accounts: again.Accounts(), SystemAccount: again.SystemKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	nc, err := nats.Connect(ns.ClientURL(), append(gone.Options(), nats.NoReconnect())...)
+	if err == nil {
+		nc.Close()
+	}
+	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
+		t.Errorf("revoked user: got %v, want the server's authorization violation", err)
+	}
+	nc, err = nats.Connect(ns.ClientURL(), append(kept.Options(), nats.NoReconnect())...)
+	if err != nil {
+		t.Errorf("a user not revoked: %v", err)
+	} else {
+		nc.Close()
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, busauth.RevokedFile), []byte("nonsense\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := busauth.Open(dir, busauth.NoLimits); err == nil || !strings.Contains(err.Error(), "revoked users") {
+		t.Errorf("open with a garbled revocation list: %v", err)
+	}
+}

@@ -30,6 +30,8 @@ type Service interface {
 	// AdminToken is the bearer token the bench's HTTP clients send.
 	AdminToken() string
 	NATSURL() string
+	// NATSOptions connect to NATSURL as the service (its bus user).
+	NATSOptions() []nats.Option
 	// Server is the embedded nats-server, whose counters the cost line reads.
 	Server() *server.Server
 	// Ready is what /readyz answers.
@@ -286,7 +288,7 @@ func RunMode(ctx context.Context, cfg Config, fsync string, start Starter) (Mode
 		return mr, err
 	}
 	defer func() { _ = svc.Stop() }()
-	nc, err := nats.Connect(svc.NATSURL())
+	nc, err := nats.Connect(svc.NATSURL(), svc.NATSOptions()...)
 	if err != nil {
 		return mr, err
 	}
@@ -454,4 +456,10 @@ func lastSeq(ctx context.Context, js jetstream.JetStream, stream string) (uint64
 		return 0, err
 	}
 	return info.State.LastSeq, nil
+}
+
+// connectAgain opens another connection like nc: its server, its user.
+func connectAgain(nc *nats.Conn) (*nats.Conn, error) {
+	o := nc.Opts
+	return o.Connect()
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/jsstore"
+	"github.com/torpor/torpor/internal/busauth"
 	"github.com/torpor/torpor/internal/embedded"
 	"github.com/torpor/torpor/projections/kvview"
 	"github.com/torpor/torpor/sagas"
@@ -333,12 +335,22 @@ func RunGrowth(ctx context.Context, cfg Config, start Starter, progress io.Write
 // grow appends n sandboxes of short events and nLong of long events to the
 // log in the data directory dir, with the service stopped.
 func grow(ctx context.Context, dir string, n, short, nLong, long int) ([]string, []string, int, error) {
-	ns, err := embedded.Start(embedded.Config{Data: dir, Name: "torpor-bench-import"})
+	// The service's bus keys (made here when the service has not run yet):
+	// its streams are its account's.
+	auth, err := busauth.Open(filepath.Join(dir, "auth"), busauth.NoLimits)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	user, err := auth.User("torpor bench import", 0, busauth.Grant{Role: busauth.Service})
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	ns, err := embedded.Start(embedded.Config{Data: dir, Name: "torpor-bench-import", Operator: auth.OperatorJWT, Accounts: auth.Accounts(), SystemAccount: auth.SystemKey})
 	if err != nil {
 		return nil, nil, 0, err
 	}
 	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	nc, err := nats.Connect("", nats.InProcessServer(ns))
+	nc, err := nats.Connect("", append(user.Options(), nats.InProcessServer(ns))...)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -368,7 +380,7 @@ func grow(ctx context.Context, dir string, n, short, nLong, long int) ([]string,
 
 // measureGrowth samples command latency on short (and long) sandboxes.
 func measureGrowth(ctx context.Context, cfg Config, svc Service, short, long []string, total, logEvents int) ([]GrowthRow, error) {
-	nc, err := nats.Connect(svc.NATSURL())
+	nc, err := nats.Connect(svc.NATSURL(), svc.NATSOptions()...)
 	if err != nil {
 		return nil, err
 	}
@@ -400,7 +412,7 @@ func measureGrowth(ctx context.Context, cfg Config, svc Service, short, long []s
 // measureReplay reads the whole log with an ordered consumer, then rebuilds
 // the KV view from it into a fresh bucket, on a connection of its own.
 func measureReplay(ctx context.Context, svc Service, events int) (*Replay, error) {
-	nc, err := nats.Connect(svc.NATSURL(), nats.SyncQueueLen(jsstore.SyncQueueLen))
+	nc, err := nats.Connect(svc.NATSURL(), append(svc.NATSOptions(), nats.SyncQueueLen(jsstore.SyncQueueLen))...)
 	if err != nil {
 		return nil, err
 	}

@@ -230,7 +230,7 @@ func busFloor(ctx context.Context, nc *nats.Conn, subjects, concurrency int, d t
 	}
 	defer func() { _ = js.DeleteKeyValue(context.WithoutCancel(ctx), bucket) }()
 
-	watcher, err := nats.Connect(nc.ConnectedUrl())
+	watcher, err := connectAgain(nc)
 	if err != nil {
 		return 0, err
 	}

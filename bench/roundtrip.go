@@ -87,7 +87,7 @@ func httpRoundTrip(ctx context.Context, c int, d time.Duration) (RoundTrip, erro
 }
 
 func busRequest(ctx context.Context, nc *nats.Conn, c int, d time.Duration) (RoundTrip, error) {
-	rc, err := nats.Connect(nc.ConnectedUrl())
+	rc, err := connectAgain(nc)
 	if err != nil {
 		return RoundTrip{}, err
 	}

@@ -77,7 +77,7 @@ func RunSQLView(ctx context.Context, cfg Config, start Starter, progress io.Writ
 		return nil, err
 	}
 	defer func() { _ = svc.Stop() }()
-	nc, err := nats.Connect(svc.NATSURL())
+	nc, err := nats.Connect(svc.NATSURL(), svc.NATSOptions()...)
 	if err != nil {
 		return nil, err
 	}

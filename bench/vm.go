@@ -157,7 +157,7 @@ func (r *VM) snapshotBytes(ctx context.Context, svc Service, c *torpor.Client, d
 			r.StateBytes = fi.Size()
 		}
 	}
-	nc, err := nats.Connect(svc.NATSURL())
+	nc, err := nats.Connect(svc.NATSURL(), svc.NATSOptions()...)
 	if err != nil {
 		return err
 	}

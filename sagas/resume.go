@@ -32,11 +32,16 @@ import (
 func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested) error {
 	gen := in.Generation
 	s.log = s.log.With().Int64("generation", gen).Logger()
+	bus, err := r.busCreds(s, gen)
+	if err != nil {
+		return fmt.Errorf("resume %s: supervisor's bus credentials: %w", s.spec.SandboxID, err)
+	}
 	req := compute.Resume{
 		Spec:       s.spec,
 		Generation: gen,
 		Credential: r.creds.Mint(s.spec.SandboxID, gen),
 		RestoreRef: in.RestoreRef,
+		BusCreds:   bus,
 	}
 	consumed := &events.RetainedStateConsumed{Generation: gen, RestoreRef: in.RestoreRef}
 	from := s.spec // where the state is held, when it moves
@@ -52,7 +57,7 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 		s.log = s.log.With().Str("from", from.Node).Str("to", in.Node).Logger()
 	}
 	var res compute.ResumeResult
-	err := r.within(ctx, s, "resume", unanswered, func(ctx context.Context) (err error) {
+	err = r.within(ctx, s, "resume", unanswered, func(ctx context.Context) (err error) {
 		if s.suspender == nil {
 			return fmt.Errorf("driver %s: %w", s.created.Driver, compute.ErrUnimplemented)
 		}

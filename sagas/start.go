@@ -43,8 +43,12 @@ func (r *Runner) start(ctx context.Context, s *step, gen int64) error {
 			}
 		}
 	}
-	req := compute.Start{Spec: s.spec, Generation: gen, Credential: r.creds.Mint(s.spec.SandboxID, gen)}
-	err := r.within(ctx, s, "start", unanswered, func(ctx context.Context) error { return s.driver.Start(ctx, req) })
+	bus, err := r.busCreds(s, gen)
+	if err != nil {
+		return fmt.Errorf("start %s: supervisor's bus credentials: %w", s.spec.SandboxID, err)
+	}
+	req := compute.Start{Spec: s.spec, Generation: gen, Credential: r.creds.Mint(s.spec.SandboxID, gen), BusCreds: bus}
+	err = r.within(ctx, s, "start", unanswered, func(ctx context.Context) error { return s.driver.Start(ctx, req) })
 	switch {
 	case err == nil:
 		// The hash stays empty: supervisors are verified by HMAC.
@@ -74,4 +78,13 @@ func discardedWith(later []events.Envelope) []string {
 		refs = append(refs, d.(*events.RetainedStateDiscarded).RestoreRef)
 	}
 	return refs
+}
+
+// busCreds is the NATS user of generation gen's supervisor, none for a
+// driver that reports for its sandboxes itself.
+func (r *Runner) busCreds(s *step, gen int64) (string, error) {
+	if d, ok := s.driver.(compute.SelfReporting); ok && d.ReportsItself() {
+		return "", nil
+	}
+	return r.creds.MintBus(s.spec.SandboxID, gen)
 }

@@ -65,6 +65,7 @@ type child struct {
 	cmd  *exec.Cmd
 	http string // host:port
 	nats string // nats://…
+	dir  string // --data
 	done chan struct{}
 }
 
@@ -85,7 +86,7 @@ func serveProcess(t *testing.T, dir string, args ...string) *child {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: cmd, done: make(chan struct{})}
+	c := &child{cmd: cmd, dir: dir, done: make(chan struct{})}
 	up := make(chan struct{})
 	go func() {
 		defer close(c.done)
@@ -130,7 +131,7 @@ func (c *child) client() *torpor.Client { return torpor.New(c.http, nil).WithTok
 // each event's type on the channel (the subscription ends with the process).
 func (c *child) watch(t *testing.T, id string) <-chan string {
 	t.Helper()
-	nc, err := nats.Connect(c.nats)
+	nc, err := nats.Connect(c.nats, serviceOptions(t, c.dir)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +386,7 @@ func TestDeadlineAcrossDowntime(t *testing.T) {
 // returns it.
 func (c *child) sagasPosition(t *testing.T, cond func(uint64) bool) uint64 {
 	t.Helper()
-	nc, err := nats.Connect(c.nats)
+	nc, err := nats.Connect(c.nats, serviceOptions(t, c.dir)...)
 	if err != nil {
 		t.Fatal(err)
 	}

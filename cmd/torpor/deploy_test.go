@@ -2,17 +2,14 @@ package main
 
 import (
 	"testing"
-
-	"github.com/nats-io/nats-server/v2/server"
 )
 
-// TestDeployNATSConfig: the shipped nats-server config parses and asks for
-// what torpor relies on (JetStream, fsync of every write).
+// TestDeployNATSConfig: the shipped nats-server config parses, with the
+// auth.conf `torpor creds --server-config` writes beside it, and asks for
+// what torpor relies on (JetStream, fsync of every write, torpor's
+// operator).
 func TestDeployNATSConfig(t *testing.T) {
-	opts, err := server.ProcessConfigFile("../../deploy/nats/torpor.conf")
-	if err != nil {
-		t.Fatalf("deploy/nats/torpor.conf: %v", err)
-	}
+	opts := deployNATSOptions(t, t.TempDir())
 	if !opts.JetStream {
 		t.Error("JetStream is off")
 	}

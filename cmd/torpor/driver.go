@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/busauth"
 	"github.com/torpor/torpor/services/compute"
 	"github.com/torpor/torpor/services/compute/process"
 	"github.com/torpor/torpor/services/compute/remote"
@@ -29,7 +30,10 @@ type driverConfig struct {
 	Node    string
 	Drivers []string
 	NATSURL string
-	Data    string
+	// NATSCreds is the credentials file to connect with (--nats-creds: a
+	// driver user of Node, `torpor creds --role driver --node N`).
+	NATSCreds string
+	Data      string
 	// VMKernel is the guest kernel of the vm driver.
 	VMKernel string
 	// Heartbeat is how often the process driver's supervisors heartbeat
@@ -90,6 +94,7 @@ func driverCmd() *cobra.Command {
 	f.StringVar(&cfg.Node, "node", "", "the node whose drivers this process serves")
 	f.StringSliceVar(&cfg.Drivers, "drivers", []string{"sim", "process"}, "the drivers to serve: "+strings.Join(driverNames, ", "))
 	f.StringVar(&cfg.NATSURL, "nats-url", "", "the NATS the service runs on")
+	f.StringVar(&cfg.NATSCreds, "nats-creds", "", "the NATS credentials file to connect with (`torpor creds --role driver --node N`)")
 	f.StringVar(&cfg.Data, "data", "", "where the drivers keep their sandboxes (the sim's journal, the process sandboxes)")
 	f.StringVar(&cfg.VMKernel, "vm-kernel", "", "the guest kernel of the vm driver")
 	f.DurationVar(&cfg.Heartbeat, "heartbeat", 5*time.Second, "how often the process driver's supervisors heartbeat (a third of the service's --heartbeat-limit)")
@@ -106,7 +111,19 @@ func serveDrivers(ctx context.Context, cfg driverConfig, out io.Writer, log zero
 	if slices.Contains(cfg.Drivers, "process") {
 		warnRoot(log, cfg.RunAs)
 	}
-	nc, err := nats.Connect(cfg.NATSURL, nats.Name("torpor driver "+cfg.Node), nats.MaxReconnects(-1))
+	opts := []nats.Option{nats.Name("torpor driver " + cfg.Node), nats.MaxReconnects(-1)}
+	if cfg.NATSCreds != "" {
+		b, err := os.ReadFile(cfg.NATSCreds)
+		if err != nil {
+			return invalid(fmt.Errorf("--nats-creds: %w", err))
+		}
+		u, err := busauth.ParseCreds(b, busauth.Grant{Role: busauth.Driver, Node: cfg.Node})
+		if err != nil {
+			return invalid(fmt.Errorf("--nats-creds %s: %w", cfg.NATSCreds, err))
+		}
+		opts = append(opts, u.Options()...)
+	}
+	nc, err := nats.Connect(cfg.NATSURL, opts...)
 	if err != nil {
 		return events.Errorf(events.CodeUnavailable, "connect %s: %v", cfg.NATSURL, err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/check"
+	"github.com/torpor/torpor/internal/busauth"
 	torpor "github.com/torpor/torpor/sdk/go"
 	"github.com/torpor/torpor/services/compute"
 )
@@ -89,9 +90,21 @@ func sendReport(t *testing.T, nc *nats.Conn, r compute.Report) events.Code {
 	return ""
 }
 
+// busConn is a connection to a's NATS as the service (tests that forge
+// what only torpor itself may write, or read it raw).
 func busConn(t *testing.T, a *app) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(a.NATSURL())
+	return busConnAs(t, a, busauth.Grant{Role: busauth.Service})
+}
+
+// busConnAs is a connection to a's NATS as a user holding grants.
+func busConnAs(t *testing.T, a *app, grants ...busauth.Grant) *nats.Conn {
+	t.Helper()
+	opts, err := a.natsOptions(grants...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(a.NATSURL(), opts...)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}

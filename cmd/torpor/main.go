@@ -61,7 +61,7 @@ func rootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCmd(), driverCmd(), benchCmd(), superviseCmd(), superviseExecCmd())
+	root.AddCommand(serveCmd(), driverCmd(), benchCmd(), superviseCmd(), superviseExecCmd(), credsCmd())
 	addClientCmds(root)
 	return root
 }
@@ -94,6 +94,7 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.HTTP, "http", "127.0.0.1:8080", "HTTP listen address")
 	f.StringVar(&cfg.NATSListen, "nats-listen", "127.0.0.1:4222", "where the embedded NATS server listens for producers")
 	f.StringVar(&cfg.NATSURL, "nats-url", "", "join an existing NATS cluster instead of embedding one")
+	f.StringVar(&cfg.NATSCreds, "nats-creds", "", "with --nats-url: the NATS credentials file to connect with (`torpor creds --role service`)")
 	f.StringVar(&cfg.Fsync, "fsync", "always", "always: fsync every write; interval: fsync periodically (faster, may lose the last writes on a crash)")
 	f.StringVar(&cfg.Node, "node", "local", "the node this service runs sandboxes for")
 	f.DurationVar(&cfg.Deadline, "deadline", 2*time.Minute, "deadline of every transient phase")

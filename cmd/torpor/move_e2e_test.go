@@ -50,7 +50,7 @@ func TestVMMovesToAnotherNode(t *testing.T) {
 	t.Cleanup(func() { deleteVMSandboxes(t, d1); deleteVMSandboxes(t, d2) })
 	c := serveProcess(t, dir, "--remote-nodes", "n1,n2,n3", "--deadline", "30s")
 	for node, data := range map[string]string{"n1": d1, "n2": d2} {
-		startDriver(t, "--node", node, "--drivers", "vm", "--nats-url", c.nats, "--data", data, "--vm-kernel", kernel)
+		startDriver(t, "--node", node, "--drivers", "vm", "--nats-url", c.nats, "--nats-creds", credsFile(t, dir, "driver", node), "--data", data, "--vm-kernel", kernel)
 	}
 	cl := c.client()
 	ctx := context.Background()
@@ -101,7 +101,7 @@ func TestVMMovesToAnotherNode(t *testing.T) {
 		_, err := os.Stat(filepath.Join(d1, "vm", v.ID))
 		return os.IsNotExist(err)
 	})
-	if n := snapshotObjects(t, c.nats); n != 0 {
+	if n := snapshotObjects(t, c.nats, dir); n != 0 {
 		t.Fatalf("%d snapshot objects left after the move", n)
 	}
 
@@ -142,9 +142,9 @@ func TestVMMovesToAnotherNode(t *testing.T) {
 }
 
 // snapshotObjects counts the objects of torpor_snapshots on the NATS at url.
-func snapshotObjects(t *testing.T, url string) int {
+func snapshotObjects(t *testing.T, url, dir string) int {
 	t.Helper()
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, serviceOptions(t, dir)...)
 	if err != nil {
 		t.Fatal(err)
 	}

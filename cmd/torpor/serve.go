@@ -25,6 +25,7 @@ import (
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/fanout"
 	"github.com/torpor/torpor/events/jsstore"
+	"github.com/torpor/torpor/internal/busauth"
 	"github.com/torpor/torpor/internal/embedded"
 	"github.com/torpor/torpor/internal/metrics"
 	"github.com/torpor/torpor/projections"
@@ -107,6 +108,10 @@ type serveConfig struct {
 	// HTTPTimeouts bound slow HTTP clients; zero fields are the defaults
 	// (gateway.Timeouts). No flag sets them: tests make them short.
 	HTTPTimeouts gateway.Timeouts
+	// NATSCreds is the NATS credentials file the service connects to
+	// NATSURL with (--nats-creds, a service user: `torpor creds --role
+	// service`); empty: none, as the server wants it.
+	NATSCreds string
 	// wrapDrivers, when set, may replace drivers of the registry before
 	// anything uses them: tests wrap a real driver to make it refuse a call.
 	// No flag sets it.
@@ -226,6 +231,15 @@ type app struct {
 	// stopFollow ends the follower of the KV view the waits are served
 	// from.
 	stopFollow context.CancelFunc
+	// auth is the bus's operator and accounts, from <data>/auth: made on
+	// the first start of the embedded server; with --nats-url, there when
+	// the directory is (so that this service mints its supervisors' users).
+	auth *busauth.Auth
+	// user is who the service connects as: minted under auth, or read from
+	// --nats-creds.
+	user *busauth.User
+	// data is --data.
+	data string
 }
 
 // start binds and starts every part of the service; they run until ctx ends
@@ -234,7 +248,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err := cfg.Validate(); err != nil {
 		return nil, invalid(err)
 	}
-	a = &app{}
+	a = &app{data: cfg.Data}
 	parts := a // a is nil once a return gives an error
 	defer func() {
 		if err != nil {
@@ -249,14 +263,23 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		}
 	}
 	url := cfg.NATSURL
+	if err := a.openAuth(cfg); err != nil {
+		return nil, err
+	}
 	if url == "" {
-		if a.ns, err = embedded.Start(cfg.embedded()); err != nil {
+		ec := cfg.embedded()
+		ec.Operator, ec.Accounts, ec.SystemAccount = a.auth.OperatorJWT, a.auth.Accounts(), a.auth.SystemKey
+		if a.ns, err = embedded.Start(ec); err != nil {
 			return nil, err
 		}
 		url = a.ns.ClientURL()
 	}
 	a.natsURL = url
-	if a.nc, err = nats.Connect(url, nats.Name("torpor "+cfg.Node), nats.MaxReconnects(-1), nats.SyncQueueLen(jsstore.SyncQueueLen)); err != nil {
+	opts := []nats.Option{nats.Name("torpor " + cfg.Node), nats.MaxReconnects(-1), nats.SyncQueueLen(jsstore.SyncQueueLen)}
+	if a.user != nil {
+		opts = append(opts, a.user.Options()...)
+	}
+	if a.nc, err = nats.Connect(url, opts...); err != nil {
 		return nil, fmt.Errorf("connect %s: %w", url, err)
 	}
 	js, err := jetstream.New(a.nc)
@@ -301,6 +324,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 			return nil, err
 		}
 	}
+	creds = creds.WithBus(a.supervisorCreds(log))
 	if a.driver, err = sim.New(busReporter(a.nc), sim.Config{Data: cfg.Data}); err != nil {
 		return nil, err
 	}

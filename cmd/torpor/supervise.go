@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"time"
@@ -21,11 +22,16 @@ func superviseCmd() *cobra.Command {
 	s := process.Supervision{}
 	var readyFD int
 	var isVM, restore bool
+	var natsCreds string
 	cmd := &cobra.Command{
 		Use:   "supervise --sandbox ID --generation N --nats-url URL [--dir DIR] (-- CMD… | --vm [--restore])",
 		Short: "run a sandbox's workload (a process group, or a VM's QEMU) and report on it as its generation (started by its driver)",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if isVM {
+				var err error
+				if s.BusCreds, err = busCreds(natsCreds); err != nil {
+					return invalid(err)
+				}
 				return superviseVM(cmd, s, readyFD, restore, args)
 			}
 			if len(args) == 0 {
@@ -33,8 +39,12 @@ func superviseCmd() *cobra.Command {
 			}
 			s.Command = args
 			s.Credential = os.Getenv(process.CredentialEnv)
+			var err error
+			if s.BusCreds, err = busCreds(natsCreds); err != nil {
+				return invalid(err)
+			}
 			for _, kv := range os.Environ() {
-				if !strings.HasPrefix(kv, process.CredentialEnv+"=") {
+				if !strings.HasPrefix(kv, process.CredentialEnv+"=") && !strings.HasPrefix(kv, supervisor.BusCredsEnv+"=") {
 					s.Env = append(s.Env, kv)
 				}
 			}
@@ -53,6 +63,7 @@ func superviseCmd() *cobra.Command {
 	f.StringVar(&s.Sandbox, "sandbox", "", "the sandbox's id")
 	f.Int64Var(&s.Generation, "generation", 0, "the generation to attach as")
 	f.StringVar(&s.NATSURL, "nats-url", "", "the NATS server to report on")
+	f.StringVar(&natsCreds, "nats-creds", "", "a NATS credentials file to connect with; default: the text in $"+supervisor.BusCredsEnv+" (what the driver passes)")
 	f.StringVar(&s.Dir, "dir", "", "the sandbox's directory (the process driver's layout); empty: the current directory, and nothing recorded")
 	f.DurationVar(&s.Heartbeat, "heartbeat", 5*time.Second, "how often to heartbeat")
 	f.StringVar(&s.Freezer, "freezer", "", "how the driver freezes the workload: "+strings.Join(process.Freezers(), ", "))
@@ -72,7 +83,7 @@ func superviseVM(cmd *cobra.Command, p process.Supervision, readyFD int, restore
 		return invalid(errors.New("supervise --vm: the guest's command is in its image, not on this command line"))
 	}
 	s := vm.Supervision{Sandbox: p.Sandbox, Generation: p.Generation, Credential: os.Getenv(supervisor.CredentialEnv),
-		NATSURL: p.NATSURL, Dir: p.Dir, Heartbeat: p.Heartbeat, Restore: restore}
+		NATSURL: p.NATSURL, BusCreds: p.BusCreds, Dir: p.Dir, Heartbeat: p.Heartbeat, Restore: restore}
 	if readyFD > 0 {
 		s.Ready = os.NewFile(uintptr(readyFD), "ready")
 	}
@@ -99,4 +110,17 @@ func superviseExecCmd() *cobra.Command {
 	cmd.Flags().StringVar(&cgroup, "cgroup", "", "the cgroup to join first")
 	cmd.Flags().StringVar(&runAs, "run-as", "", "the user to become then (a name, uid or uid:gid)")
 	return cmd
+}
+
+// busCreds is the supervisor's NATS credentials: the file --nats-creds
+// names, else what its driver put in its environment.
+func busCreds(file string) (string, error) {
+	if file == "" {
+		return os.Getenv(supervisor.BusCredsEnv), nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--nats-creds: %w", err)
+	}
+	return string(b), nil
 }

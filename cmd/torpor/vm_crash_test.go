@@ -49,7 +49,7 @@ func TestVMKillDuringSuspendAndResume(t *testing.T) {
 			a := serveProcess(t, dir, args...)
 			var drv *driverProcess
 			startNode := func() {
-				drv = startDriver(t, "--node", "n1", "--drivers", "vm", "--nats-url", a.nats, "--data", data, "--vm-kernel", kernel)
+				drv = startDriver(t, "--node", "n1", "--drivers", "vm", "--nats-url", a.nats, "--nats-creds", credsFile(t, dir, "driver", "n1"), "--data", data, "--vm-kernel", kernel)
 			}
 			if node != "" {
 				startNode()

@@ -4,12 +4,15 @@
 package natstest
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/torpor/torpor/internal/busauth"
 	"github.com/torpor/torpor/internal/embedded"
 )
 
@@ -19,6 +22,8 @@ type Server struct {
 	Dir  string
 	Conn *nats.Conn
 	JS   jetstream.JetStream
+	// user connects as torpor's service when Dir has bus keys.
+	user []nats.Option
 }
 
 // Options tune Start.
@@ -26,7 +31,8 @@ type Options struct {
 	// Dir is the data directory, laid out as torpor serve's --data (the
 	// store under Dir/jetstream); empty means a new t.TempDir(). Passing
 	// the Dir of a stopped server, or of a stopped service, restarts on
-	// its data.
+	// its data. A Dir with bus keys (<Dir>/auth, as serve makes them)
+	// runs the server with their operator, and connects as the service.
 	Dir string
 	// Listen makes the server accept TCP clients on a random loopback port
 	// (for tests of code that dials a URL).
@@ -47,11 +53,24 @@ func StartWith(t testing.TB, opts Options) *Server {
 	if opts.Listen {
 		cfg.Listen = "127.0.0.1:0"
 	}
+	var user []nats.Option
+	if _, err := os.Stat(filepath.Join(dir, "auth", busauth.AccountFile)); err == nil {
+		auth, err := busauth.Open(filepath.Join(dir, "auth"), busauth.NoLimits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Operator, cfg.Accounts, cfg.SystemAccount = auth.OperatorJWT, auth.Accounts(), auth.SystemKey
+		u, err := auth.User("natstest", 0, busauth.Grant{Role: busauth.Service})
+		if err != nil {
+			t.Fatal(err)
+		}
+		user = u.Options()
+	}
 	s, err := embedded.Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect("", nats.InProcessServer(s))
+	nc, err := nats.Connect("", append(user, nats.InProcessServer(s))...)
 	if err != nil {
 		s.Shutdown()
 		t.Fatalf("connect: %v", err)
@@ -60,7 +79,7 @@ func StartWith(t testing.TB, opts Options) *Server {
 	if err != nil {
 		t.Fatalf("jetstream: %v", err)
 	}
-	srv := &Server{Server: s, Dir: dir, Conn: nc, JS: js}
+	srv := &Server{Server: s, Dir: dir, Conn: nc, JS: js, user: user}
 	t.Cleanup(srv.Stop)
 	return srv
 }
@@ -68,7 +87,7 @@ func StartWith(t testing.TB, opts Options) *Server {
 // Connect opens another in-process client connection, closed at cleanup.
 func (s *Server) Connect(t testing.TB) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect("", nats.InProcessServer(s.Server))
+	nc, err := nats.Connect("", append(s.user, nats.InProcessServer(s.Server))...)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}

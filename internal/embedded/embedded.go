@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 )
 
@@ -28,6 +29,17 @@ type Config struct {
 	SyncAlways bool
 	// Name is the server's name; default "torpor".
 	Name string
+	// Operator, when set, is the JWT of the operator the server trusts
+	// (NATS decentralized auth, internal/busauth): a client must present a
+	// user JWT of one of Accounts, and may do what its permissions say.
+	// Empty: anyone may connect and do anything (tests' servers only).
+	Operator string
+	// Accounts are the account JWTs the server knows, by public key
+	// (preloaded into a memory resolver); with Operator only.
+	Accounts map[string]string
+	// SystemAccount is the public key of the system account, one of
+	// Accounts; with Operator only.
+	SystemAccount string
 }
 
 // readyIn bounds the wait for a started server to take connections.
@@ -35,8 +47,41 @@ const readyIn = 30 * time.Second
 
 // Validate reports the first field of c the server cannot start with.
 func (c Config) Validate() error {
-	_, _, err := c.hostPort()
-	return err
+	if _, _, err := c.hostPort(); err != nil {
+		return err
+	}
+	if c.Operator == "" {
+		if len(c.Accounts) > 0 || c.SystemAccount != "" {
+			return errors.New("accounts without an operator")
+		}
+		return nil
+	}
+	if _, ok := c.Accounts[c.SystemAccount]; !ok {
+		return errors.New("operator without its system account")
+	}
+	return nil
+}
+
+// auth sets the operator, the accounts and the system account of c on
+// opts.
+func (c Config) auth(opts *server.Options) error {
+	if c.Operator == "" {
+		return nil
+	}
+	op, err := jwt.DecodeOperatorClaims(c.Operator)
+	if err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	res := &server.MemAccResolver{}
+	for key, tok := range c.Accounts {
+		if err := res.Store(key, tok); err != nil {
+			return fmt.Errorf("account %s: %w", key, err)
+		}
+	}
+	opts.TrustedOperators = []*jwt.OperatorClaims{op}
+	opts.AccountResolver = res
+	opts.SystemAccount = c.SystemAccount
+	return nil
 }
 
 // hostPort is where c listens, with port 0 made server.RANDOM_PORT.
@@ -64,10 +109,10 @@ func (c Config) hostPort() (string, int, error) {
 // Start starts the server of cfg and waits until it takes connections.
 // The caller shuts it down (Shutdown, then WaitForShutdown).
 func Start(cfg Config) (*server.Server, error) {
-	host, port, err := cfg.hostPort()
-	if err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("embedded nats-server: %w", err)
 	}
+	host, port, _ := cfg.hostPort()
 	opts := &server.Options{
 		ServerName: cfg.Name,
 		Host:       host,
@@ -77,6 +122,9 @@ func Start(cfg Config) (*server.Server, error) {
 		NoSigs:     true,
 		NoLog:      true,
 		DontListen: cfg.Listen == "",
+	}
+	if err := cfg.auth(opts); err != nil {
+		return nil, fmt.Errorf("embedded nats-server: %w", err)
 	}
 	if opts.ServerName == "" {
 		opts.ServerName = "torpor"

@@ -74,6 +74,9 @@ func TestStartRefuses(t *testing.T) {
 		{"no port", Config{Data: t.TempDir(), Listen: "127.0.0.1"}, "listen"},
 		{"bad port", Config{Data: t.TempDir(), Listen: "127.0.0.1:http"}, "bad port"},
 		{"port out of range", Config{Data: t.TempDir(), Listen: "127.0.0.1:70000"}, "bad port"},
+		{"accounts without an operator", Config{Data: t.TempDir(), Accounts: map[string]string{"A": "jwt"}}, "without an operator"},
+		{"operator without its system account", Config{Data: t.TempDir(), Operator: "jwt", Accounts: map[string]string{"A": "jwt"}, SystemAccount: "S"}, "system account"},
+		{"operator not a JWT", Config{Data: t.TempDir(), Operator: "not a jwt", Accounts: map[string]string{"S": "jwt"}, SystemAccount: "S"}, "operator"},
 	} {
 		ns, err := Start(tc.cfg)
 		if err == nil {

@@ -12,11 +12,17 @@ import (
 	torpor "github.com/torpor/torpor/sdk/go"
 )
 
-// connect is a NATS connection to url that reconnects at once and for ever,
-// closed at the test's cleanup.
+// connect is a NATS connection to url as a producer and dashboard that
+// reconnects at once and for ever, closed at the test's cleanup.
 func connect(t *testing.T, url string) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond), nats.ReconnectJitter(0, 0))
+	return connectAs(t, url, server.creds)
+}
+
+// connectAs is connect as the user of the credentials file creds.
+func connectAs(t *testing.T, url, creds string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.UserCredentials(creds), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond), nats.ReconnectJitter(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +148,8 @@ func TestBusErrors(t *testing.T) {
 	if _, err := torpor.NewBus(nil); !errors.Is(err, torpor.ErrInvalidArgument) {
 		t.Errorf("NewBus(nil): %v; want INVALID_ARGUMENT", err)
 	}
-	other := newBus(t, nc, torpor.WithBucket("no_such_bucket"))
+	// (Asked as the service: a dashboard may not ask of other buckets.)
+	other := newBus(t, connectAs(t, server.nats, server.service), torpor.WithBucket("no_such_bucket"))
 	if _, err := other.Get(ctx, v.ID); !errors.Is(err, torpor.ErrUnavailable) {
 		t.Errorf("get from a bucket that is not there: %v; want UNAVAILABLE", err)
 	}

@@ -95,7 +95,8 @@ func Example_errors() {
 func ExampleNewBus() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	nc, err := nats.Connect(server.nats) // e.g. "nats://127.0.0.1:4222"
+	// A producer's and dashboard's credentials: torpor creds --role producer,dashboard -o client.creds
+	nc, err := nats.Connect(server.nats, nats.UserCredentials(server.creds)) // e.g. "nats://127.0.0.1:4222"
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -26,6 +26,13 @@ var server struct {
 	nats string // nats://host:port
 	// token is the admin token serve wrote under its --data.
 	token string
+	// creds is a credentials file of a producer and dashboard of its
+	// NATS (`torpor creds`), what a bus client connects with.
+	creds string
+	// service is the service's credentials file, for the tests that do
+	// what only torpor itself may (make a bucket, ask of one that is not
+	// there).
+	service string
 }
 
 // waitFor bounds every wait of the tests.
@@ -106,6 +113,13 @@ func run(m *testing.M) int {
 		return 1
 	}
 	server.token = strings.TrimSpace(string(tok))
+	server.creds, server.service = filepath.Join(dir, "client.creds"), filepath.Join(dir, "service.creds")
+	for file, role := range map[string]string{server.creds: "producer,dashboard", server.service: "service"} {
+		if out, err := exec.Command(bin, "creds", "--data", filepath.Join(dir, "data"), "--role", role, "-o", file).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "torpor creds: %v\n%s", err, out)
+			return 1
+		}
+	}
 	return m.Run()
 }
 

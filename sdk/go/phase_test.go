@@ -91,7 +91,7 @@ func TestUnknownPhaseHTTP(t *testing.T) {
 // the real server holding such a view.
 func TestUnknownPhaseBus(t *testing.T) {
 	ctx := ctxFor(t)
-	nc := connect(t, server.nats)
+	nc := connectAs(t, server.nats, server.service) // it makes a bucket
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 // secret can verify an attach without a lookup.
 type Credentials struct {
 	secret []byte
+	bus    func(id string, gen int64) (string, error)
 }
 
 // NewCredentials returns Credentials under secret (at least 16 bytes).
@@ -41,6 +42,23 @@ func (c *Credentials) Mint(id string, gen int64) string {
 	m.Write([]byte{0})
 	m.Write([]byte(strconv.FormatInt(gen, 10)))
 	return hex.EncodeToString(m.Sum(nil))
+}
+
+// WithBus returns c that also mints each supervisor's NATS credentials
+// (Start.BusCreds) with mint.
+func (c *Credentials) WithBus(mint func(id string, gen int64) (string, error)) *Credentials {
+	d := *c
+	d.bus = mint
+	return &d
+}
+
+// MintBus returns the NATS credentials of generation gen of sandbox id's
+// supervisor, empty when c mints none.
+func (c *Credentials) MintBus(id string, gen int64) (string, error) {
+	if c.bus == nil {
+		return "", nil
+	}
+	return c.bus(id, gen)
 }
 
 // Verify reports whether cred is the credential of generation gen of id.

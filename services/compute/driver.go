@@ -70,6 +70,10 @@ type Start struct {
 	Spec       Spec   `json:"spec"`
 	Generation int64  `json:"generation"`
 	Credential string `json:"credential"`
+	// BusCreds is the NATS credentials file (text) the supervisor connects
+	// with: a user that may report for this sandbox and nothing else
+	// (internal/busauth); empty where the service cannot mint one.
+	BusCreds string `json:"bus_creds,omitempty"`
 }
 
 // Target names the running workload of one generation of one sandbox.
@@ -85,6 +89,8 @@ type Resume struct {
 	Generation int64  `json:"generation"`
 	Credential string `json:"credential"`
 	RestoreRef string `json:"restore_ref"`
+	// BusCreds is as Start's.
+	BusCreds string `json:"bus_creds,omitempty"`
 }
 
 // ResumeResult says whether the retained state was consumed, on success and
@@ -129,6 +135,14 @@ type Suspender interface {
 	Resume(ctx context.Context, req Resume) (ResumeResult, error)
 	// Discard releases a retained state that will not be restored.
 	Discard(ctx context.Context, spec Spec, ref string) error
+}
+
+// SelfReporting is a driver whose workloads have no supervisor on the bus
+// of their own (the sim reports for its sandboxes itself): the service
+// mints no NATS user for them (Start.BusCreds stays empty), which saves a
+// key pair and a signature per start.
+type SelfReporting interface {
+	ReportsItself() bool
 }
 
 // Logger is a driver that keeps its workloads' output (stdout and stderr,

@@ -363,7 +363,11 @@ func (d *Driver) spawn(ctx context.Context, dir, cg, kind string, req compute.St
 		args = append(args, "--run-as", d.as.String())
 	}
 	args = append(append(args, "--"), req.Spec.Command...)
-	return supervisor.Spawn(ctx, args, append(env, CredentialEnv+"="+req.Credential), dir, filepath.Join(dir, logFile))
+	env = append(env, CredentialEnv+"="+req.Credential)
+	if req.BusCreds != "" {
+		env = append(env, supervisor.BusCredsEnv+"="+req.BusCreds)
+	}
+	return supervisor.Spawn(ctx, args, env, dir, filepath.Join(dir, logFile))
 }
 
 // env is the environment of spec's workload: PATH (Config.Path), HOME (its

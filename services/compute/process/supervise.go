@@ -42,6 +42,9 @@ type Supervision struct {
 	Generation int64
 	Credential string
 	NATSURL    string
+	// BusCreds is the NATS credentials file's text the supervisor connects
+	// with (supervisor.BusCredsEnv); empty: none.
+	BusCreds string
 	// Dir is the sandbox's directory in the process driver's layout: the
 	// workload runs in Dir/work with its output appended to Dir/stdout and
 	// Dir/stderr, the supervisor records it in Dir/run.json and takes new
@@ -135,7 +138,7 @@ func Supervise(ctx context.Context, s Supervision, log zerolog.Logger) error {
 
 	// Connected (or connecting: a service down now is asked again) before
 	// the workload starts, so that a URL that cannot work refuses the start.
-	nc, err := supervisor.Connect(s.NATSURL, s.Sandbox)
+	nc, err := supervisor.Connect(s.NATSURL, s.Sandbox, s.BusCreds)
 	if err != nil {
 		err = fmt.Errorf("supervise: nats %s: %w", s.NATSURL, err)
 		s.tell(err)

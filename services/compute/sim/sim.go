@@ -158,6 +158,10 @@ func (d *Driver) Calls() map[string]int {
 	return maps.Clone(d.calls)
 }
 
+// ReportsItself says the sim is its sandboxes' supervisor
+// (compute.SelfReporting).
+func (d *Driver) ReportsItself() bool { return true }
+
 // Close stops the report loop and every timer and waits for them. Reports
 // still queued are dropped. Calls after Close answer ErrClosed.
 func (d *Driver) Close() {

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/busauth"
 	"github.com/torpor/torpor/services/compute"
 )
 
@@ -18,6 +19,11 @@ import (
 // gets its credential: the environment, unlike the arguments, is not for
 // every user of the machine to read. The workload does not inherit it.
 const CredentialEnv = "TORPOR_SUPERVISOR_CREDENTIAL"
+
+// BusCredsEnv is the environment variable through which a supervisor gets
+// its NATS credentials file's text (compute.Start.BusCreds), as
+// CredentialEnv: the workload does not inherit it.
+const BusCredsEnv = "TORPOR_SUPERVISOR_NATS_CREDS"
 
 // How often a supervisor retries a report nobody answered, and how long it
 // waits for one answer.
@@ -82,9 +88,18 @@ func (s *Sender) Send(r compute.Report) bool {
 	return true
 }
 
-// Connect connects a supervisor of sandbox to url, retrying for ever: a
-// service down now is asked again.
-func Connect(url, sandbox string) (*nats.Conn, error) {
-	return nats.Connect(url, nats.Name("torpor supervise "+sandbox),
-		nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.ReconnectWait(250*time.Millisecond))
+// Connect connects a supervisor of sandbox to url as the user of creds (a
+// NATS credentials file's text; empty: none), retrying for ever: a service
+// down now is asked again.
+func Connect(url, sandbox, creds string) (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name("torpor supervise " + sandbox),
+		nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.ReconnectWait(250 * time.Millisecond)}
+	if creds != "" {
+		u, err := busauth.ParseCreds([]byte(creds), busauth.Grant{Role: busauth.Supervisor, Sandbox: sandbox})
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, u.Options()...)
+	}
+	return nats.Connect(url, opts...)
 }

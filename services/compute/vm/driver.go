@@ -357,7 +357,7 @@ func (d *Driver) Start(ctx context.Context, req compute.Start) error {
 	if err := supervisor.WriteJSON(filepath.Join(dir, machineFile), m); err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
-	sup, err := d.spawn(ctx, dir, id, gen, req.Credential, false)
+	sup, err := d.spawn(ctx, dir, id, gen, req.Credential, req.BusCreds, false)
 	if err != nil {
 		return fmt.Errorf("start %s generation %d: %w", id, gen, err)
 	}
@@ -371,7 +371,7 @@ func (d *Driver) Start(ctx context.Context, req compute.Start) error {
 
 // spawn starts `torpor supervise --vm` for generation gen
 // (supervisor.Spawn) and waits until it says QEMU runs.
-func (d *Driver) spawn(ctx context.Context, dir, id string, gen int64, cred string, restore bool) (supervisor.Proc, error) {
+func (d *Driver) spawn(ctx context.Context, dir, id string, gen int64, cred, busCreds string, restore bool) (supervisor.Proc, error) {
 	args := []string{d.cfg.Binary, "supervise", "--vm",
 		"--sandbox", id,
 		"--generation", strconv.FormatInt(gen, 10),
@@ -384,6 +384,9 @@ func (d *Driver) spawn(ctx context.Context, dir, id string, gen int64, cred stri
 		args = append(args, "--restore")
 	}
 	env := []string{"PATH=" + os.Getenv("PATH"), supervisor.CredentialEnv + "=" + cred}
+	if busCreds != "" {
+		env = append(env, supervisor.BusCredsEnv+"="+busCreds)
+	}
 	sup, why, err := supervisor.Spawn(ctx, args, env, dir, filepath.Join(dir, logFile))
 	if err == nil && why != "" {
 		err = errors.New(why)
@@ -733,7 +736,7 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 	if err := supervisor.WriteJSON(filepath.Join(dir, machineFile), m); err != nil {
 		return none, fmt.Errorf("resume %s: %w", id, err)
 	}
-	sup, qemu, err := d.restoreIncoming(ctx, dir, id, gen, req.Credential, s)
+	sup, qemu, err := d.restoreIncoming(ctx, dir, id, gen, req.Credential, req.BusCreds, s)
 	if err != nil {
 		if sup.Alive() {
 			_ = syscall.Kill(sup.Pid, syscall.SIGKILL)
@@ -793,9 +796,9 @@ func (d *Driver) endAttempt(ctx context.Context, dir string, gen int64) error {
 
 // restoreIncoming starts a restoring supervisor and feeds its QEMU the
 // snapshot's device state, up to a guest that is paused and whole.
-func (d *Driver) restoreIncoming(ctx context.Context, dir, id string, gen int64, cred string, s *suspension) (sup, qemu supervisor.Proc, err error) {
+func (d *Driver) restoreIncoming(ctx context.Context, dir, id string, gen int64, cred, busCreds string, s *suspension) (sup, qemu supervisor.Proc, err error) {
 	_ = os.Remove(filepath.Join(dir, runFile))
-	sup, err = d.spawn(ctx, dir, id, gen, cred, true)
+	sup, err = d.spawn(ctx, dir, id, gen, cred, busCreds, true)
 	if err != nil {
 		return sup, qemu, err
 	}

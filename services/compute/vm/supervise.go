@@ -29,6 +29,9 @@ type Supervision struct {
 	Generation int64
 	Credential string
 	NATSURL    string
+	// BusCreds is the NATS credentials file's text the supervisor connects
+	// with (supervisor.BusCredsEnv); empty: none.
+	BusCreds string
 	// Dir is the sandbox's directory (the vm driver's layout): QEMU runs
 	// the machine of Dir/machine.json; the supervisor records itself and
 	// the guest's exit in Dir/run.json.
@@ -86,7 +89,7 @@ func Supervise(ctx context.Context, s Supervision, log zerolog.Logger) error {
 		s.tell(err)
 		return err
 	}
-	nc, err := supervisor.Connect(s.NATSURL, s.Sandbox)
+	nc, err := supervisor.Connect(s.NATSURL, s.Sandbox, s.BusCreds)
 	if err != nil {
 		err = fmt.Errorf("supervise: nats %s: %w", s.NATSURL, err)
 		s.tell(err)

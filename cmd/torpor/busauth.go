@@ -1,0 +1,93 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/busauth"
+)
+
+// openAuth opens the bus's keys under <data>/auth (making them on the
+// embedded server's first start) and the user the service connects as.
+func (a *app) openAuth(cfg serveConfig) error {
+	dir := filepath.Join(cfg.Data, "auth")
+	if cfg.NATSURL == "" || cfg.Data != "" && exists(filepath.Join(dir, busauth.AccountFile)) {
+		var err error
+		if a.auth, err = busauth.Open(dir, busauth.NoLimits); err != nil {
+			return events.Errorf(events.CodeFailedPrecondition, "%v", err)
+		}
+	}
+	if cfg.NATSCreds != "" {
+		b, err := os.ReadFile(cfg.NATSCreds)
+		if err != nil {
+			return invalid(fmt.Errorf("--nats-creds: %w", err))
+		}
+		if a.user, err = busauth.ParseCreds(b, busauth.Grant{Role: busauth.Service}); err != nil {
+			return invalid(fmt.Errorf("--nats-creds %s: %w", cfg.NATSCreds, err))
+		}
+		return nil
+	}
+	if a.auth != nil {
+		var err error
+		a.user, err = a.auth.User("torpor "+cfg.Node, 0, busauth.Grant{Role: busauth.Service})
+		return err
+	}
+	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// supervisorCreds mints each supervisor's NATS user: one that reports for
+// its sandbox only, for its generation. A service that joined a server
+// without holding the account's key (--nats-url, no <data>/auth) hands its
+// supervisors its own credentials, and says so.
+func (a *app) supervisorCreds(log zerolog.Logger) func(id string, gen int64) (string, error) {
+	if a.auth == nil {
+		if a.user == nil {
+			return nil
+		}
+		log.Warn().Msg("no bus keys under --data (auth/): supervisors connect with this service's --nats-creds, not a user of their own sandbox")
+		creds, err := a.user.Creds()
+		return func(string, int64) (string, error) { return string(creds), err }
+	}
+	return func(id string, gen int64) (string, error) {
+		u, err := a.auth.User(fmt.Sprintf("supervisor %s generation %d", id, gen), busauth.SupervisorTTL, busauth.Grant{Role: busauth.Supervisor, Sandbox: id})
+		if err != nil {
+			return "", err
+		}
+		b, err := u.Creds()
+		return string(b), err
+	}
+}
+
+// natsOptions are the nats.Connect options of a user holding grants,
+// minted under the bus's keys (for tests and in-process clients).
+func (a *app) natsOptions(grants ...busauth.Grant) ([]nats.Option, error) {
+	if a.auth == nil {
+		return nil, errors.New("no bus keys to mint a user with")
+	}
+	u, err := a.auth.User("torpor client", time.Hour, grants...)
+	if err != nil {
+		return nil, err
+	}
+	return u.Options(), nil
+}
+
+// NATSOptions are the options that connect to the service's NATS as the
+// service (the bench's connections).
+func (a *app) NATSOptions() []nats.Option {
+	if a.user == nil {
+		return nil
+	}
+	return a.user.Options()
+}

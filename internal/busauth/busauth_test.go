@@ -1,0 +1,515 @@
+package busauth_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/torpor/torpor/internal/busauth"
+	"github.com/torpor/torpor/internal/embedded"
+)
+
+// bus is a server run with an Auth, and the service's connection to it
+// with what torpor keeps there: the stream, the phase view, the config
+// bucket with its secret, the snapshot store, a command responder in the
+// queue group torpor and a report responder.
+type bus struct {
+	auth *busauth.Auth
+	ns   *server.Server
+	js   jetstream.JetStream
+}
+
+const (
+	sandboxA = "0b8a7a4e-5c44-4b9e-9d8e-2f1d3c4b5a6f"
+	sandboxB = "7f6e5d4c-3b2a-4190-8a7b-6c5d4e3f2a1b"
+	secret   = "the-credential-secret-0123456789"
+)
+
+func startBus(t *testing.T) *bus {
+	t.Helper()
+	dir := t.TempDir()
+	a, err := busauth.Open(filepath.Join(dir, "auth"), busauth.NoLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := embedded.Start(embedded.Config{Data: dir, Listen: "127.0.0.1:0", Operator: a.OperatorJWT, Accounts: a.Accounts(), SystemAccount: a.SystemKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	b := &bus{auth: a, ns: ns}
+	svc := b.conn(t, nil, busauth.Grant{Role: busauth.Service})
+	b.js, _ = jetstream.New(svc)
+	ctx := t.Context()
+	if _, err := b.js.CreateStream(ctx, jetstream.StreamConfig{Name: busauth.EventStream, Subjects: []string{"torpor.sandbox.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.js.Publish(ctx, "torpor.sandbox."+sandboxA, []byte(`{"type":"sandbox.created"}`)); err != nil {
+		t.Fatal(err)
+	}
+	phases, err := b.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: busauth.PhaseBucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := phases.Put(ctx, sandboxA, []byte(`{"phase":"running"}`)); err != nil {
+		t.Fatal(err)
+	}
+	config, err := b.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "torpor_config"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.Put(ctx, "credential_secret", []byte(secret)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.QueueSubscribe("torpor.cmd.>", "torpor", func(m *nats.Msg) { _ = m.Respond([]byte("service: " + m.Subject)) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.QueueSubscribe("torpor.supervisor.*", "torpor", func(m *nats.Msg) { _ = m.Respond([]byte("taken: " + m.Subject)) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// conn connects as a user holding grants; the server's refusals of its
+// publications and subscriptions go to errs when it is not nil.
+func (b *bus) conn(t *testing.T, errs chan<- error, grants ...busauth.Grant) *nats.Conn {
+	t.Helper()
+	u, err := b.auth.User("test", time.Hour, grants...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := append(u.Options(), nats.InProcessServer(b.ns), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errs != nil {
+			select {
+			case errs <- err:
+			default:
+			}
+		}
+	}))
+	nc, err := nats.Connect("", opts...)
+	if err != nil {
+		t.Fatalf("connect as %v: %v", grants, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// action is one thing a role must not do: a publication or a subscription
+// the server must refuse, and (where it would leave a trace) a check that
+// it left none.
+type action struct {
+	name    string
+	sub     bool
+	queue   string
+	subject string
+	unmoved func(t *testing.T, b *bus)
+}
+
+func actions() []action {
+	return []action{
+		{name: "publish an event", subject: "torpor.sandbox." + sandboxB, unmoved: func(t *testing.T, b *bus) {
+			s, _ := b.js.Stream(t.Context(), busauth.EventStream)
+			if _, err := s.GetLastMsgForSubject(t.Context(), "torpor.sandbox."+sandboxB); err == nil {
+				t.Error("the forged event is in the stream")
+			}
+		}},
+		{name: "delete the stream", subject: "$JS.API.STREAM.DELETE." + busauth.EventStream, unmoved: func(t *testing.T, b *bus) {
+			if _, err := b.js.Stream(t.Context(), busauth.EventStream); err != nil {
+				t.Errorf("the stream: %v", err)
+			}
+		}},
+		{name: "purge the stream", subject: "$JS.API.STREAM.PURGE." + busauth.EventStream},
+		{name: "read torpor_config (direct get)", subject: "$JS.API.DIRECT.GET.KV_torpor_config.$KV.torpor_config.credential_secret"},
+		{name: "read torpor_config (consumer)", subject: "$JS.API.CONSUMER.CREATE.KV_torpor_config"},
+		{name: "read torpor_config (its writes)", sub: true, subject: "$KV.torpor_config.>"},
+		{name: "read the service's answers", sub: true, subject: "_TORPOR_SVC.>"},
+		{name: "join the queue group torpor (commands)", sub: true, queue: "torpor", subject: "torpor.cmd.>"},
+		{name: "join the queue group torpor (reports)", sub: true, queue: "torpor", subject: "torpor.supervisor.*"},
+		{name: "call another node's driver", subject: "torpor.driver.n2.start"},
+		{name: "serve another node's driver", sub: true, subject: "torpor.driver.n2.>"},
+		{name: "write the view", subject: "$KV." + busauth.PhaseBucket + "." + sandboxA, unmoved: func(t *testing.T, b *bus) {
+			kv, _ := b.js.KeyValue(t.Context(), busauth.PhaseBucket)
+			e, err := kv.Get(t.Context(), sandboxA)
+			if err != nil || string(e.Value()) != `{"phase":"running"}` {
+				t.Errorf("the view: %v %v", e, err)
+			}
+		}},
+		{name: "make a durable consumer", subject: "$JS.API.CONSUMER.DURABLE.CREATE." + busauth.EventStream + ".mine"},
+	}
+}
+
+// TestRolesRefused: for every role but the service, each thing it must not
+// do is refused by the nats-server itself (a permissions violation) and
+// leaves no trace.
+func TestRolesRefused(t *testing.T) {
+	b := startBus(t)
+	roles := []struct {
+		name   string
+		grants []busauth.Grant
+		// may are the actions this role is granted (not refused).
+		may []string
+	}{
+		{"producer", []busauth.Grant{{Role: busauth.Producer}}, nil},
+		{"dashboard", []busauth.Grant{{Role: busauth.Dashboard}}, nil},
+		{"producer+dashboard", []busauth.Grant{{Role: busauth.Producer}, {Role: busauth.Dashboard}}, nil},
+		{"driver n1", []busauth.Grant{{Role: busauth.Driver, Node: "n1"}}, nil},
+		{"supervisor of A", []busauth.Grant{{Role: busauth.Supervisor, Sandbox: sandboxA}}, nil},
+	}
+	for _, r := range roles {
+		for _, a := range actions() {
+			t.Run(r.name+"/"+a.name, func(t *testing.T) {
+				errs := make(chan error, 4)
+				nc := b.conn(t, errs, r.grants...)
+				var err error
+				if a.sub {
+					_, err = nc.QueueSubscribe(a.subject, a.queue, func(*nats.Msg) {})
+				} else {
+					err = nc.Publish(a.subject, []byte(`{"type":"sandbox.created"}`))
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := nc.Flush(); err != nil {
+					t.Fatal(err)
+				}
+				wantRefused(t, errs, a.subject)
+				if a.unmoved != nil {
+					a.unmoved(t, b)
+				}
+			})
+		}
+	}
+}
+
+// TestSupervisorSpeaksOnlyForItsSandbox: a supervisor's credential reports
+// for its own sandbox, and the server refuses its report for another.
+func TestSupervisorSpeaksOnlyForItsSandbox(t *testing.T) {
+	b := startBus(t)
+	errs := make(chan error, 4)
+	nc := b.conn(t, errs, busauth.Grant{Role: busauth.Supervisor, Sandbox: sandboxA})
+	msg, err := nc.Request("torpor.supervisor."+sandboxA, []byte("{}"), 5*time.Second)
+	if err != nil {
+		t.Fatalf("own report: %v", err)
+	}
+	if got, want := string(msg.Data), "taken: torpor.supervisor."+sandboxA; got != want {
+		t.Errorf("own report answered %q, want %q", got, want)
+	}
+	if err := nc.Publish("torpor.supervisor."+sandboxB, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	wantRefused(t, errs, "torpor.supervisor."+sandboxB)
+}
+
+// wantRefused waits for the server's permissions violation naming subject.
+func wantRefused(t *testing.T, errs <-chan error, subject string) {
+	t.Helper()
+	select {
+	case err := <-errs:
+		if !strings.Contains(strings.ToLower(err.Error()), "permissions violation") || !strings.Contains(err.Error(), subject) {
+			t.Errorf("got %v, want a permissions violation for %s", err, subject)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("%s: not refused", subject)
+	}
+}
+
+// TestAnonymousRefused: a client without a credential does not connect,
+// nor does one with a user of another operator.
+func TestAnonymousRefused(t *testing.T) {
+	b := startBus(t)
+	nc, err := nats.Connect(b.ns.ClientURL(), nats.NoReconnect())
+	if err == nil {
+		nc.Close()
+	}
+	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
+		t.Errorf("anonymous client: got %v, want the server's authorization violation", err)
+	}
+	other, err := busauth.Open(filepath.Join(t.TempDir(), "auth"), busauth.NoLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := other.User("stranger", time.Hour, busauth.Grant{Role: busauth.Service})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err = nats.Connect(b.ns.ClientURL(), append(u.Options(), nats.NoReconnect())...)
+	if err == nil {
+		nc.Close()
+	}
+	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
+		t.Errorf("user of another operator: got %v, want the server's authorization violation", err)
+	}
+}
+
+// TestRolesAllowed: each role does what it is for.
+func TestRolesAllowed(t *testing.T) {
+	b := startBus(t)
+	ctx := t.Context()
+	t.Run("producer sends a command", func(t *testing.T) {
+		nc := b.conn(t, nil, busauth.Grant{Role: busauth.Producer})
+		msg, err := nc.Request("torpor.cmd.create", []byte("{}"), 5*time.Second)
+		if err != nil || string(msg.Data) != "service: torpor.cmd.create" {
+			t.Errorf("got %v %v, want the service's answer", msg, err)
+		}
+	})
+	t.Run("dashboard reads the view and the stream", func(t *testing.T) {
+		nc := b.conn(t, nil, busauth.Grant{Role: busauth.Dashboard})
+		js, _ := jetstream.New(nc)
+		kv, err := js.KeyValue(ctx, busauth.PhaseBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := kv.Get(ctx, sandboxA)
+		if err != nil || string(e.Value()) != `{"phase":"running"}` {
+			t.Errorf("get: %v %v", e, err)
+		}
+		w, err := kv.WatchAll(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = w.Stop() }()
+		if got := <-w.Updates(); got == nil || got.Key() != sandboxA {
+			t.Errorf("watch: first update %v, want %s", got, sandboxA)
+		}
+		s, err := js.Stream(ctx, busauth.EventStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil || m.Subject() != "torpor.sandbox."+sandboxA {
+			t.Errorf("ordered read: %v %v", m, err)
+		}
+		if _, err := s.GetLastMsgForSubject(ctx, "torpor.sandbox."+sandboxA); err != nil {
+			t.Errorf("get last: %v", err)
+		}
+	})
+	t.Run("driver serves its node", func(t *testing.T) {
+		drv := b.conn(t, nil, busauth.Grant{Role: busauth.Driver, Node: "n1"})
+		if _, err := drv.QueueSubscribe("torpor.driver.n1.>", "driver", func(m *nats.Msg) { _ = m.Respond([]byte("started")) }); err != nil {
+			t.Fatal(err)
+		}
+		// As remote.Serve has it: a catch-all for unknown operations
+		// gets every request too, and stays silent on known ones.
+		if _, err := drv.QueueSubscribe("torpor.driver.n1.>", "catch-all", func(*nats.Msg) {}); err != nil {
+			t.Fatal(err)
+		}
+		if err := drv.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		svc := b.conn(t, nil, busauth.Grant{Role: busauth.Service})
+		msg, err := svc.Request("torpor.driver.n1.start", []byte("{}"), 5*time.Second)
+		if err != nil || string(msg.Data) != "started" {
+			t.Errorf("got %v %v, want the driver's answer", msg, err)
+		}
+	})
+	t.Run("driver moves a snapshot", func(t *testing.T) {
+		drv := b.conn(t, nil, busauth.Grant{Role: busauth.Driver, Node: "n1"})
+		js, _ := jetstream.New(drv)
+		obj, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: busauth.SnapshotBucket})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := obj.PutBytes(ctx, sandboxA+"/s1", []byte("ram")); err != nil {
+			t.Fatal(err)
+		}
+		got, err := obj.GetBytes(ctx, sandboxA+"/s1")
+		if err != nil || string(got) != "ram" {
+			t.Errorf("get: %q %v", got, err)
+		}
+		if err := obj.Delete(ctx, sandboxA+"/s1"); err != nil {
+			t.Errorf("delete: %v", err)
+		}
+	})
+}
+
+// TestOpenKeepsKeys: the keys are made once, mode 0600, and found again;
+// a key file that is not a seed of its kind stops Open and stays as it is.
+func TestOpenKeepsKeys(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "auth")
+	a, err := busauth.Open(dir, busauth.NoLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{busauth.OperatorFile, busauth.AccountFile, busauth.SystemFile} {
+		fi, err := os.Stat(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != 0o600 {
+			t.Errorf("%s: mode %o, want 600", f, got)
+		}
+	}
+	again, err := busauth.Open(dir, busauth.NoLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.AccountKey != a.AccountKey || again.SystemKey != a.SystemKey {
+		t.Errorf("keys changed on the second open")
+	}
+	// A user minted under the first Open is a user of the second's account.
+	for _, tc := range []struct {
+		name, file string
+		content    []byte
+		want       string
+	}{
+		{"garbage", busauth.AccountFile, []byte("not a seed\n"), "not an nkey seed"},
+		{"wrong kind", busauth.SystemFile, must(os.ReadFile(filepath.Join(dir, busauth.OperatorFile))), "wrong kind"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := filepath.Join(t.TempDir(), "auth")
+			if _, err := busauth.Open(d, busauth.NoLimits); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(d, tc.file)
+			if err := os.WriteFile(path, tc.content, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := busauth.Open(d, busauth.NoLimits)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error saying %q", err, tc.want)
+			}
+			if got, _ := os.ReadFile(path); !bytes.Equal(got, tc.content) {
+				t.Errorf("the key file was replaced")
+			}
+		})
+	}
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// TestCredsFile: the credentials file of a user is one nats.go connects
+// with.
+func TestCredsFile(t *testing.T) {
+	b := startBus(t)
+	u, err := b.auth.User("file", time.Hour, busauth.Grant{Role: busauth.Producer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := u.Creds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "p.creds")
+	if err := os.WriteFile(path, creds, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(b.ns), nats.UserCredentials(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := nc.RequestWithContext(ctx, "torpor.cmd.get", nil); err != nil {
+		t.Errorf("request with the file's user: %v", err)
+	}
+}
+
+// TestParseRoles: the --role lists torpor creds takes.
+func TestParseRoles(t *testing.T) {
+	for _, tc := range []struct {
+		roles []string
+		node  string
+		want  string // an error saying this; empty: none
+	}{
+		{[]string{"producer", "dashboard"}, "", ""},
+		{[]string{"driver"}, "n1", ""},
+		{[]string{"driver"}, "", "no node"},
+		{[]string{"driver"}, "a.b", "one subject token"},
+		{[]string{"producer"}, "n1", "only a driver"},
+		{[]string{"supervisor"}, "", "minted by the service"},
+		{[]string{"root"}, "", "unknown role"},
+		{nil, "", "no role"},
+	} {
+		_, err := busauth.ParseRoles(tc.roles, tc.node)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%v --node %q: got %v, want %q", tc.roles, tc.node, err, tc.want)
+		}
+	}
+}
+
+// TestRevoke: a revoked user is refused by a server started after the
+// revocation, another user of the account is not; the revocation is kept
+// under the auth directory, and a garbled list stops Open.
+func TestRevoke(t *testing.T) {
+	data := t.TempDir()
+	dir := filepath.Join(data, "auth")
+	a, err := busauth.Open(dir, busauth.NoLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, err := a.User("gone", 0, busauth.Grant{Role: busauth.Producer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := a.User("kept", 0, busauth.Grant{Role: busauth.Producer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, _ := gone.Creds()
+	if _, err := a.Revoke(creds); err != nil {
+		t.Fatal(err)
+	}
+	other, err := busauth.Open(filepath.Join(t.TempDir(), "auth"), busauth.NoLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, _ := other.User("foreign", 0, busauth.Grant{Role: busauth.Producer})
+	fcreds, _ := foreign.Creds()
+	if _, err := a.Revoke(fcreds); err == nil || !strings.Contains(err.Error(), "not a user of this bus") {
+		t.Errorf("revoke a user of another bus: %v", err)
+	}
+
+	again, err := busauth.Open(dir, busauth.NoLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := embedded.Start(embedded.Config{Data: data, Listen: "127.0.0.1:0", Operator: again.OperatorJWT, Accounts: again.Accounts(), SystemAccount: again.SystemKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	nc, err := nats.Connect(ns.ClientURL(), append(gone.Options(), nats.NoReconnect())...)
+	if err == nil {
+		nc.Close()
+	}
+	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
+		t.Errorf("revoked user: got %v, want the server's authorization violation", err)
+	}
+	nc, err = nats.Connect(ns.ClientURL(), append(kept.Options(), nats.NoReconnect())...)
+	if err != nil {
+		t.Errorf("a user not revoked: %v", err)
+	} else {
+		nc.Close()
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, busauth.RevokedFile), []byte("nonsense\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := busauth.Open(dir, busauth.NoLimits); err == nil || !strings.Contains(err.Error(), "revoked users") {
+		t.Errorf("open with a garbled revocation list: %v", err)
+	}
+}

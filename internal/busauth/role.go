@@ -1,0 +1,247 @@
+package busauth
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Role is what a user of the torpor account is for.
+type Role string
+
+// The roles. A user may hold several; its permissions are their union.
+const (
+	// Service is torpor's own connections: everything in the account. The
+	// only role that writes the stream, the buckets and the object store,
+	// or reads torpor_config.
+	Service Role = "service"
+	// Producer sends commands (torpor.cmd.>) and reads their answers; it
+	// may list the services on the bus (`nats micro ls`, $SRV.>).
+	Producer Role = "producer"
+	// Dashboard reads the phase view bucket and the event stream through
+	// consumers it makes and direct gets: nothing it can write.
+	Dashboard Role = "dashboard"
+	// Driver serves one node's drivers (torpor.driver.<node>.>).
+	Driver Role = "driver"
+	// Supervisor reports for one sandbox (torpor.supervisor.<id>).
+	Supervisor Role = "supervisor"
+)
+
+// Roles are the roles `torpor creds` mints (a supervisor's credential is
+// minted by the service, for one generation).
+var Roles = []Role{Service, Producer, Dashboard, Driver}
+
+// Subjects and names of torpor the permissions speak of.
+const (
+	EventStream    = "TORPOR_EVENTS"
+	PhaseBucket    = "torpor_phases"
+	SnapshotBucket = "torpor_snapshots"
+)
+
+// The inbox prefixes: a request's answer comes back on an inbox of its
+// sender. Producers and dashboards (any NATS client: natscli, the SDK) use
+// the default _INBOX and may read each other's answers (commands' views,
+// which they may read anyway); every other role has inboxes of its own, so
+// that no other user reads the answers it gets (the service's reads of
+// torpor_config, a driver's snapshots).
+const (
+	DefaultInbox = "_INBOX"
+	serviceInbox = "_TORPOR_SVC"
+	driverInbox  = "_TORPOR_DRV"
+	supervInbox  = "_TORPOR_SUP"
+)
+
+// Grant is one role of a user with what it is scoped to.
+type Grant struct {
+	Role Role
+	// Node is the driver's node.
+	Node string
+	// Sandbox is the supervisor's sandbox id.
+	Sandbox string
+}
+
+// Validate reports whether g is a role with its scope.
+func (g Grant) Validate() error {
+	switch g.Role {
+	case Service, Producer, Dashboard:
+		if g.Node != "" || g.Sandbox != "" {
+			return fmt.Errorf("role %s: takes no node or sandbox", g.Role)
+		}
+	case Driver:
+		if err := token("node", g.Node); err != nil {
+			return fmt.Errorf("role driver: %w", err)
+		}
+	case Supervisor:
+		if err := token("sandbox", g.Sandbox); err != nil {
+			return fmt.Errorf("role supervisor: %w", err)
+		}
+	default:
+		return fmt.Errorf("unknown role %q (want one of service, producer, dashboard, driver, supervisor)", g.Role)
+	}
+	return nil
+}
+
+// token checks that v is one token of a subject.
+func token(what, v string) error {
+	if v == "" {
+		return fmt.Errorf("no %s", what)
+	}
+	if strings.ContainsAny(v, ".*> \t\r\n") {
+		return fmt.Errorf("%s %q: want one subject token (no '.', '*', '>' or spaces)", what, v)
+	}
+	return nil
+}
+
+// Inbox is the inbox prefix a connection holding grants must use
+// (nats.CustomInboxPrefix): its answers come back where only it may read.
+func Inbox(grants ...Grant) string {
+	for _, g := range grants {
+		if g.Role == Service {
+			return serviceInbox
+		}
+	}
+	for _, g := range grants {
+		if g.Role == Producer || g.Role == Dashboard {
+			return DefaultInbox
+		}
+	}
+	for _, g := range grants {
+		switch g.Role {
+		case Driver:
+			return driverInbox + "." + g.Node
+		case Supervisor:
+			return supervInbox + "." + g.Sandbox
+		}
+	}
+	return DefaultInbox
+}
+
+// perms is what a user holding g may publish and subscribe to, and
+// whether it may answer the requests it receives; all says it may do
+// anything in the account.
+type perms struct {
+	pub, sub []string
+	resp     bool
+	all      bool
+}
+
+// streamReads are the JetStream API subjects that read stream s through
+// consumers the reader makes and deletes (ordered, ephemeral: nats.go
+// names them at random, and nobody but the service may list them, so no
+// reader finds another's to delete or pull from) and gets, with the flow
+// control of push consumers. Subject permissions cannot refuse a durable
+// name inside the body of a create, but every consumer counts against the
+// account's limit, and the legacy durable subject is not granted.
+func streamReads(s string) []string {
+	return []string{
+		"$JS.API.STREAM.INFO." + s,
+		"$JS.API.STREAM.MSG.GET." + s,
+		"$JS.API.DIRECT.GET." + s,
+		"$JS.API.DIRECT.GET." + s + ".>",
+		"$JS.API.CONSUMER.CREATE." + s,
+		"$JS.API.CONSUMER.CREATE." + s + ".>",
+		"$JS.API.CONSUMER.INFO." + s + ".*",
+		"$JS.API.CONSUMER.MSG.NEXT." + s + ".*",
+		"$JS.API.CONSUMER.DELETE." + s + ".*",
+		"$JS.FC." + s + ".>",
+	}
+}
+
+func (g Grant) perms() perms {
+	switch g.Role {
+	case Service:
+		return perms{all: true}
+	case Producer:
+		return perms{
+			pub: []string{"torpor.cmd.>", "$SRV.>"},
+			sub: []string{DefaultInbox + ".>"},
+		}
+	case Dashboard:
+		pub := []string{"$JS.API.INFO"}
+		pub = append(pub, streamReads(EventStream)...)
+		pub = append(pub, streamReads("KV_"+PhaseBucket)...)
+		return perms{pub: pub, sub: []string{DefaultInbox + ".>"}}
+	case Driver:
+		obj := "OBJ_" + SnapshotBucket
+		return perms{
+			pub: append([]string{
+				// The sim driver is its own sandboxes' supervisor: it
+				// reports for them (each report still carries the
+				// generation's credential, which only the service mints).
+				"torpor.supervisor.*",
+				// The vm driver moves snapshots between nodes through the
+				// object store torpor_snapshots: it makes the bucket if
+				// missing, writes, reads and deletes its objects; nothing
+				// else of JetStream.
+				"$JS.API.INFO",
+				"$JS.API.STREAM.CREATE." + obj,
+				"$JS.API.STREAM.UPDATE." + obj,
+				"$JS.API.STREAM.PURGE." + obj,
+				"$O." + SnapshotBucket + ".>",
+			}, streamReads(obj)...),
+			sub: []string{
+				"torpor.driver." + g.Node + ".>",
+				// micro's discovery endpoints ($SRV.PING, INFO, STATS).
+				"$SRV.>",
+				driverInbox + "." + g.Node + ".>",
+			},
+			resp: true,
+		}
+	case Supervisor:
+		return perms{
+			pub: []string{"torpor.supervisor." + g.Sandbox},
+			sub: []string{supervInbox + "." + g.Sandbox + ".>"},
+		}
+	}
+	return perms{}
+}
+
+// union is the permissions of every grant.
+func union(grants []Grant) perms {
+	var u perms
+	for _, g := range grants {
+		p := g.perms()
+		if p.all {
+			return p
+		}
+		u.resp = u.resp || p.resp
+		for _, s := range p.pub {
+			if !slices.Contains(u.pub, s) {
+				u.pub = append(u.pub, s)
+			}
+		}
+		for _, s := range p.sub {
+			if !slices.Contains(u.sub, s) {
+				u.sub = append(u.sub, s)
+			}
+		}
+	}
+	return u
+}
+
+// ParseRoles reads a --role list ("producer,dashboard"); node scopes a
+// driver.
+func ParseRoles(roles []string, node string) ([]Grant, error) {
+	if len(roles) == 0 {
+		return nil, fmt.Errorf("no role (want one or more of service, producer, dashboard, driver)")
+	}
+	var out []Grant
+	driver := false
+	for _, r := range roles {
+		g := Grant{Role: Role(strings.TrimSpace(r))}
+		if g.Role == Supervisor {
+			return nil, fmt.Errorf("role supervisor: minted by the service for one sandbox's generation, not by hand")
+		}
+		if g.Role == Driver {
+			g.Node, driver = node, true
+		}
+		if err := g.Validate(); err != nil {
+			return nil, err
+		}
+		out = append(out, g)
+	}
+	if node != "" && !driver {
+		return nil, fmt.Errorf("--node: only a driver is scoped to a node")
+	}
+	return out, nil
+}

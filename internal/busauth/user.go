@@ -1,0 +1,109 @@
+package busauth
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+)
+
+// User is a user of the torpor account: its JWT and the seed of its key,
+// which together are a NATS credential.
+type User struct {
+	JWT  string
+	Seed []byte
+	// Inbox is the inbox prefix its connections use (Inbox).
+	Inbox string
+}
+
+// SupervisorTTL is how long a supervisor's credential is valid: a
+// generation that runs longer loses its supervisor's connection (the
+// credential is minted anew at every start and resume).
+const SupervisorTTL = 365 * 24 * time.Hour
+
+// respMax is how many messages a user that answers requests may send to
+// one request's reply subject, deliveries of the request included.
+const respMax = 4
+
+// User mints a user named name holding grants, valid for ttl (0: no
+// expiry), signed by the torpor account.
+func (a *Auth) User(name string, ttl time.Duration, grants ...Grant) (*User, error) {
+	if len(grants) == 0 {
+		return nil, errors.New("user: no role")
+	}
+	for _, g := range grants {
+		if err := g.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, err
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, err
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		return nil, err
+	}
+	uc := jwt.NewUserClaims(pub)
+	uc.Name = name
+	if ttl > 0 {
+		uc.Expires = time.Now().Add(ttl).Unix()
+	}
+	p := union(grants)
+	if !p.all {
+		// An allow list, so a permission is nothing unless granted.
+		uc.Pub.Allow = p.pub
+		uc.Sub.Allow = p.sub
+		if len(uc.Pub.Allow) == 0 {
+			uc.Pub.Deny = []string{">"}
+		}
+		if p.resp {
+			// The server counts every delivery of a request against the
+			// answers it allows, and a driver gets each request twice (its
+			// operation's endpoint and the catch-all that answers unknown
+			// operations): one answer needs a count of 2 or more.
+			uc.Resp = &jwt.ResponsePermission{MaxMsgs: respMax, Expires: time.Minute}
+		}
+	}
+	tok, err := uc.Encode(a.account)
+	if err != nil {
+		return nil, fmt.Errorf("user jwt: %w", err)
+	}
+	return &User{JWT: tok, Seed: seed, Inbox: Inbox(grants...)}, nil
+}
+
+// Creds is u as a NATS credentials file (what `nats --creds` and
+// nats.UserCredentials read).
+func (u *User) Creds() ([]byte, error) {
+	return jwt.FormatUserConfig(u.JWT, u.Seed)
+}
+
+// Options are the nats.Connect options that connect as u.
+func (u *User) Options() []nats.Option {
+	return []nats.Option{nats.UserJWTAndSeed(u.JWT, string(u.Seed)), nats.CustomInboxPrefix(u.Inbox)}
+}
+
+// ParseCreds reads a credentials file's text into a User, with the inbox
+// of grants.
+func ParseCreds(creds []byte, grants ...Grant) (*User, error) {
+	tok, err := jwt.ParseDecoratedJWT(creds)
+	if err != nil {
+		return nil, fmt.Errorf("credentials: %w", err)
+	}
+	kp, err := jwt.ParseDecoratedUserNKey(creds)
+	if err != nil {
+		return nil, fmt.Errorf("credentials: %w", err)
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		return nil, fmt.Errorf("credentials: %w", err)
+	}
+	return &User{JWT: tok, Seed: seed, Inbox: Inbox(grants...)}, nil
+}

@@ -33,6 +33,9 @@ type driverConfig struct {
 	// NATSCreds is the credentials file to connect with (--nats-creds: a
 	// driver user of Node, `torpor creds --role driver --node N`).
 	NATSCreds string
+	// NATSCA is a PEM file of CAs to trust for a NATS server with TLS,
+	// besides the system's (--nats-ca); its supervisors trust it too.
+	NATSCA string
 	Data      string
 	// VMKernel is the guest kernel of the vm driver.
 	VMKernel string
@@ -95,6 +98,7 @@ func driverCmd() *cobra.Command {
 	f.StringSliceVar(&cfg.Drivers, "drivers", []string{"sim", "process"}, "the drivers to serve: "+strings.Join(driverNames, ", "))
 	f.StringVar(&cfg.NATSURL, "nats-url", "", "the NATS the service runs on")
 	f.StringVar(&cfg.NATSCreds, "nats-creds", "", "the NATS credentials file to connect with (`torpor creds --role driver --node N`)")
+	f.StringVar(&cfg.NATSCA, "nats-ca", "", "a PEM file of CAs to trust for a NATS server with TLS, besides the system's (its supervisors trust it too)")
 	f.StringVar(&cfg.Data, "data", "", "where the drivers keep their sandboxes (the sim's journal, the process sandboxes)")
 	f.StringVar(&cfg.VMKernel, "vm-kernel", "", "the guest kernel of the vm driver")
 	f.DurationVar(&cfg.Heartbeat, "heartbeat", 5*time.Second, "how often the process driver's supervisors heartbeat (a third of the service's --heartbeat-limit)")
@@ -122,6 +126,9 @@ func serveDrivers(ctx context.Context, cfg driverConfig, out io.Writer, log zero
 			return invalid(fmt.Errorf("--nats-creds %s: %w", cfg.NATSCreds, err))
 		}
 		opts = append(opts, u.Options()...)
+	}
+	if cfg.NATSCA != "" {
+		opts = append(opts, nats.RootCAs(cfg.NATSCA))
 	}
 	nc, err := nats.Connect(cfg.NATSURL, opts...)
 	if err != nil {
@@ -174,7 +181,7 @@ func buildDrivers(cfg driverConfig, nc *nats.Conn) (compute.Registry, func(), er
 		case "process":
 			// Stopping `torpor driver` leaves the sandboxes running: a
 			// restart on the same --data finds them.
-			d, err = process.New(process.Config{Data: cfg.Data, NATSURL: cfg.NATSURL, Binary: cfg.Torpor, Heartbeat: cfg.Heartbeat, Path: os.Getenv("PATH"), RunAs: cfg.RunAs})
+			d, err = process.New(process.Config{Data: cfg.Data, NATSURL: cfg.NATSURL, NATSCA: cfg.NATSCA, Binary: cfg.Torpor, Heartbeat: cfg.Heartbeat, Path: os.Getenv("PATH"), RunAs: cfg.RunAs})
 		case "vm":
 			d, err = vmDriver(cfg, nc)
 		}

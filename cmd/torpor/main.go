@@ -19,8 +19,8 @@ import (
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/jsstore"
-	"github.com/torpor/torpor/services/gateway"
 	"github.com/torpor/torpor/projections/kvview"
+	"github.com/torpor/torpor/services/gateway"
 )
 
 func main() {
@@ -95,6 +95,7 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.NATSListen, "nats-listen", "127.0.0.1:4222", "where the embedded NATS server listens for producers")
 	f.StringVar(&cfg.NATSURL, "nats-url", "", "join an existing NATS cluster instead of embedding one")
 	f.StringVar(&cfg.NATSCreds, "nats-creds", "", "with --nats-url: the NATS credentials file to connect with (`torpor creds --role service`)")
+	f.StringVar(&cfg.NATSCA, "nats-ca", "", "a PEM file of CAs that torpor's NATS clients (its connection, its supervisors) trust besides the system's; default with --tls-cert: that certificate")
 	f.StringVar(&cfg.Fsync, "fsync", "always", "always: fsync every write; interval: fsync periodically (faster, may lose the last writes on a crash)")
 	f.StringVar(&cfg.Node, "node", "local", "the node this service runs sandboxes for")
 	f.DurationVar(&cfg.Deadline, "deadline", 2*time.Minute, "deadline of every transient phase")

@@ -89,8 +89,14 @@ type serveConfig struct {
 	// MetricsOpen serves /metrics without a token (--metrics-open).
 	MetricsOpen bool
 	// TLSCert and TLSKey are the HTTP API's certificate and key files (PEM;
-	// --tls-cert, --tls-key): set, it serves HTTPS only.
+	// --tls-cert, --tls-key): set, it serves HTTPS only, and the embedded
+	// NATS server takes TLS clients only, with the same certificate.
 	TLSCert, TLSKey string
+	// NATSCA is a PEM file of the CAs that torpor's own NATS clients (its
+	// connection, its supervisors) trust besides the system's (--nats-ca);
+	// empty with --tls-cert: the certificate file itself, whose
+	// certificates are then the anchors.
+	NATSCA string
 	// TokenLimits bound each token's requests a second, watches and waits
 	// on this server (--token-rate, --token-burst, --token-watches,
 	// --token-waits); zero fields do not limit (the tests' and the
@@ -162,6 +168,15 @@ func (c serveConfig) Validate() error {
 		}
 	}
 	return nil
+}
+
+// natsCA is the CA file torpor's own NATS clients trust: --nats-ca, else,
+// with --tls-cert on the embedded server, that certificate's file.
+func (c serveConfig) natsCA() string {
+	if c.NATSCA != "" || c.NATSURL != "" {
+		return c.NATSCA
+	}
+	return c.TLSCert
 }
 
 // loopbackHTTP reports whether addr (host:port) listens on loopback only.
@@ -262,6 +277,15 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 			return nil, err
 		}
 	}
+	var tlsConfig *tls.Config
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, invalid(fmt.Errorf("--tls-cert, --tls-key: %w", err))
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	natsCA := cfg.natsCA()
 	url := cfg.NATSURL
 	if err := a.openAuth(cfg); err != nil {
 		return nil, err
@@ -269,6 +293,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if url == "" {
 		ec := cfg.embedded()
 		ec.Operator, ec.Accounts, ec.SystemAccount = a.auth.OperatorJWT, a.auth.Accounts(), a.auth.SystemKey
+		ec.TLS = tlsConfig // the bus's clients verify the same certificate as the API's
 		if a.ns, err = embedded.Start(ec); err != nil {
 			return nil, err
 		}
@@ -278,6 +303,9 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	opts := []nats.Option{nats.Name("torpor " + cfg.Node), nats.MaxReconnects(-1), nats.SyncQueueLen(jsstore.SyncQueueLen)}
 	if a.user != nil {
 		opts = append(opts, a.user.Options()...)
+	}
+	if natsCA != "" {
+		opts = append(opts, nats.RootCAs(natsCA))
 	}
 	if a.nc, err = nats.Connect(url, opts...); err != nil {
 		return nil, fmt.Errorf("connect %s: %w", url, err)
@@ -334,13 +362,13 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	// they can dial). Shutting the service down leaves them running: a
 	// restart finds them.
 	if cfg.Data != "" && (cfg.NATSURL != "" || cfg.NATSListen != "") {
-		if drivers["process"], err = process.New(process.Config{Data: cfg.Data, NATSURL: url, Binary: cfg.Torpor, Heartbeat: cfg.HeartbeatLimit / 3, Path: os.Getenv("PATH"), RunAs: cfg.RunAs}); err != nil {
+		if drivers["process"], err = process.New(process.Config{Data: cfg.Data, NATSURL: url, NATSCA: natsCA, Binary: cfg.Torpor, Heartbeat: cfg.HeartbeatLimit / 3, Path: os.Getenv("PATH"), RunAs: cfg.RunAs}); err != nil {
 			return nil, err
 		}
 		warnRoot(log, cfg.RunAs)
 		// The vm driver is there whatever the node has: a node without
 		// QEMU or a kernel refuses each vm create, saying what it lacks.
-		if drivers["vm"], err = newVM(a.nc, cfg.Data, url, cfg.Torpor, cfg.VMKernel, cfg.HeartbeatLimit/3); err != nil {
+		if drivers["vm"], err = newVM(a.nc, cfg.Data, url, natsCA, cfg.Torpor, cfg.VMKernel, cfg.HeartbeatLimit/3); err != nil {
 			return nil, err
 		}
 	}
@@ -383,14 +411,6 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		if err := a.sql.attach(followed); err != nil {
 			return nil, err
 		}
-	}
-	var tlsConfig *tls.Config
-	if cfg.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
-		if err != nil {
-			return nil, invalid(fmt.Errorf("--tls-cert, --tls-key: %w", err))
-		}
-		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	ln, err := net.Listen("tcp", cfg.HTTP)
 	if err != nil {

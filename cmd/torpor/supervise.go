@@ -63,6 +63,7 @@ func superviseCmd() *cobra.Command {
 	f.StringVar(&s.Sandbox, "sandbox", "", "the sandbox's id")
 	f.Int64Var(&s.Generation, "generation", 0, "the generation to attach as")
 	f.StringVar(&s.NATSURL, "nats-url", "", "the NATS server to report on")
+	f.StringVar(&s.NATSCA, "nats-ca", "", "a PEM file of CAs to trust for a NATS server with TLS (besides the system's)")
 	f.StringVar(&natsCreds, "nats-creds", "", "a NATS credentials file to connect with; default: the text in $"+supervisor.BusCredsEnv+" (what the driver passes)")
 	f.StringVar(&s.Dir, "dir", "", "the sandbox's directory (the process driver's layout); empty: the current directory, and nothing recorded")
 	f.DurationVar(&s.Heartbeat, "heartbeat", 5*time.Second, "how often to heartbeat")
@@ -83,7 +84,7 @@ func superviseVM(cmd *cobra.Command, p process.Supervision, readyFD int, restore
 		return invalid(errors.New("supervise --vm: the guest's command is in its image, not on this command line"))
 	}
 	s := vm.Supervision{Sandbox: p.Sandbox, Generation: p.Generation, Credential: os.Getenv(supervisor.CredentialEnv),
-		NATSURL: p.NATSURL, BusCreds: p.BusCreds, Dir: p.Dir, Heartbeat: p.Heartbeat, Restore: restore}
+		NATSURL: p.NATSURL, NATSCA: p.NATSCA, BusCreds: p.BusCreds, Dir: p.Dir, Heartbeat: p.Heartbeat, Restore: restore}
 	if readyFD > 0 {
 		s.Ready = os.NewFile(uintptr(readyFD), "ready")
 	}

@@ -18,9 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/busauth"
 	torpor "github.com/torpor/torpor/sdk/go"
 )
 
@@ -135,4 +137,39 @@ func TestHTTPOverTLS(t *testing.T) {
 			t.Errorf("%s: %v, want INVALID_ARGUMENT", c.name, err)
 		}
 	}
+}
+
+// TestNATSOverTLS: with --tls-cert the embedded NATS server takes TLS
+// clients only, with the same certificate: a client (with a user of the
+// bus) that trusts the CA connects, one that does not is refused by its own
+// verification, and a process sandbox's supervisor, which the driver tells
+// to trust the certificate, attaches over TLS (the sandbox gets ready).
+func TestNATSOverTLS(t *testing.T) {
+	pki := newTestPKI(t)
+	a, _, _ := processApp(t, 15*time.Second, func(c *serveConfig) { c.TLSCert, c.TLSKey = pki.Cert, pki.Key })
+	c := torpor.New(a.HTTPURL(), &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.pool}}}).WithToken(a.AdminToken())
+	opts, err := a.natsOptions(busauth.Grant{Role: busauth.Dashboard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nc, err := nats.Connect(a.NATSURL(), opts...); err == nil {
+		nc.Close()
+		t.Error("a client that does not trust the CA connected")
+	} else if !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("a client that does not trust the CA: %v, want a certificate error", err)
+	}
+	nc, err := nats.Connect(a.NATSURL(), append(opts, nats.RootCAs(pki.CA))...)
+	if err != nil {
+		t.Fatalf("a client that trusts the CA: %v", err)
+	}
+	defer nc.Close()
+	if !nc.TLSRequired() {
+		t.Error("the connection is not TLS")
+	}
+	ctx := context.Background()
+	v, err := c.Create(ctx, torpor.CreateRequest{Name: "tls-proc", Driver: "process", Command: []string{"sh", "-c", "sleep 600"}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, c, v.ID, events.PhaseReady)
 }

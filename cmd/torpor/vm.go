@@ -16,7 +16,7 @@ import (
 // start (FAILED_PRECONDITION, naming what is missing). torpor serve adds it
 // whatever the node has, and refuses each vm create instead.
 func vmDriver(cfg driverConfig, nc *nats.Conn) (compute.Driver, error) {
-	d, err := newVM(nc, cfg.Data, cfg.NATSURL, cfg.Torpor, cfg.VMKernel, cfg.Heartbeat)
+	d, err := newVM(nc, cfg.Data, cfg.NATSURL, cfg.NATSCA, cfg.Torpor, cfg.VMKernel, cfg.Heartbeat)
 	if err != nil {
 		return nil, err
 	}
@@ -29,7 +29,7 @@ func vmDriver(cfg driverConfig, nc *nats.Conn) (compute.Driver, error) {
 // newVM is the vm driver over data, its supervisors reporting on url, its
 // snapshots moving through the torpor_snapshots object store on nc's
 // JetStream (made if missing).
-func newVM(nc *nats.Conn, data, url, binary, kernel string, heartbeat time.Duration) (*vm.Driver, error) {
+func newVM(nc *nats.Conn, data, url, ca, binary, kernel string, heartbeat time.Duration) (*vm.Driver, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
@@ -47,5 +47,5 @@ func newVM(nc *nats.Conn, data, url, binary, kernel string, heartbeat time.Durat
 	if err != nil {
 		return nil, err
 	}
-	return vm.New(vm.Config{Data: data, NATSURL: url, Binary: binary, Kernel: kernel, Heartbeat: heartbeat, Snapshots: store})
+	return vm.New(vm.Config{Data: data, NATSURL: url, NATSCA: ca, Binary: binary, Kernel: kernel, Heartbeat: heartbeat, Snapshots: store})
 }

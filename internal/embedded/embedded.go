@@ -5,6 +5,7 @@
 package embedded
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -40,6 +41,9 @@ type Config struct {
 	// SystemAccount is the public key of the system account, one of
 	// Accounts; with Operator only.
 	SystemAccount string
+	// TLS, when set, makes every TCP client speak TLS with the server's
+	// certificate in it (in-process connections need not).
+	TLS *tls.Config
 }
 
 // readyIn bounds the wait for a started server to take connections.
@@ -125,6 +129,9 @@ func Start(cfg Config) (*server.Server, error) {
 	}
 	if err := cfg.auth(opts); err != nil {
 		return nil, fmt.Errorf("embedded nats-server: %w", err)
+	}
+	if cfg.TLS != nil {
+		opts.TLSConfig, opts.TLSTimeout = cfg.TLS, 5
 	}
 	if opts.ServerName == "" {
 		opts.ServerName = "torpor"

@@ -38,6 +38,9 @@ type Config struct {
 	Data string
 	// NATSURL is where the supervisors report (torpor serve's NATS).
 	NATSURL string
+	// NATSCA is a PEM file of the CAs a supervisor trusts for a NATS
+	// server with TLS (supervise --nats-ca); empty: the system's.
+	NATSCA string
 	// Binary is the torpor executable the supervisors run; default
 	// os.Executable().
 	Binary string
@@ -351,6 +354,7 @@ func (d *Driver) spawn(ctx context.Context, dir, cg, kind string, req compute.St
 		"--sandbox", req.Spec.SandboxID,
 		"--generation", strconv.FormatInt(req.Generation, 10),
 		"--nats-url", d.cfg.NATSURL,
+		"--nats-ca", d.cfg.NATSCA,
 		"--dir", dir,
 		"--heartbeat", d.cfg.Heartbeat.String(),
 		"--freezer", kind,

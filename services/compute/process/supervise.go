@@ -42,6 +42,9 @@ type Supervision struct {
 	Generation int64
 	Credential string
 	NATSURL    string
+	// NATSCA is a PEM file of CAs to trust for NATS over TLS; empty: the
+	// system\'s.
+	NATSCA string
 	// BusCreds is the NATS credentials file's text the supervisor connects
 	// with (supervisor.BusCredsEnv); empty: none.
 	BusCreds string
@@ -138,7 +141,7 @@ func Supervise(ctx context.Context, s Supervision, log zerolog.Logger) error {
 
 	// Connected (or connecting: a service down now is asked again) before
 	// the workload starts, so that a URL that cannot work refuses the start.
-	nc, err := supervisor.Connect(s.NATSURL, s.Sandbox, s.BusCreds)
+	nc, err := supervisor.Connect(s.NATSURL, s.Sandbox, s.BusCreds, s.NATSCA)
 	if err != nil {
 		err = fmt.Errorf("supervise: nats %s: %w", s.NATSURL, err)
 		s.tell(err)

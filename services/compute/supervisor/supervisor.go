@@ -91,9 +91,12 @@ func (s *Sender) Send(r compute.Report) bool {
 // Connect connects a supervisor of sandbox to url as the user of creds (a
 // NATS credentials file's text; empty: none), retrying for ever: a service
 // down now is asked again.
-func Connect(url, sandbox, creds string) (*nats.Conn, error) {
+func Connect(url, sandbox, creds, ca string) (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name("torpor supervise " + sandbox),
 		nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.ReconnectWait(250 * time.Millisecond)}
+	if ca != "" {
+		opts = append(opts, nats.RootCAs(ca))
+	}
 	if creds != "" {
 		u, err := busauth.ParseCreds([]byte(creds), busauth.Grant{Role: busauth.Supervisor, Sandbox: sandbox})
 		if err != nil {

@@ -57,6 +57,9 @@ type Config struct {
 	Data string
 	// NATSURL is where the supervisors report.
 	NATSURL string
+	// NATSCA is a PEM file of the CAs a supervisor trusts for a NATS
+	// server with TLS (supervise --nats-ca); empty: the system's.
+	NATSCA string
 	// Binary is the torpor executable the supervisors run; default
 	// os.Executable().
 	Binary string
@@ -376,6 +379,7 @@ func (d *Driver) spawn(ctx context.Context, dir, id string, gen int64, cred, bus
 		"--sandbox", id,
 		"--generation", strconv.FormatInt(gen, 10),
 		"--nats-url", d.cfg.NATSURL,
+		"--nats-ca", d.cfg.NATSCA,
 		"--dir", dir,
 		"--heartbeat", d.cfg.Heartbeat.String(),
 		"--ready-fd", strconv.Itoa(supervisor.ReadyFD),

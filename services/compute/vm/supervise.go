@@ -29,6 +29,9 @@ type Supervision struct {
 	Generation int64
 	Credential string
 	NATSURL    string
+	// NATSCA is a PEM file of CAs to trust for NATS over TLS; empty: the
+	// system\'s.
+	NATSCA string
 	// BusCreds is the NATS credentials file's text the supervisor connects
 	// with (supervisor.BusCredsEnv); empty: none.
 	BusCreds string
@@ -89,7 +92,7 @@ func Supervise(ctx context.Context, s Supervision, log zerolog.Logger) error {
 		s.tell(err)
 		return err
 	}
-	nc, err := supervisor.Connect(s.NATSURL, s.Sandbox, s.BusCreds)
+	nc, err := supervisor.Connect(s.NATSURL, s.Sandbox, s.BusCreds, s.NATSCA)
 	if err != nil {
 		err = fmt.Errorf("supervise: nats %s: %w", s.NATSURL, err)
 		s.tell(err)

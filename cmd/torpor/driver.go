@@ -36,7 +36,7 @@ type driverConfig struct {
 	// NATSCA is a PEM file of CAs to trust for a NATS server with TLS,
 	// besides the system's (--nats-ca); its supervisors trust it too.
 	NATSCA string
-	Data      string
+	Data   string
 	// VMKernel is the guest kernel of the vm driver.
 	VMKernel string
 	// Heartbeat is how often the process driver's supervisors heartbeat

@@ -377,7 +377,7 @@ type fuzzAuth struct{}
 func (fuzzAuth) Authenticate(_ context.Context, secret string) (events.TokenInfo, error) {
 	for _, t := range fuzzTokens {
 		if t.secret == secret && t.scopes != nil {
-			return events.TokenInfo{Name: secret[len("torpor_"):len("torpor_")+1], Scopes: t.scopes}, nil
+			return events.TokenInfo{Name: secret[len("torpor_") : len("torpor_")+1], Scopes: t.scopes}, nil
 		}
 	}
 	return events.TokenInfo{}, events.Errorf(events.CodeUnauthenticated, "unknown token")

@@ -773,5 +773,9 @@ func printBanner(w io.Writer, a *app, cfg serveConfig) {
 		fmt.Fprintln(w, "no admin token under --data (revoked?): make one with torpor token create, or delete the file and restart")
 		auth = ` -H "Authorization: Bearer $TOKEN"`
 	}
+	if a.auth != nil && cfg.Data != "" {
+		fmt.Fprintf(w, "the bus takes users of its accounts only (keys under %s): torpor creds --role producer,dashboard -o client.creds, then nats --creds client.creds …\n",
+			filepath.Join(cfg.Data, "auth"))
+	}
 	fmt.Fprintf(w, "create a sandbox:\n  curl -s%s -H 'Content-Type: application/json' -X POST %s/v1/sandboxes -d '{\"name\":\"demo\",\"driver\":\"sim\"}'\n\n", auth, a.HTTPURL())
 }

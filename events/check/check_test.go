@@ -98,12 +98,16 @@ func TestViolations(t *testing.T) {
 		{"a resume of a consumed reference", []step{created, attached1, suspend1, suspended, resume2, consumed2,
 			{&events.ResumeFailed{Generation: 2}, "suspended", "c3"},
 			{&events.ResumeRequested{Generation: 3, RestoreRef: ""}, "starting", "c4"}}, check.RetainedStateOnce, 8},
-		{"a suspension on an invalidated reference", []step{created, attached1, suspend1,
-			{&events.RetainedStateInvalidated{RestoreRef: "r1"}, "suspending", ""},
-			{&events.Suspended{Generation: 1, RestoreRef: "r1"}, "suspended", "c2"}}, check.RetainedStateOnce, 5},
+		{"a suspension on a discarded reference", []step{created, attached1, suspend1, suspended,
+			{&events.StartRequested{Generation: 2}, "starting", "c3"},
+			{&events.RetainedStateDiscarded{RestoreRef: "r1"}, "starting", "c3"},
+			{&events.SupervisorAttached{Generation: 2}, "ready", ""},
+			{&events.SuspendRequested{Generation: 2}, "suspending", "c4"},
+			{&events.Suspended{Generation: 2, RestoreRef: "r1"}, "suspended", "c4"}}, check.RetainedStateOnce, 9},
 		{"a second exit of a generation", []step{created, attached1,
-			{&events.Exited{Generation: 1, Code: 3}, "error", ""},
-			{&events.Exited{Generation: 1, Code: 0}, "error", ""}}, check.ExitKept, 4},
+			{&events.StopRequested{Generation: 1}, "stopping", "c2"},
+			{&events.Exited{Generation: 1, Code: 3}, "stopping", ""},
+			{&events.Exited{Generation: 1, Code: 0}, "stopping", ""}}, check.ExitKept, 5},
 		{"a start that mints no new generation", []step{created, attached1,
 			{&events.StopRequested{Generation: 1}, "stopping", "c2"},
 			{&events.Stopped{Generation: 1}, "stopped", "c2"},
@@ -156,17 +160,25 @@ func TestStuck(t *testing.T) {
 }
 
 func ExampleLog() {
-	env, _ := events.NewEnvelope(id, &events.Created{Name: "a", Driver: "sim", Generation: 1}, events.Meta{}, t0)
-	env.Seq, env.Phase = 1, events.PhaseProvisioning
-	again, _ := events.NewEnvelope(id, &events.Suspended{Generation: 1, RestoreRef: "r1"}, events.Meta{}, t0)
-	again.Seq, again.Phase = 2, events.PhaseSuspended
-	gone, _ := events.NewEnvelope(id, &events.RetainedStateInvalidated{RestoreRef: "r1"}, events.Meta{}, t0)
-	gone.Seq, gone.Phase = 3, events.PhaseSuspended
-	for _, v := range check.Log([]events.Envelope{env, again, gone}, check.Options{}) {
+	var log []events.Envelope
+	for i, e := range []events.Event{
+		&events.Created{Name: "a", Driver: "sim", Generation: 1},
+		&events.SupervisorAttached{Generation: 1},
+		&events.SuspendRequested{Generation: 1},
+		&events.Suspended{Generation: 1, RestoreRef: "r1"},
+		&events.ResumeRequested{Generation: 2, RestoreRef: "r1"},
+		&events.RetainedStateConsumed{Generation: 2, RestoreRef: "r1"},
+		&events.ResumeFailed{Generation: 2}, // "not consumed": suspended on a consumed reference
+	} {
+		env, _ := events.NewEnvelope(id, e, events.Meta{}, t0)
+		env.Seq = uint64(i + 1)
+		log = append(log, env)
+	}
+	for _, v := range check.Log(log, check.Options{}) {
 		fmt.Println(v)
 	}
 	// Output:
-	// sandbox 0193b0a4-0000-7000-8000-000000000001 seq 3: invariant 1: suspended on reference "r1", consumed or invalidated
+	// sandbox 0193b0a4-0000-7000-8000-000000000001 seq 7: invariant 1: suspended on reference "r1", consumed or invalidated
 }
 
 // TestAll: a whole log, sandboxes interleaved, is checked sandbox by

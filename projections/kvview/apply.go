@@ -251,15 +251,21 @@ func (v *View) applyGroups(ctx context.Context, todo []group, hold time.Duration
 			if err != nil {
 				return nil, nil, err
 			}
-			next := cur.view // Fold replaces Labels and ExitCode, never edits them
-			changed := false
-			var ms []move
-			for _, env := range g.envs {
-				from := next.Phase
-				changed = next.Fold(env) || changed
-				if next.Phase != from && env.Seq > v.counted && v.cfg.Metrics != nil {
-					ms = append(ms, move{from, next.Phase})
+			next, changed, ms, err := v.foldGroup(cur.view, g)
+			if err != nil {
+				// A cached view may be behind the bucket (another writer):
+				// the bucket's decides whether the table refuses.
+				if fresh, rev, lerr := v.load(ctx, g.id); lerr == nil && rev != cur.rev {
+					v.forget(g.id)
+					cur = entry{view: fresh, rev: rev}
+					next, changed, ms, err = v.foldGroup(cur.view, g)
 				}
+			}
+			if err != nil {
+				// Refused by the lifecycle table (or its data does not
+				// decode): the aggregate passed over it, so no view may
+				// follow it. The runner parks it and goes on.
+				return nil, nil, fmt.Errorf("%w: %w", projections.ErrUnapplicable, err)
 			}
 			if v.cfg.Metrics != nil {
 				if moves == nil {
@@ -301,6 +307,27 @@ func (v *View) applyGroups(ctx context.Context, todo []group, hold time.Duration
 		}
 		todo = redo
 	}
+}
+
+// foldGroup folds g's events into view (Fold replaces Labels and ExitCode,
+// never edits them) and says whether it changed, with the phase changes of
+// the events above v.counted (Config.Metrics), or the error of an event
+// the lifecycle table refuses.
+func (v *View) foldGroup(view events.View, g group) (events.View, bool, []move, error) {
+	changed := false
+	var ms []move
+	for _, env := range g.envs {
+		from := view.Phase
+		took, err := view.Apply(env)
+		if err != nil {
+			return view, false, nil, fmt.Errorf("apply %s seq %d to %s: %w", env.Type, env.Seq, g.id, err)
+		}
+		changed = took || changed
+		if view.Phase != from && env.Seq > v.counted && v.cfg.Metrics != nil {
+			ms = append(ms, move{from, view.Phase})
+		}
+	}
+	return view, changed, ms, nil
 }
 
 // base is the view g's events fold into: the cached one, an empty one for a

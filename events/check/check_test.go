@@ -2,11 +2,13 @@ package check_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/check"
+	"github.com/torpor/torpor/events/storetest"
 )
 
 const id = "0193b0a4-0000-7000-8000-000000000001"
@@ -196,5 +198,44 @@ func TestAll(t *testing.T) {
 	vs := check.All(log, check.Options{})
 	if len(vs) != 1 || vs[0].SandboxID != other || vs[0].Seq != 99 || vs[0].Invariant != check.GenerationsFenced {
 		t.Fatalf("violations %v; want the one of %s at seq 99", vs, other)
+	}
+}
+
+// TestForgedEventsCountedNotFollowed: events the lifecycle table refuses
+// (forged on the bus, whatever phase they are stamped with) are counted
+// and change nothing: no violation appears or disappears for them, and a
+// hung stop is still reported stuck past its deadline.
+func TestForgedEventsCountedNotFollowed(t *testing.T) {
+	stop := []step{created, attached1,
+		{&events.StopRequested{Generation: 1}, "stopping", "c2"}}
+	hung := build(t, stop...) // stopping since t0+2s
+	forged := storetest.ForgedStopping(id, 1, t0.Add(3*time.Second))
+	for i := range forged {
+		forged[i].Seq = uint64(len(hung) + 1 + i)
+	}
+	var refused []string
+	o := check.Options{Deadline: time.Minute, Now: t0.Add(time.Hour), Refused: func(env events.Envelope, err error) {
+		refused = append(refused, env.Type)
+	}}
+	vs := check.Log(append(hung, forged...), o)
+	if len(vs) != 1 || vs[0].Invariant != check.TransientsHaveAnEnd || !strings.HasPrefix(vs[0].Message, "stopping for") {
+		t.Errorf("violations %v; want the hung stop (invariant 5, stopping) only", vs)
+	}
+	// All but the exit, which the table takes in stopping as a fact.
+	if want := len(forged) - 1; len(refused) != want {
+		t.Errorf("refused %v; want %d", refused, want)
+	}
+
+	stopped := build(t, append(stop, step{&events.Stopped{Generation: 1}, "stopped", "c2"})...)
+	forged = storetest.Forged(id, 1, t0.Add(4*time.Second))
+	for i := range forged {
+		forged[i].Seq = uint64(len(stopped) + 1 + i)
+	}
+	refused = nil
+	if vs := check.Log(append(stopped, forged...), o); len(vs) != 0 {
+		t.Errorf("violations %v on a stopped sandbox with forged events; want none", vs)
+	}
+	if len(refused) != len(forged) {
+		t.Errorf("refused %v; want all %d", refused, len(forged))
 	}
 }

@@ -228,8 +228,7 @@ var (
 
 // ParseID checks that id is a sandbox id (a uuid), so it is safe in a subject.
 func ParseID(id string) error {
-	u, err := uuid.Parse(id)
-	if err != nil || u.String() != id {
+	if !events.ValidID(id) {
 		return events.Errorf(events.CodeInvalidArgument, "invalid sandbox id %q: want a lower-case uuid", id)
 	}
 	return nil

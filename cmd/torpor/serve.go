@@ -201,7 +201,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, err
 	}
-	view, err := kvview.New(ctx, js, kvview.Config{CheckpointEvery: 100 * time.Millisecond, HoldTransient: viewHold, Metrics: m})
+	view, err := kvview.New(ctx, js, kvview.Config{CheckpointEvery: 100 * time.Millisecond, HoldTransient: viewHold, Metrics: m, Log: store})
 	if err != nil {
 		return nil, err
 	}

@@ -346,10 +346,40 @@ func (v *View) base(ctx context.Context, g group, assumeNew bool) (entry, error)
 	if errors.Is(err, events.ErrNotFound) {
 		return entry{}, nil
 	}
+	if errors.Is(err, ErrGarbage) {
+		// Not a view: rebuilt from the log up to g's first event, and
+		// written over the garbage (at its revision).
+		view, err := v.rebuildOne(ctx, g.id, g.envs[0].Seq)
+		if err != nil {
+			return entry{}, err
+		}
+		return entry{view: view, rev: rev}, nil
+	}
 	if err != nil {
 		return entry{}, err
 	}
 	return entry{view: view, rev: rev}, nil
+}
+
+// rebuildOne folds the view of id from the log, through the lifecycle
+// table, from its first event to the one before seq; without Config.Log
+// it is no view yet.
+func (v *View) rebuildOne(ctx context.Context, id string, seq uint64) (events.View, error) {
+	var view events.View
+	if v.cfg.Log == nil {
+		return view, nil
+	}
+	envs, err := v.cfg.Log.Load(ctx, id, 0)
+	if err != nil {
+		return view, fmt.Errorf("rebuild the view of %s: %w", id, err)
+	}
+	for _, env := range envs {
+		if env.Seq >= seq {
+			break
+		}
+		_, _ = view.Apply(env) // what the table refuses, the live view parked
+	}
+	return view, nil
 }
 
 // put publishes writes pipelined and waits for every acknowledgement. A

@@ -395,6 +395,9 @@ func (a *app) Ready(ctx context.Context) error {
 	if !a.nc.IsConnected() {
 		return errors.New("not connected to NATS")
 	}
+	if err := a.proj.Stuck(); err != nil {
+		return err // retrying one event, or not following the log
+	}
 	lag, err := a.proj.Lag(ctx)
 	if err != nil {
 		return err

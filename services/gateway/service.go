@@ -650,7 +650,27 @@ func (s *Service) Resolve(ctx context.Context, ref string) (string, error) {
 	if errors.Is(err, events.ErrNotFound) {
 		return "", events.Errorf(events.CodeNotFound, "sandbox %q not found", ref)
 	}
-	return id, err
+	if err != nil {
+		return "", err
+	}
+	// The bucket is on the bus: an entry is trusted only if the log agrees,
+	// the sandbox created with that name and not deleted, so that a name
+	// pointed at another sandbox (or at nothing) never makes a command act
+	// on the wrong one.
+	if ParseID(id) != nil {
+		s.log.Warn().Str("name", ref).Str("sandbox_id", id).Msg("names entry passed over: not a sandbox id")
+		return "", events.Errorf(events.CodeNotFound, "sandbox %q not found", ref)
+	}
+	sb, _, err := s.load(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if !sb.Exists() || sb.Gone() || sb.Spec.Name != ref {
+		s.log.Warn().Str("name", ref).Str("sandbox_id", id).Str("created_as", sb.Spec.Name).
+			Msg("names entry passed over: the log does not give the sandbox that name")
+		return "", events.Errorf(events.CodeNotFound, "sandbox %q not found", ref)
+	}
+	return id, nil
 }
 
 // ViewAt folds sandbox id's log up to seq (0: no bound) or time at (zero: no

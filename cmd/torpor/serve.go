@@ -197,6 +197,8 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	store, err := jsstore.New(ctx, js, jsstore.Config{DuplicateWindow: cfg.DuplicateWindow, OnForeign: func(f jsstore.Foreign) {
 		m.Foreign()
 		log.Warn().Err(f.Err).Str("subject", f.Subject).Uint64("seq", f.Seq).Msg("skipped a message that is not a torpor event")
+	}, OnBadPosition: func(name string, err error) {
+		log.Warn().Err(err).Str("position", name).Msg("a position that is no sequence: following the log from its start")
 	}})
 	if err != nil {
 		return nil, err

@@ -647,3 +647,42 @@ func TestLostAnswerIsResolved(t *testing.T) {
 		t.Errorf("messages in stream: got %d, want 1", got)
 	}
 }
+
+// TestPositionGarbage (issue 23, attack 7): a position that holds no
+// sequence does not stop its follower from starting: it starts from 0,
+// the store says so, and the next Set overwrites it.
+func TestPositionGarbage(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx := context.Background()
+	var told []string
+	s, err := jsstore.New(ctx, srv.JS, jsstore.Config{OnBadPosition: func(name string, err error) { told = append(told, name) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Position(ctx, "sagas.n1"); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := srv.JS.KeyValue(ctx, jsstore.PositionBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "sagas.n1", []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Position(ctx, "sagas.n1")
+	if err != nil {
+		t.Fatalf("position over garbage: %v", err)
+	}
+	if got, err := p.Get(ctx); err != nil || got != 0 {
+		t.Errorf("Get over garbage = %d, %v; want 0", got, err)
+	}
+	if len(told) == 0 || told[0] != "sagas.n1" {
+		t.Errorf("told of %v, want sagas.n1", told)
+	}
+	if err := p.Set(ctx, 9); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := p.Get(ctx); err != nil || got != 9 {
+		t.Errorf("after Set 9: %d, %v", got, err)
+	}
+}

@@ -84,3 +84,31 @@ func TestGarbageInTheBucket(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckpointGarbage (issue 23, attack 7): a checkpoint that holds no
+// sequence does not stop the view from starting: it applies the log again
+// from its start (idempotently) and the next checkpoint overwrites it.
+func TestCheckpointGarbage(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx := context.Background()
+	v := newView(t, srv.JS)
+	log := randomLog(t, 5, 10, 50)
+	applyBatch(t, v, log...)
+	kv, err := srv.JS.KeyValue(ctx, "torpor_positions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "kvview.torpor_phases", []byte("-1 garbage")); err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(ctx, srv.JS, Config{})
+	if err != nil {
+		t.Fatalf("New over a garbage checkpoint: %v", err)
+	}
+	checkpointIs(t, w, 0)
+	applyBatch(t, w, log...)
+	checkpointIs(t, w, uint64(len(log)))
+	if got := position(t, srv.JS, "kvview.torpor_phases"); got != "50" {
+		t.Errorf("checkpoint key %q, want 50", got)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/check"
 	"github.com/torpor/torpor/events/jsstore"
+	"github.com/torpor/torpor/events/natstest"
 	"github.com/torpor/torpor/events/storetest"
 	torpor "github.com/torpor/torpor/sdk/go"
 )
@@ -116,5 +117,35 @@ func TestForgedEventsMoveNoView(t *testing.T) {
 	}
 	if a.store.Foreign() == 0 {
 		t.Errorf("the foreign message on torpor.sandbox.ZZ was not counted")
+	}
+}
+
+// TestBadCredentialSecretReplaced (issue 23, attack 7): a short or garbage
+// credential_secret in torpor_config does not stop serve from starting: it
+// is replaced by a fresh one at its revision.
+func TestBadCredentialSecretReplaced(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx := context.Background()
+	if _, err := credentials(ctx, srv.JS); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := srv.JS.KeyValue(ctx, "torpor_config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"short", ""} {
+		if _, err := kv.Put(ctx, "credential_secret", []byte(bad)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := credentials(ctx, srv.JS); err != nil {
+			t.Fatalf("credentials over %q: %v", bad, err)
+		}
+		e, err := kv.Get(ctx, "credential_secret")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(e.Value()) < 16 {
+			t.Errorf("the secret after a start over %q is %d bytes", bad, len(e.Value()))
+		}
 	}
 }

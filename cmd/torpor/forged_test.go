@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/check"
@@ -148,4 +149,93 @@ func TestBadCredentialSecretReplaced(t *testing.T) {
 			t.Errorf("the secret after a start over %q is %d bytes", bad, len(e.Value()))
 		}
 	}
+}
+
+// TestGarbageInBuckets (issue 23, attacks 6 and 7): garbage in
+// torpor_phases answers no 500 on list, /v1/phases or /metrics, keeps
+// /readyz ready, and the next event of that sandbox rebuilds its view from
+// the log while the others go on; garbage positions (the sagas' and the
+// view's) and a short credential secret do not stop serve from starting
+// again.
+func TestGarbageInBuckets(t *testing.T) {
+	dir := t.TempDir()
+	a := startApp(t, dir, nil)
+	c := torpor.New(a.HTTPAddr(), nil)
+	nc := busConn(t, a)
+	ctx := context.Background()
+	one, err := c.Create(ctx, torpor.CreateRequest{Name: "one"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := c.Create(ctx, torpor.CreateRequest{Name: "two"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, c, one.ID, events.PhaseReady)
+	mustWait(t, c, two.ID, events.PhaseReady)
+
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	phases, err := js.KeyValue(ctx, "torpor_phases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := phases.Put(ctx, one.ID, []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + a.HTTPAddr()
+	for _, path := range []string{"/v1/sandboxes", "/v1/phases", "/metrics", "/readyz"} {
+		if code, body := httpDo(t, "GET", base+path, "", nil); code != 200 {
+			t.Errorf("GET %s over garbage: %d %s", path, code, body)
+		}
+	}
+	// The next events: the garbage sandbox's view is rebuilt, the other's
+	// view moves as ever.
+	for _, id := range []string{one.ID, two.ID} {
+		if _, err := c.Lifecycle(ctx, "stop", id, false, ""); err != nil {
+			t.Fatalf("stop %s: %v", id, err)
+		}
+	}
+	mustWait(t, c, two.ID, events.PhaseStopped)
+	if v := mustWait(t, c, one.ID, events.PhaseStopped); v.Name != "one" {
+		t.Errorf("the rebuilt view: %+v", v)
+	}
+	if kv := kvView(t, nc, one.ID); kv.Phase != events.PhaseStopped || kv.Name != "one" {
+		t.Errorf("the rebuilt KV view: %+v", kv)
+	}
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	srv := natstest.StartWith(t, natstest.Options{Dir: dir})
+	pos, err := srv.JS.KeyValue(ctx, "torpor_positions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := pos.Keys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if _, err := pos.Put(ctx, k, []byte("garbage")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := srv.JS.KeyValue(ctx, "torpor_config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cfg.Put(ctx, "credential_secret", []byte("short")); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+
+	b := startApp(t, dir, nil)
+	c = torpor.New(b.HTTPAddr(), nil)
+	if _, err := c.Lifecycle(ctx, "start", one.ID, false, ""); err != nil {
+		t.Fatalf("start after the restart: %v", err)
+	}
+	mustWait(t, c, one.ID, events.PhaseReady)
 }

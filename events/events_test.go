@@ -155,8 +155,9 @@ func TestCodeOf(t *testing.T) {
 	}
 }
 
-// TestFoldNeverGoesBack: a view skips events at or below its seq and events of
-// unknown types, and keeps the first exit code.
+// TestFoldNeverGoesBack: a view skips events at or below its seq, events of
+// unknown types and events the table refuses (a second exit in error), and
+// keeps the first exit code.
 func TestFoldNeverGoesBack(t *testing.T) {
 	env := func(seq uint64, phase Phase, e Event) Envelope {
 		en, _ := NewEnvelope("s1", e, Meta{}, time.Unix(int64(seq), 0))
@@ -174,8 +175,10 @@ func TestFoldNeverGoesBack(t *testing.T) {
 	if v.Fold(Envelope{SandboxID: "s1", Type: "sandbox.from_the_future", Seq: 4, Phase: PhaseReady}) {
 		t.Error("an unknown type was folded")
 	}
-	v.Fold(env(5, PhaseError, &Exited{Generation: 1, Code: 9}))
-	if v.Phase != PhaseError || v.Seq != 5 || v.ExitCode == nil || *v.ExitCode != 3 || v.Labels == nil {
+	if v.Fold(env(5, PhaseError, &Exited{Generation: 1, Code: 9})) {
+		t.Error("an exit in error was folded")
+	}
+	if v.Phase != PhaseError || v.Seq != 3 || v.ExitCode == nil || *v.ExitCode != 3 || v.Labels == nil {
 		t.Errorf("view %+v", v)
 	}
 }
@@ -185,30 +188,31 @@ func TestFoldNeverGoesBack(t *testing.T) {
 func TestFoldOutcomes(t *testing.T) {
 	cases := []struct {
 		name    string
+		from    Phase
 		steps   []Event
 		phases  []Phase
 		outcome string
 		reason  string
 	}{
-		{"strict restore failure after the consumption",
+		{"strict restore failure after the consumption", PhaseSuspended,
 			[]Event{&ResumeRequested{Generation: 2, RestoreRef: "r"}, &RetainedStateConsumed{Generation: 2, RestoreRef: "r"}, &Stopped{Generation: 2, Reason: ReasonRetainedStateLost}},
 			[]Phase{PhaseStarting, PhaseStarting, PhaseStopped}, OutcomeRestoreFailed, ReasonRetainedStateLost},
-		{"a restore after a strict failure and a cold start",
+		{"a restore after a strict failure and a cold start", PhaseStarting,
 			[]Event{&Stopped{Generation: 2, Reason: ReasonRetainedStateLost}, &StartRequested{Generation: 3}, &SupervisorAttached{Generation: 3}},
 			[]Phase{PhaseStopped, PhaseStarting, PhaseReady}, OutcomeRestoreFailed, ""},
-		{"a hung suspension cancelled at its deadline, the workload running",
+		{"a hung suspension cancelled at its deadline, the workload running", PhaseReady,
 			[]Event{&SuspendRequested{Generation: 1}, &SuspendRejected{Generation: 1, Reason: ReasonDeadlineExceeded}, &DeadlinePassed{Phase: PhaseSuspending}},
 			[]Phase{PhaseSuspending, PhaseReady, PhaseReady}, OutcomeSuspendTimedOut, ReasonDeadlineExceeded},
-		{"a resume past its deadline before the consumption",
+		{"a resume past its deadline before the consumption", PhaseSuspended,
 			[]Event{&ResumeRequested{Generation: 2, RestoreRef: "r"}, &ResumeFailed{Generation: 2}, &DeadlinePassed{Phase: PhaseStarting}},
 			[]Phase{PhaseStarting, PhaseSuspended, PhaseSuspended}, OutcomeRestoreFailed, ReasonDeadlineExceeded},
-		{"a rejected suspension",
+		{"a rejected suspension", PhaseReady,
 			[]Event{&SuspendRequested{Generation: 1}, &SuspendRejected{Generation: 1}},
 			[]Phase{PhaseSuspending, PhaseReady}, OutcomeSuspendRejected, ReasonSuspendRejected},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var v View
+			v := View{Phase: c.from}
 			for i, e := range c.steps {
 				en, _ := NewEnvelope("s1", e, Meta{}, time.Unix(int64(i), 0))
 				en.Seq, en.Phase = uint64(i+1), c.phases[i]

@@ -3,6 +3,8 @@ package events
 import (
 	"errors"
 	"fmt"
+
+	"github.com/google/uuid"
 )
 
 // ErrForeign: a message on a sandbox's subject is not a torpor event this
@@ -14,7 +16,8 @@ var ErrForeign = errors.New("not a torpor event")
 // type header is typ, is not a torpor event this build can read (an error
 // wrapping ErrForeign), or nil. It asks for a type header that names a
 // registered type and agrees with the body, a schema this build reads, the
-// sandbox id of the subject and an event id. It does not decode the event's
+// sandbox id of the subject, which must be one (ValidID: no reader ever
+// makes a phantom sandbox of torpor.sandbox.ZZ), and an event id. It does not decode the event's
 // data: a reader that decodes it skips an event whose data does not fit its
 // type the same way (see Envelope.Decode).
 func Vet(env Envelope, id, typ string) error {
@@ -29,8 +32,17 @@ func Vet(env Envelope, id, typ string) error {
 		return fmt.Errorf("%w: schema %d, this build reads 1 to %d", ErrForeign, env.Schema, SchemaVersion)
 	case env.SandboxID != id:
 		return fmt.Errorf("%w: sandbox %q on the subject of %q", ErrForeign, env.SandboxID, id)
+	case !ValidID(id):
+		return fmt.Errorf("%w: %q is not a sandbox id (a lower-case uuid)", ErrForeign, id)
 	case env.ID == "":
 		return fmt.Errorf("%w: no event id", ErrForeign)
 	}
 	return nil
+}
+
+// ValidID reports whether id is a sandbox id: a uuid in its canonical
+// lower-case form, as the gateway mints them.
+func ValidID(id string) bool {
+	u, err := uuid.Parse(id)
+	return err == nil && u.String() == id
 }

@@ -1,7 +1,8 @@
 package events
 
 import (
-	"bytes"
+	"errors"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -56,55 +57,43 @@ type Forward struct {
 	Port    int    `json:"port"`
 }
 
-// foldReads are the event types whose fields Fold reads. The others move a
-// view by their type alone, so Fold does not decode their data: most of a
-// rebuild's events are of those types.
-var foldReads = map[string]bool{
-	TypeCreated:         true,
-	TypeStartRequested:  true,
-	TypeStopped:         true,
-	TypeSuspendRejected: true,
-	TypeResumeRequested: true,
-	TypeResumed:         true,
-	TypeExited:          true,
-	TypeForwardOpened:   true,
-	TypeForwardClosed:   true,
-}
+// ErrRefused marks an event a reader of the log passes over: the lifecycle
+// table refuses its type in the phase the reader folded (Next), or its data
+// does not fit its type. The aggregate refused it too (it was never written
+// through a gateway: forged, or a writer's bug), so it changes no view;
+// readers skip it and count it.
+var ErrRefused = errors.New("refused by the lifecycle table")
 
-// foldReadsIf are the event types whose fields Fold reads only when their
-// data holds the key: an optional field most of them leave out (a
-// snapshot's size, a move to another node), so that the rest are not
-// decoded for nothing.
-var foldReadsIf = map[string][]byte{
-	TypeSuspended:             []byte(`"bytes"`),
-	TypeRetainedStateConsumed: []byte(`"node"`),
-}
-
-// readsIf says whether env is of a foldReadsIf type with its key.
-func readsIf(env Envelope) bool {
-	key, ok := foldReadsIf[env.Type]
-	return ok && bytes.Contains(env.Data, key)
-}
-
-// Fold folds env into v and reports whether it changed v. An event at or below
-// v.Seq is skipped (a view never goes back), and so is an event of a type this
-// build does not know: projections skip unknown types.
+// Fold folds env into v and reports whether it changed v: Apply, with an
+// event it refuses left out as one that changes nothing.
 func (v *View) Fold(env Envelope) bool {
+	changed, _ := v.Apply(env)
+	return changed
+}
+
+// Apply folds env into v through the lifecycle table, as the aggregate
+// does, and reports whether it changed v. An event at or below v.Seq is
+// skipped (a view never goes back), and so is an event of a type this build
+// does not know: projections skip unknown types. An event whose data does
+// not decode, or that the table refuses in v's phase, changes nothing and
+// comes back as an error wrapping ErrRefused. The phase stamped in the
+// envelope is not read: only the table moves a view.
+func (v *View) Apply(env Envelope) (bool, error) {
 	if env.Seq != 0 && env.Seq <= v.Seq {
-		return false
+		return false, nil
 	}
-	var e Event
-	if foldReads[env.Type] || (env.event != nil && env.event.Type() == env.Type) || readsIf(env) {
-		var err error
-		if e, err = env.Decode(); err != nil {
-			return false
-		}
-	} else if e, _ = New(env.Type); e == nil {
-		return false
+	if !Known(env.Type) {
+		return false, nil
 	}
-	if env.Phase != PhaseNone {
-		v.Phase = env.Phase
+	e, err := env.Decode()
+	if err != nil {
+		return false, fmt.Errorf("%w: sandbox %s seq %d: %w", ErrRefused, env.SandboxID, env.Seq, err)
 	}
+	to, err := Next(v.Phase, env.Type)
+	if err != nil {
+		return false, fmt.Errorf("%w: sandbox %s seq %d: %w", ErrRefused, env.SandboxID, env.Seq, err)
+	}
+	v.Phase = to
 	if env.Seq != 0 {
 		v.Seq = env.Seq
 	}
@@ -180,5 +169,5 @@ func (v *View) Fold(env Envelope) bool {
 	case *Deleted:
 		v.Forwards = nil
 	}
-	return true
+	return true, nil
 }

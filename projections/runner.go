@@ -138,6 +138,11 @@ type Runner struct {
 	pos  atomic.Uint64
 	// parked counts the events this Runner parked (ErrUnapplicable).
 	parked atomic.Uint64
+	// failing is the sequence of the event (or the first of the batch)
+	// whose apply failed last and has not succeeded since; 0 when none.
+	failing atomic.Uint64
+	// lost is set while following the log fails, until a batch arrives.
+	lost atomic.Bool
 }
 
 // NewRunner returns a runner of p over src.
@@ -168,6 +173,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	bp, batched := r.p.(BatchProjection)
 	h := func(ctx context.Context, envs []events.Envelope, _ uint64) error {
+		r.lost.Store(false)
 		if batched {
 			return r.applyBatch(ctx, bp, envs)
 		}
@@ -183,6 +189,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		err := r.src.Follow(ctx, from, r.cfg.BatchSize, h)
 		if ctx.Err() != nil {
 			break
+		}
+		if r.Position() == from {
+			r.lost.Store(true) // nothing applied in this reading
 		}
 		r.cfg.Logger.Warn().Err(err).Str("projection", r.p.Name()).Uint64("seq", from).
 			Dur("backoff", r.cfg.MaxBackoff).Msg("following the log again")
@@ -213,9 +222,11 @@ func (r *Runner) apply(ctx context.Context, env events.Envelope) error {
 			err = r.park(ctx, env, err)
 		}
 		if err == nil {
+			r.failing.Store(0)
 			r.advance(env.Seq)
 			return nil
 		}
+		r.failing.Store(env.Seq)
 		log := r.cfg.Logger.With().Str("projection", r.p.Name()).Str("sandbox_id", env.SandboxID).
 			Str("event_type", env.Type).Uint64("seq", env.Seq).Int("attempt", attempt).Logger()
 		if attempt >= r.cfg.Attempts || ctx.Err() != nil {
@@ -244,6 +255,7 @@ func (r *Runner) applyBatch(ctx context.Context, p BatchProjection, envs []event
 	for attempt := 1; ; attempt++ {
 		err := p.ApplyBatch(ctx, envs)
 		if err == nil {
+			r.failing.Store(0)
 			r.advance(last.Seq)
 			return nil
 		}
@@ -258,6 +270,7 @@ func (r *Runner) applyBatch(ctx context.Context, p BatchProjection, envs []event
 			}
 			return nil
 		}
+		r.failing.Store(first.Seq)
 		log := r.cfg.Logger.With().Str("projection", r.p.Name()).Uint64("seq", first.Seq).
 			Uint64("last_seq", last.Seq).Int("events", len(envs)).Int("attempt", attempt).Logger()
 		if attempt >= r.cfg.Attempts || ctx.Err() != nil {
@@ -300,7 +313,10 @@ func (r *Runner) Parked() uint64 { return r.parked.Load() }
 func (r *Runner) advance(seq uint64) {
 	for {
 		cur := r.pos.Load()
-		if seq <= cur || r.pos.CompareAndSwap(cur, seq) {
+		if seq <= cur {
+			return
+		}
+		if r.pos.CompareAndSwap(cur, seq) {
 			return
 		}
 	}
@@ -309,6 +325,23 @@ func (r *Runner) advance(seq uint64) {
 // Position is the highest sequence applied (or held at start, for a
 // Checkpointer); 0 before any.
 func (r *Runner) Position() uint64 { return r.pos.Load() }
+
+// Stuck says why the projection is stuck, or nil: an apply that fails
+// and is being retried (the same event, or batch, again), or a log it
+// cannot follow. A stuck view answers reads that fall ever further behind
+// the log: /readyz fails while it is (CONTRACT §5). A view that lags
+// without failing is for Lag to judge: messages at the log's end that are
+// not events (foreign) are never delivered and leave a lag that is no
+// stop.
+func (r *Runner) Stuck() error {
+	if seq := r.failing.Load(); seq != 0 {
+		return fmt.Errorf("projection %s: the apply of seq %d fails and is being retried", r.p.Name(), seq)
+	}
+	if r.lost.Load() {
+		return fmt.Errorf("projection %s: the log cannot be followed", r.p.Name())
+	}
+	return nil
+}
 
 // Lag is how many sequences the log is ahead of Position. It needs a Source
 // that is also a Head.

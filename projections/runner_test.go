@@ -609,3 +609,29 @@ func TestRunnerFlushesWhenItStops(t *testing.T) {
 		t.Fatalf("%d flushes after stop, want 1", got)
 	}
 }
+
+// TestRunnerStuckWhileRetrying: while the apply of one event fails and is
+// retried, the runner says it is stuck (for /readyz); once it applies,
+// it is not.
+func TestRunnerStuckWhileRetrying(t *testing.T) {
+	src := newSource(envs(t, 1, 2)...)
+	p := &projection{fail: map[uint64]int{2: 3}, called: make(chan struct{})}
+	r := newRunner(t, src, p, fast)
+	start(t, r)
+	if err := r.Stuck(); err != nil {
+		t.Fatalf("Stuck before any apply: %v", err)
+	}
+	for range 3 { // seq 1, seq 2 failing, seq 2 again: held in that retry
+		wait(t, p.called)
+	}
+	if err := r.Stuck(); err == nil {
+		t.Error("Stuck = nil while seq 2 is retried")
+	}
+	for range 2 {
+		wait(t, p.called)
+	}
+	src.next(t)
+	if err := r.Stuck(); err != nil {
+		t.Errorf("Stuck after seq 2 applied: %v", err)
+	}
+}

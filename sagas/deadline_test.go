@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/storetest"
 	"github.com/torpor/torpor/sagas"
 	"github.com/torpor/torpor/services/compute"
 )
@@ -191,5 +192,38 @@ func TestDeadlineAcrossDowntime(t *testing.T) {
 	sb.then(sb.outcome(created, 2), &events.Started{Generation: 1}, &events.DeadlinePassed{Phase: events.PhaseProvisioning, Deadline: "1ms"})
 	if n := drv.count("start"); n != 1 {
 		t.Errorf("start calls %d, want 1: the settled create is not driven again", n)
+	}
+}
+
+// TestForgedEventsKeepTheDeadline: events the lifecycle table refuses,
+// appended on the subject of a sandbox whose stop hangs and stamped with
+// phases that would end it (suspended, deleted, a bogus one, an intent
+// whose data is not an object), neither disarm the stop's deadline nor
+// drive a step: the deadline settles the stop as if they were not there,
+// and the runner counts each.
+func TestForgedEventsKeepTheDeadline(t *testing.T) {
+	h := newHarness(t, sagas.Config{Deadline: short})
+	sb := h.ready(nil)
+	drv := newCounting(h.sim, "stop")
+	r, _ := h.start(drv)
+	in := sb.when(&events.StopRequested{Generation: 1})
+	ctx := context.Background()
+	forged := storetest.ForgedStopping(sb.id, 1, time.Now())
+	for _, f := range forged {
+		head, err := h.store.Head(ctx, sb.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.store.Append(ctx, sb.id, head, f); err != nil {
+			t.Fatalf("append forged %s: %v", f.Type, err)
+		}
+	}
+	sb.then(sb.outcome(in, 2), &events.StopRejected{Generation: 1}, passed(events.PhaseStopping))
+	// All but the exit, which the table takes in stopping as a fact.
+	if got, want := r.Refused(), uint64(len(forged)-1); got != want {
+		t.Errorf("Refused = %d, want %d", got, want)
+	}
+	if n := drv.total(); n != drv.count("stop")+drv.count("observe") {
+		t.Errorf("driver calls %v: a forged intent drove a step", drv.calls)
 	}
 }

@@ -161,8 +161,14 @@ func (s *tracked) appendNext(ctx context.Context, id string, strict bool, envs .
 	}
 	var last uint64
 	phase := events.PhaseNone
-	if len(old) > 0 {
-		last, phase = old[len(old)-1].Seq, old[len(old)-1].Phase
+	for _, env := range old { // through the table, as the aggregate folds, passing over what it refuses
+		last = env.Seq
+		if _, err := env.Decode(); err != nil {
+			continue
+		}
+		if next, err := gateway.Next(phase, env.Type); err == nil {
+			phase = next
+		}
 	}
 	for i := range envs {
 		next, err := gateway.Next(phase, envs[i].Type)

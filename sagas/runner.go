@@ -78,14 +78,16 @@ type Runner struct {
 	specs   *specCache
 
 	mu        sync.Mutex
-	jobs      map[uint64]*job   // unfinished intents by sequence
-	queues    map[string][]*job // per sandbox, jobs waiting for its worker; a key exists while the worker runs
-	freed     chan struct{}     // closed and replaced when a job finishes
-	processed uint64            // the last sequence handed to dispatch
-	caughtUp  uint64            // the last sequence of the newest batch that reached the head of the log
-	open      map[string]*open  // per sandbox, the transient phase it is in and its deadline
-	stopping  bool              // Run is ending: no deadline starts a job
-	began     time.Time         // when Run started (the attach grace after a restart)
+	jobs      map[uint64]*job         // unfinished intents by sequence
+	queues    map[string][]*job       // per sandbox, jobs waiting for its worker; a key exists while the worker runs
+	freed     chan struct{}           // closed and replaced when a job finishes
+	processed uint64                  // the last sequence handed to dispatch
+	caughtUp  uint64                  // the last sequence of the newest batch that reached the head of the log
+	open      map[string]*open        // per sandbox, the transient phase it is in and its deadline
+	phases    map[string]events.Phase // per sandbox read, its phase as the lifecycle table folds it
+	refused   atomic.Uint64           // events passed over: the table refuses them (Refused)
+	stopping  bool                    // Run is ending: no deadline starts a job
+	began     time.Time               // when Run started (the attach grace after a restart)
 }
 
 // warmKeep is how long a worker's goroutine waits for the next sandbox
@@ -131,6 +133,7 @@ func New(src Source, pos Position, rec Recorder, drv Drivers, creds *compute.Cre
 		jobs:   map[uint64]*job{},
 		queues: map[string][]*job{},
 		open:   map[string]*open{},
+		phases: map[string]events.Phase{},
 		freed:  make(chan struct{}),
 	}, nil
 }
@@ -262,6 +265,11 @@ func (r *Runner) dispatch(ctx context.Context, envs []events.Envelope, pending u
 		if env.Seq <= r.processed {
 			continue // a follow that started again hands out what was dispatched
 		}
+		var ok bool
+		if env, ok = r.phase(env); !ok {
+			r.processed = env.Seq
+			continue // refused by the table: no step, no deadline
+		}
 		for _, j := range r.queues[env.SandboxID] {
 			j.later = append(j.later, env)
 		}
@@ -292,6 +300,52 @@ func (r *Runner) dispatch(ctx context.Context, envs []events.Envelope, pending u
 	}
 	return nil
 }
+
+// phase folds env's sandbox's phase through the lifecycle table, as the
+// aggregate does, and returns env stamped with the phase it moves to; r.mu
+// is held. An event the table refuses (forged on the bus, or a writer's
+// bug: the aggregate passed over it too), or whose data does not decode,
+// is counted and reported not ok: it drives no step and arms or disarms no
+// deadline. The phase of a sandbox first read after a restart is not
+// known; its first event is then taken at its stamp if the table can
+// produce that phase with that event from some phase, else refused.
+func (r *Runner) phase(env events.Envelope) (events.Envelope, bool) {
+	id := env.SandboxID
+	from, known := r.phases[id]
+	var to events.Phase
+	var err error
+	if _, err = env.Decode(); err == nil {
+		if known {
+			to, err = events.Next(from, env.Type)
+		} else {
+			to, err = seed(env)
+		}
+	}
+	if err != nil {
+		r.refused.Add(1)
+		r.log.Warn().Err(err).Str("sandbox_id", id).Str("event_type", env.Type).Uint64("seq", env.Seq).
+			Msg("event passed over: the lifecycle table refuses it")
+		return env, false
+	}
+	r.phases[id] = to
+	env.Phase = to
+	return env, true
+}
+
+// seed is the phase after env for a sandbox whose phase before it is not
+// known: its stamp, if the table moves some phase there on env's type.
+func seed(env events.Envelope) (events.Phase, error) {
+	for _, from := range append([]events.Phase{events.PhaseNone}, events.Phases...) {
+		if to, err := events.Next(from, env.Type); err == nil && to == env.Phase {
+			return to, nil
+		}
+	}
+	return "", fmt.Errorf("%w: %s cannot leave a sandbox %q", events.ErrRefused, env.Type, env.Phase)
+}
+
+// Refused is how many events the runner passed over because the lifecycle
+// table refuses them (or their data does not decode).
+func (r *Runner) Refused() uint64 { return r.refused.Load() }
 
 // enqueue puts j at the end of its sandbox's queue; r.mu is held. When the
 // queue had no worker it counts one in r.workers and returns true: the

@@ -554,15 +554,16 @@ func TestSettledIntentsAreNotDrivenAgain(t *testing.T) {
 	// A suspend whose outcome is missing but that a later intent superseded.
 	sb.given(&events.ResumeRequested{Generation: 2, RestoreRef: ref},
 		&events.RetainedStateConsumed{Generation: 2, RestoreRef: ref},
-		&events.Resumed{Generation: 2, Outcome: events.OutcomeRestored})
+		&events.Resumed{Generation: 2, Outcome: events.OutcomeRestored},
+		&events.SupervisorAttached{Generation: 2})
 	superseded := sb.when(&events.SuspendRequested{Generation: 2})
-	last := sb.when(&events.StopRequested{Generation: 2})
+	last := sb.when(&events.DeleteRequested{})
 	drv := newCounting(h.sim, "")
 	h.run(drv)
-	sb.then(sb.outcome(last, 1), &events.Stopped{Generation: 2})
+	sb.then(sb.outcome(last, 1), &events.Deleted{})
 	h.store.waitPast(t, last.Seq)
-	if drv.count("stop") != 1 || drv.total() != 1 {
-		t.Fatalf("driver calls = %v, want one stop only", drv.calls)
+	if drv.count("delete") != 1 || drv.total() != 1 {
+		t.Fatalf("driver calls = %v, want one delete only", drv.calls)
 	}
 	if got := sb.causedBy(superseded); len(got) != 0 {
 		t.Fatalf("superseded intent recorded %d events", len(got))

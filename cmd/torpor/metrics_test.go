@@ -138,9 +138,9 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("stale report answered %q, want FAILED_PRECONDITION", code)
 	}
 
-	// An event the KV view cannot apply (its sandbox id cannot be a key)
-	// is parked.
-	bad := "not!a!key"
+	// An event the KV view cannot apply (the lifecycle table refuses it: a
+	// stop of a sandbox never created) is parked.
+	bad := "0193b0a4-0000-7000-8000-0000000000ba"
 	env, _ := json.Marshal(events.Envelope{ID: "parked-1", SandboxID: bad, Type: events.TypeStopped, Schema: 1, Data: json.RawMessage(`{}`)})
 	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: jsstore.Subject(bad), Data: env, Header: nats.Header{jsstore.HeaderType: []string{events.TypeStopped}}}); err != nil {
 		t.Fatal(err)

@@ -319,11 +319,13 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	store, err := jsstore.New(ctx, js, jsstore.Config{DuplicateWindow: cfg.DuplicateWindow, MaxBytes: cfg.MaxLogBytes, OnForeign: func(f jsstore.Foreign) {
 		m.Foreign()
 		log.Warn().Err(f.Err).Str("subject", f.Subject).Uint64("seq", f.Seq).Msg("skipped a message that is not a torpor event")
+	}, OnBadPosition: func(name string, err error) {
+		log.Warn().Err(err).Str("position", name).Msg("a position that is no sequence: following the log from its start")
 	}})
 	if err != nil {
 		return nil, err
 	}
-	view, err := kvview.New(ctx, js, kvview.Config{CheckpointEvery: 100 * time.Millisecond, HoldTransient: viewHold, Metrics: m, PastTTL: cfg.ReplayTTL})
+	view, err := kvview.New(ctx, js, kvview.Config{CheckpointEvery: 100 * time.Millisecond, HoldTransient: viewHold, Metrics: m, PastTTL: cfg.ReplayTTL, Log: store})
 	if err != nil {
 		return nil, err
 	}
@@ -331,7 +333,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, err
 	}
-	creds, err := credentials(ctx, js)
+	creds, err := credentials(log.WithContext(ctx), js) // the logger for a replaced secret
 	if err != nil {
 		return nil, err
 	}
@@ -589,6 +591,9 @@ func (a *app) Ready(ctx context.Context) error {
 	if !a.nc.IsConnected() {
 		return errors.New("not connected to NATS")
 	}
+	if err := a.proj.Stuck(); err != nil {
+		return err // retrying one event, or not following the log
+	}
 	lag, err := a.proj.Lag(ctx)
 	if err != nil {
 		return err
@@ -669,11 +674,34 @@ func credentials(ctx context.Context, js jetstream.JetStream) (*compute.Credenti
 	if _, err := kv.Create(ctx, "credential_secret", secret); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return nil, fmt.Errorf("credential secret: %w", err)
 	}
-	e, err := kv.Get(ctx, "credential_secret")
-	if err != nil {
-		return nil, fmt.Errorf("credential secret: %w", err)
+	for range 3 {
+		e, err := kv.Get(ctx, "credential_secret")
+		if err != nil {
+			return nil, fmt.Errorf("credential secret: %w", err)
+		}
+		creds, cerr := compute.NewCredentials(e.Value())
+		if cerr == nil {
+			return creds, nil
+		}
+		// A secret that is no secret (short, or garbage: the bucket is on
+		// the bus) is replaced at its revision by a fresh one, so that the
+		// service starts; every replica then reads the one that won. The
+		// supervisor credentials minted from the old secret stop verifying:
+		// their supervisors' reports are refused until their sandboxes
+		// are started again.
+		if _, err := kv.Update(ctx, "credential_secret", secret, e.Revision()); err != nil && !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLast(err) {
+			return nil, fmt.Errorf("credential secret: %v; replace it: %w", cerr, err)
+		}
+		zerolog.Ctx(ctx).Warn().Err(cerr).Msg("credential secret replaced by a fresh one: live supervisor credentials stop verifying")
 	}
-	return compute.NewCredentials(e.Value())
+	return nil, errors.New("credential secret: replaced under us three times")
+}
+
+// isWrongLast says whether err is a KV update that lost to another writer.
+func isWrongLast(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyExists) ||
+		(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence)
 }
 
 // busReporter sends supervisor reports on torpor.supervisor.<id> and waits for

@@ -35,6 +35,12 @@ type Options struct {
 	Deadline time.Duration
 	Slack    time.Duration
 	Now      time.Time
+	// Refused, when set, is told of every event the check passes over:
+	// one whose data does not decode, or that the lifecycle table refuses
+	// in the phase the check folded from the events before it (forged, or
+	// a writer's bug). The aggregate and every view pass over it too, so
+	// it is no violation: it changes nothing, and is only counted.
+	Refused func(env events.Envelope, err error)
 }
 
 // The invariants of CONTRACT §1, by number.
@@ -54,6 +60,7 @@ type report interface {
 // sandbox is what the check keeps of one sandbox while it reads its log.
 type sandbox struct {
 	id      string
+	refused func(env events.Envelope, err error)
 	view    events.View
 	ref     string          // the reference of the last suspension, held unless dead
 	dead    map[string]bool // references consumed, discarded or invalidated
@@ -79,6 +86,7 @@ func Log(envs []events.Envelope, o Options) []Violation {
 	}
 	s := &sandbox{
 		id:      envs[0].SandboxID,
+		refused: o.Refused,
 		dead:    map[string]bool{},
 		exited:  map[int64]int{},
 		ids:     map[string]bool{},
@@ -141,9 +149,18 @@ func (s *sandbox) step(env events.Envelope) {
 		s.fail(seq, CommandsOnce, "event id %s appended twice", env.ID)
 	}
 	s.ids[env.ID] = true
+	// The phase comes from the table, never from the envelope's stamp: an
+	// event the table refuses (or whose data does not decode) is passed
+	// over by every reader and changes nothing here either.
 	e, err := env.Decode()
+	if err == nil {
+		_, err = events.Next(s.view.Phase, env.Type)
+	}
 	if err != nil {
-		return // readers pass it over; it changes nothing
+		if s.refused != nil {
+			s.refused(env, err)
+		}
+		return
 	}
 	if env.CommandID != "" && events.Intent(env.Type) {
 		k := env.CommandID + "\x00" + env.Type
@@ -188,7 +205,9 @@ func (s *sandbox) step(env events.Envelope) {
 		(s.view.ExitCode == nil || *s.view.ExitCode != *before.ExitCode) {
 		s.fail(seq, ExitKept, "the view's exit code %d of generation %d changed to %v", *before.ExitCode, before.Generation, s.view.ExitCode)
 	}
-	if _, ok := e.(*events.DeadlinePassed); ok && s.view.Phase.Transient() {
+	// The stamp is what the writer said the deadline left; the table
+	// never leaves a transient phase on one, a writer's stamp may.
+	if _, ok := e.(*events.DeadlinePassed); ok && (s.view.Phase.Transient() || env.Phase.Transient()) {
 		s.fail(seq, TransientsHaveAnEnd, "a passed deadline left the sandbox %s", s.view.Phase)
 	}
 	if s.view.Phase == events.PhaseSuspended {

@@ -2,11 +2,13 @@ package check_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/check"
+	"github.com/torpor/torpor/events/storetest"
 )
 
 const id = "0193b0a4-0000-7000-8000-000000000001"
@@ -98,12 +100,16 @@ func TestViolations(t *testing.T) {
 		{"a resume of a consumed reference", []step{created, attached1, suspend1, suspended, resume2, consumed2,
 			{&events.ResumeFailed{Generation: 2}, "suspended", "c3"},
 			{&events.ResumeRequested{Generation: 3, RestoreRef: ""}, "starting", "c4"}}, check.RetainedStateOnce, 8},
-		{"a suspension on an invalidated reference", []step{created, attached1, suspend1,
-			{&events.RetainedStateInvalidated{RestoreRef: "r1"}, "suspending", ""},
-			{&events.Suspended{Generation: 1, RestoreRef: "r1"}, "suspended", "c2"}}, check.RetainedStateOnce, 5},
+		{"a suspension on a discarded reference", []step{created, attached1, suspend1, suspended,
+			{&events.StartRequested{Generation: 2}, "starting", "c3"},
+			{&events.RetainedStateDiscarded{RestoreRef: "r1"}, "starting", "c3"},
+			{&events.SupervisorAttached{Generation: 2}, "ready", ""},
+			{&events.SuspendRequested{Generation: 2}, "suspending", "c4"},
+			{&events.Suspended{Generation: 2, RestoreRef: "r1"}, "suspended", "c4"}}, check.RetainedStateOnce, 9},
 		{"a second exit of a generation", []step{created, attached1,
-			{&events.Exited{Generation: 1, Code: 3}, "error", ""},
-			{&events.Exited{Generation: 1, Code: 0}, "error", ""}}, check.ExitKept, 4},
+			{&events.StopRequested{Generation: 1}, "stopping", "c2"},
+			{&events.Exited{Generation: 1, Code: 3}, "stopping", ""},
+			{&events.Exited{Generation: 1, Code: 0}, "stopping", ""}}, check.ExitKept, 5},
 		{"a start that mints no new generation", []step{created, attached1,
 			{&events.StopRequested{Generation: 1}, "stopping", "c2"},
 			{&events.Stopped{Generation: 1}, "stopped", "c2"},
@@ -156,17 +162,25 @@ func TestStuck(t *testing.T) {
 }
 
 func ExampleLog() {
-	env, _ := events.NewEnvelope(id, &events.Created{Name: "a", Driver: "sim", Generation: 1}, events.Meta{}, t0)
-	env.Seq, env.Phase = 1, events.PhaseProvisioning
-	again, _ := events.NewEnvelope(id, &events.Suspended{Generation: 1, RestoreRef: "r1"}, events.Meta{}, t0)
-	again.Seq, again.Phase = 2, events.PhaseSuspended
-	gone, _ := events.NewEnvelope(id, &events.RetainedStateInvalidated{RestoreRef: "r1"}, events.Meta{}, t0)
-	gone.Seq, gone.Phase = 3, events.PhaseSuspended
-	for _, v := range check.Log([]events.Envelope{env, again, gone}, check.Options{}) {
+	var log []events.Envelope
+	for i, e := range []events.Event{
+		&events.Created{Name: "a", Driver: "sim", Generation: 1},
+		&events.SupervisorAttached{Generation: 1},
+		&events.SuspendRequested{Generation: 1},
+		&events.Suspended{Generation: 1, RestoreRef: "r1"},
+		&events.ResumeRequested{Generation: 2, RestoreRef: "r1"},
+		&events.RetainedStateConsumed{Generation: 2, RestoreRef: "r1"},
+		&events.ResumeFailed{Generation: 2}, // "not consumed": suspended on a consumed reference
+	} {
+		env, _ := events.NewEnvelope(id, e, events.Meta{}, t0)
+		env.Seq = uint64(i + 1)
+		log = append(log, env)
+	}
+	for _, v := range check.Log(log, check.Options{}) {
 		fmt.Println(v)
 	}
 	// Output:
-	// sandbox 0193b0a4-0000-7000-8000-000000000001 seq 3: invariant 1: suspended on reference "r1", consumed or invalidated
+	// sandbox 0193b0a4-0000-7000-8000-000000000001 seq 7: invariant 1: suspended on reference "r1", consumed or invalidated
 }
 
 // TestAll: a whole log, sandboxes interleaved, is checked sandbox by
@@ -184,5 +198,44 @@ func TestAll(t *testing.T) {
 	vs := check.All(log, check.Options{})
 	if len(vs) != 1 || vs[0].SandboxID != other || vs[0].Seq != 99 || vs[0].Invariant != check.GenerationsFenced {
 		t.Fatalf("violations %v; want the one of %s at seq 99", vs, other)
+	}
+}
+
+// TestForgedEventsCountedNotFollowed: events the lifecycle table refuses
+// (forged on the bus, whatever phase they are stamped with) are counted
+// and change nothing: no violation appears or disappears for them, and a
+// hung stop is still reported stuck past its deadline.
+func TestForgedEventsCountedNotFollowed(t *testing.T) {
+	stop := []step{created, attached1,
+		{&events.StopRequested{Generation: 1}, "stopping", "c2"}}
+	hung := build(t, stop...) // stopping since t0+2s
+	forged := storetest.ForgedStopping(id, 1, t0.Add(3*time.Second))
+	for i := range forged {
+		forged[i].Seq = uint64(len(hung) + 1 + i)
+	}
+	var refused []string
+	o := check.Options{Deadline: time.Minute, Now: t0.Add(time.Hour), Refused: func(env events.Envelope, err error) {
+		refused = append(refused, env.Type)
+	}}
+	vs := check.Log(append(hung, forged...), o)
+	if len(vs) != 1 || vs[0].Invariant != check.TransientsHaveAnEnd || !strings.HasPrefix(vs[0].Message, "stopping for") {
+		t.Errorf("violations %v; want the hung stop (invariant 5, stopping) only", vs)
+	}
+	// All but the exit, which the table takes in stopping as a fact.
+	if want := len(forged) - 1; len(refused) != want {
+		t.Errorf("refused %v; want %d", refused, want)
+	}
+
+	stopped := build(t, append(stop, step{&events.Stopped{Generation: 1}, "stopped", "c2"})...)
+	forged = storetest.Forged(id, 1, t0.Add(4*time.Second))
+	for i := range forged {
+		forged[i].Seq = uint64(len(stopped) + 1 + i)
+	}
+	refused = nil
+	if vs := check.Log(append(stopped, forged...), o); len(vs) != 0 {
+		t.Errorf("violations %v on a stopped sandbox with forged events; want none", vs)
+	}
+	if len(refused) != len(forged) {
+		t.Errorf("refused %v; want all %d", refused, len(forged))
 	}
 }

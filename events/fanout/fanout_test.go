@@ -171,7 +171,7 @@ func appendN(t *testing.T, s shared, n int) uint64 {
 	t.Helper()
 	var last uint64
 	for i := range n {
-		id := fmt.Sprintf("sbx%d", i%7)
+		id := fmt.Sprintf("0193b0a4-0000-7000-8000-00000000000%d", i%7)
 		seq, err := s.Append(context.Background(), id, s.last[id], storetest.NewEnvelope(t, id, &events.Started{Generation: int64(i)}))
 		if err != nil {
 			t.Fatal(err)

@@ -56,6 +56,11 @@ type Config struct {
 	// (once per message, however often it is read), for the log and the
 	// metrics.
 	OnForeign func(Foreign)
+	// OnBadPosition, if set, hears of a follower's position that holds
+	// something else than a sequence (the bucket is on the bus): the
+	// follower starts from 0 instead, which is safe (followers apply
+	// idempotently), and this says so, for the log.
+	OnBadPosition func(name string, err error)
 }
 
 // withDefaults fills the zero fields of c.

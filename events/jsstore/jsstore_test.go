@@ -113,7 +113,7 @@ func TestBindChangesNothing(t *testing.T) {
 	if got := info.Config.Duplicates; got != 30*time.Second {
 		t.Errorf("duplicate window after Bind: %s, want the owner's 30s", got)
 	}
-	env := envelope(t, "sbx1", 1)
+	env := envelope(t, "0193b0a4-0000-7000-8000-000000000001", 1)
 	if _, err := s.Append(ctx, env.SandboxID, 0, env); err != nil {
 		t.Fatalf("append through the bound store: %v", err)
 	}
@@ -134,8 +134,8 @@ func TestAtomicBatchIsContiguous(t *testing.T) {
 	srv := natstest.Start(t)
 	s := newStore(t, srv)
 	ctx := context.Background()
-	envs := []events.Envelope{envelope(t, "sbx1", 1), envelope(t, "sbx1", 2), envelope(t, "sbx1", 3)}
-	last, err := s.Append(ctx, "sbx1", 0, envs...)
+	envs := []events.Envelope{envelope(t, "0193b0a4-0000-7000-8000-000000000001", 1), envelope(t, "0193b0a4-0000-7000-8000-000000000001", 2), envelope(t, "0193b0a4-0000-7000-8000-000000000001", 3)}
+	last, err := s.Append(ctx, "0193b0a4-0000-7000-8000-000000000001", 0, envs...)
 	if err != nil {
 		t.Fatalf("append: %v", err)
 	}
@@ -148,7 +148,7 @@ func TestAtomicBatchIsContiguous(t *testing.T) {
 		if err != nil {
 			t.Fatalf("get %d: %v", seq, err)
 		}
-		if msg.Subject != "torpor.sandbox.sbx1" {
+		if msg.Subject != "torpor.sandbox.0193b0a4-0000-7000-8000-000000000001" {
 			t.Errorf("subject at %d: got %q", seq, msg.Subject)
 		}
 		if got := msg.Header.Get(jetstream.MsgIDHeader); got != env.ID {
@@ -164,18 +164,18 @@ func TestRawWrongLastSequenceIsConflict(t *testing.T) {
 	srv := natstest.Start(t)
 	s := newStore(t, srv)
 	ctx := context.Background()
-	first, err := s.Append(ctx, "sbx1", 0, envelope(t, "sbx1", 1))
+	first, err := s.Append(ctx, "0193b0a4-0000-7000-8000-000000000001", 0, envelope(t, "0193b0a4-0000-7000-8000-000000000001", 1))
 	if err != nil {
 		t.Fatalf("append: %v", err)
 	}
 	// Someone else writes to the subject behind the store's back.
-	other := &nats.Msg{Subject: jsstore.Subject("sbx1"), Header: nats.Header{}, Data: []byte(`{}`)}
+	other := &nats.Msg{Subject: jsstore.Subject("0193b0a4-0000-7000-8000-000000000001"), Header: nats.Header{}, Data: []byte(`{}`)}
 	other.Header.Set(jetstream.MsgIDHeader, "intruder")
 	if _, err := srv.JS.PublishMsg(ctx, other, jetstream.WithExpectLastSequencePerSubject(first)); err != nil {
 		t.Fatalf("raw publish: %v", err)
 	}
 	// A raw publish with the stale sequence gets the server's 10071 ...
-	stale := &nats.Msg{Subject: jsstore.Subject("sbx1"), Data: []byte(`{}`)}
+	stale := &nats.Msg{Subject: jsstore.Subject("0193b0a4-0000-7000-8000-000000000001"), Data: []byte(`{}`)}
 	_, err = srv.JS.PublishMsg(ctx, stale, jetstream.WithExpectLastSequencePerSubject(first))
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
@@ -183,10 +183,10 @@ func TestRawWrongLastSequenceIsConflict(t *testing.T) {
 	}
 	// ... which the store turns into ErrConflict, for one event and a batch.
 	for _, envs := range [][]events.Envelope{
-		{envelope(t, "sbx1", 2)},
-		{envelope(t, "sbx1", 2), envelope(t, "sbx1", 3)},
+		{envelope(t, "0193b0a4-0000-7000-8000-000000000001", 2)},
+		{envelope(t, "0193b0a4-0000-7000-8000-000000000001", 2), envelope(t, "0193b0a4-0000-7000-8000-000000000001", 3)},
 	} {
-		_, err = s.Append(ctx, "sbx1", first, envs...)
+		_, err = s.Append(ctx, "0193b0a4-0000-7000-8000-000000000001", first, envs...)
 		if !errors.Is(err, events.ErrConflict) {
 			t.Errorf("append %d events on a stale sequence: got %v, want ErrConflict", len(envs), err)
 		}
@@ -209,20 +209,20 @@ func TestRetryThatLanded(t *testing.T) {
 			srv := natstest.Start(t)
 			s := newStore(t, srv)
 			ctx := context.Background()
-			base, err := s.Append(ctx, "sbx1", 0, envelope(t, "sbx1", 0))
+			base, err := s.Append(ctx, "0193b0a4-0000-7000-8000-000000000001", 0, envelope(t, "0193b0a4-0000-7000-8000-000000000001", 0))
 			if err != nil {
 				t.Fatalf("append: %v", err)
 			}
 			var envs []events.Envelope
 			for i := range tc.n {
-				envs = append(envs, envelope(t, "sbx1", int64(i+1)))
+				envs = append(envs, envelope(t, "0193b0a4-0000-7000-8000-000000000001", int64(i+1)))
 			}
-			seq, err := s.Append(ctx, "sbx1", base, envs...)
+			seq, err := s.Append(ctx, "0193b0a4-0000-7000-8000-000000000001", base, envs...)
 			if err != nil {
 				t.Fatalf("append: %v", err)
 			}
 			before := msgCount(t, s)
-			again, err := s.Append(ctx, "sbx1", base, envs...)
+			again, err := s.Append(ctx, "0193b0a4-0000-7000-8000-000000000001", base, envs...)
 			if err != nil {
 				t.Fatalf("retry: got %v, want success", err)
 			}
@@ -242,15 +242,15 @@ func TestRetryWithoutConcurrencyCheckIsDeduplicated(t *testing.T) {
 	srv := natstest.Start(t)
 	s := newStore(t, srv)
 	ctx := context.Background()
-	env := envelope(t, "sbx1", 1)
-	seq, err := s.Append(ctx, "sbx1", 0, env)
+	env := envelope(t, "0193b0a4-0000-7000-8000-000000000001", 1)
+	seq, err := s.Append(ctx, "0193b0a4-0000-7000-8000-000000000001", 0, env)
 	if err != nil {
 		t.Fatalf("append: %v", err)
 	}
 	// Publish the same message id to a fresh subject of the same stream.
 	env2 := env
-	env2.SandboxID = "sbx2"
-	got, err := s.Append(ctx, "sbx2", 0, env2)
+	env2.SandboxID = "0193b0a4-0000-7000-8000-000000000002"
+	got, err := s.Append(ctx, "0193b0a4-0000-7000-8000-000000000002", 0, env2)
 	if err != nil || got != seq {
 		t.Errorf("duplicate id on another subject: got %d, %v, want %d, nil", got, err, seq)
 	}
@@ -266,11 +266,11 @@ func TestUnavailableWhenServerIsGone(t *testing.T) {
 	srv.WaitForShutdown()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, err := s.Append(ctx, "sbx1", 0, envelope(t, "sbx1", 1))
+	_, err := s.Append(ctx, "0193b0a4-0000-7000-8000-000000000001", 0, envelope(t, "0193b0a4-0000-7000-8000-000000000001", 1))
 	if !errors.Is(err, events.ErrUnavailable) {
 		t.Errorf("append: got %v, want ErrUnavailable", err)
 	}
-	if _, err := s.Load(ctx, "sbx1", 0); !errors.Is(err, events.ErrUnavailable) {
+	if _, err := s.Load(ctx, "0193b0a4-0000-7000-8000-000000000001", 0); !errors.Is(err, events.ErrUnavailable) {
 		t.Errorf("load: got %v, want ErrUnavailable", err)
 	}
 }
@@ -311,17 +311,17 @@ func loadManyEvents(t *testing.T, s *jsstore.Store) {
 	for b := range batches {
 		var envs []events.Envelope
 		for i := range per {
-			envs = append(envs, envelope(t, "big", int64(b*per+i)))
+			envs = append(envs, envelope(t, "0193b0a4-0000-7000-8000-0000000000b1", int64(b*per+i)))
 		}
 		var err error
-		if last, err = s.Append(ctx, "big", last, envs...); err != nil {
+		if last, err = s.Append(ctx, "0193b0a4-0000-7000-8000-0000000000b1", last, envs...); err != nil {
 			t.Fatalf("append batch %d: %v", b, err)
 		}
-		if _, err := s.Append(ctx, "small", 0, envelope(t, "small", 0)); err != nil && b == 0 {
+		if _, err := s.Append(ctx, "0193b0a4-0000-7000-8000-0000000000b2", 0, envelope(t, "0193b0a4-0000-7000-8000-0000000000b2", 0)); err != nil && b == 0 {
 			t.Fatalf("append small: %v", err)
 		}
 	}
-	got, err := s.Load(ctx, "big", 0)
+	got, err := s.Load(ctx, "0193b0a4-0000-7000-8000-0000000000b1", 0)
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}
@@ -336,7 +336,7 @@ func loadManyEvents(t *testing.T, s *jsstore.Store) {
 	if got[len(got)-1].Seq != last {
 		t.Errorf("last loaded: got %d, want %d", got[len(got)-1].Seq, last)
 	}
-	tail, err := s.Load(ctx, "big", got[len(got)-1-1500].Seq)
+	tail, err := s.Load(ctx, "0193b0a4-0000-7000-8000-0000000000b1", got[len(got)-1-1500].Seq)
 	if err != nil || len(tail) != 1500 {
 		t.Errorf("load tail: got %d, %v, want 1500", len(tail), err)
 	}
@@ -351,9 +351,9 @@ func TestRestart(t *testing.T) {
 	var want []string
 	var last uint64
 	for i := range 3 {
-		env := envelope(t, "sbx1", int64(i))
+		env := envelope(t, "0193b0a4-0000-7000-8000-000000000001", int64(i))
 		var err error
-		if last, err = s.Append(ctx, "sbx1", last, env); err != nil {
+		if last, err = s.Append(ctx, "0193b0a4-0000-7000-8000-000000000001", last, env); err != nil {
 			t.Fatalf("append: %v", err)
 		}
 		want = append(want, env.ID)
@@ -381,7 +381,7 @@ func TestRestart(t *testing.T) {
 
 	srv = natstest.StartWith(t, natstest.Options{Dir: dir})
 	s = newStore(t, srv)
-	got, err := s.Load(ctx, "sbx1", 0)
+	got, err := s.Load(ctx, "0193b0a4-0000-7000-8000-000000000001", 0)
 	if err != nil {
 		t.Fatalf("load after restart: %v", err)
 	}
@@ -393,8 +393,8 @@ func TestRestart(t *testing.T) {
 			t.Errorf("event %d: got %s, want %s", i, got[i].ID, want[i])
 		}
 	}
-	env := envelope(t, "sbx1", 9)
-	if _, err := s.Append(ctx, "sbx1", last, env); err != nil {
+	env := envelope(t, "0193b0a4-0000-7000-8000-000000000001", 9)
+	if _, err := s.Append(ctx, "0193b0a4-0000-7000-8000-000000000001", last, env); err != nil {
 		t.Fatalf("append after restart: %v", err)
 	}
 	if pos, err = s.Position(ctx, "restart"); err != nil {
@@ -445,7 +445,7 @@ func TestForeignMessagesAreSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	const id = "sbx1"
+	const id = "0193b0a4-0000-7000-8000-000000000001"
 	valid := func(g int64) events.Envelope { return envelope(t, id, g) }
 	body := func(env events.Envelope) []byte {
 		b, err := json.Marshal(env)
@@ -455,7 +455,7 @@ func TestForeignMessagesAreSkipped(t *testing.T) {
 		return b
 	}
 	other := valid(9)
-	other.SandboxID = "sbx2"
+	other.SandboxID = "0193b0a4-0000-7000-8000-000000000002"
 	future := valid(9)
 	future.Schema = events.SchemaVersion + 1
 	unknown := valid(9)
@@ -485,6 +485,17 @@ func TestForeignMessagesAreSkipped(t *testing.T) {
 		}
 		last = ack.Sequence
 	}
+	// A well-formed event on a subject whose id is no sandbox id (not a
+	// uuid) is foreign too: no reader makes a sandbox of it.
+	zz := valid(1)
+	zz.SandboxID = "ZZ"
+	if _, err := srv.JS.PublishMsg(ctx, &nats.Msg{Subject: jsstore.Subject("ZZ"), Data: body(zz), Header: typed(zz.Type)}); err != nil {
+		t.Fatalf("publish on ZZ: %v", err)
+	}
+	foreign = append(foreign, struct {
+		name string
+		msg  *nats.Msg
+	}{"an event on a subject whose id is not a sandbox id", nil})
 	head, err := s.Head(ctx, id)
 	if err != nil || head != last {
 		t.Fatalf("head %d, %v; want %d, the last foreign message's", head, err, last)
@@ -521,7 +532,11 @@ func TestForeignMessagesAreSkipped(t *testing.T) {
 		t.Fatalf("reported %d times, want once per foreign message (%d)", len(reported), len(foreign))
 	}
 	for i, f := range reported {
-		if !errors.Is(f.Err, events.ErrForeign) || f.Seq != first+uint64(i)+1 || f.Subject != jsstore.Subject(id) {
+		subject := jsstore.Subject(id)
+		if foreign[i].msg == nil {
+			subject = jsstore.Subject("ZZ")
+		}
+		if !errors.Is(f.Err, events.ErrForeign) || f.Seq != first+uint64(i)+1 || f.Subject != subject {
 			t.Errorf("report %d (%s): %+v; want ErrForeign at seq %d", i, foreign[i].name, f, first+uint64(i)+1)
 		}
 	}
@@ -604,14 +619,14 @@ func TestLostAnswerIsResolved(t *testing.T) {
 	srv := natstest.Start(t)
 	s := newStore(t, srv)
 	ctx := context.Background()
-	landed := envelope(t, "sbx1", 1)
+	landed := envelope(t, "0193b0a4-0000-7000-8000-000000000001", 1)
 	// The append landed but its answer never came: publish it as the store
 	// would, then append again with a context that ends before any answer.
 	body, err := json.Marshal(landed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := &nats.Msg{Subject: jsstore.Subject("sbx1"), Header: nats.Header{}, Data: body}
+	msg := &nats.Msg{Subject: jsstore.Subject("0193b0a4-0000-7000-8000-000000000001"), Header: nats.Header{}, Data: body}
 	msg.Header.Set(jetstream.MsgIDHeader, landed.ID)
 	ack, err := srv.JS.PublishMsg(ctx, msg)
 	if err != nil {
@@ -620,15 +635,54 @@ func TestLostAnswerIsResolved(t *testing.T) {
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
 
-	seq, err := s.Append(gone, "sbx1", 0, landed)
+	seq, err := s.Append(gone, "0193b0a4-0000-7000-8000-000000000001", 0, landed)
 	if err != nil || seq != ack.Sequence {
 		t.Errorf("append that landed: got %d, %v, want %d, nil", seq, err, ack.Sequence)
 	}
-	_, err = s.Append(gone, "sbx1", ack.Sequence, envelope(t, "sbx1", 2))
+	_, err = s.Append(gone, "0193b0a4-0000-7000-8000-000000000001", ack.Sequence, envelope(t, "0193b0a4-0000-7000-8000-000000000001", 2))
 	if !errors.Is(err, events.ErrUnavailable) {
 		t.Errorf("append that did not land: got %v, want ErrUnavailable", err)
 	}
 	if got := msgCount(t, s); got != 1 {
 		t.Errorf("messages in stream: got %d, want 1", got)
+	}
+}
+
+// TestPositionGarbage (issue 23, attack 7): a position that holds no
+// sequence does not stop its follower from starting: it starts from 0,
+// the store says so, and the next Set overwrites it.
+func TestPositionGarbage(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx := context.Background()
+	var told []string
+	s, err := jsstore.New(ctx, srv.JS, jsstore.Config{OnBadPosition: func(name string, err error) { told = append(told, name) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Position(ctx, "sagas.n1"); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := srv.JS.KeyValue(ctx, jsstore.PositionBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "sagas.n1", []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Position(ctx, "sagas.n1")
+	if err != nil {
+		t.Fatalf("position over garbage: %v", err)
+	}
+	if got, err := p.Get(ctx); err != nil || got != 0 {
+		t.Errorf("Get over garbage = %d, %v; want 0", got, err)
+	}
+	if len(told) == 0 || told[0] != "sagas.n1" {
+		t.Errorf("told of %v, want sagas.n1", told)
+	}
+	if err := p.Set(ctx, 9); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := p.Get(ctx); err != nil || got != 9 {
+		t.Errorf("after Set 9: %d, %v", got, err)
 	}
 }

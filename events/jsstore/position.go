@@ -21,6 +21,7 @@ const PositionBucket = events.PositionBucket
 type Position struct {
 	kv   jetstream.KeyValue
 	name string
+	bad  func(name string, err error)
 }
 
 // Position creates the positions bucket, or binds to it when it exists, and
@@ -38,7 +39,7 @@ func (s *Store) Position(ctx context.Context, name string) (*Position, error) {
 	if err != nil {
 		return nil, fmt.Errorf("position %s: bucket %s: %w", name, PositionBucket, unavailable(err))
 	}
-	p := &Position{kv: kv, name: name}
+	p := &Position{kv: kv, name: name, bad: s.cfg.OnBadPosition}
 	// One read now, so that a name the KV API refuses fails here.
 	if _, err := p.Get(ctx); err != nil {
 		return nil, err
@@ -46,7 +47,8 @@ func (s *Store) Position(ctx context.Context, name string) (*Position, error) {
 	return p, nil
 }
 
-// Get returns the position last Set, 0 before any.
+// Get returns the position last Set, 0 before any, and 0 when the key
+// holds no sequence (Config.OnBadPosition hears of it).
 func (p *Position) Get(ctx context.Context) (uint64, error) {
 	e, err := p.kv.Get(ctx, p.name)
 	switch {
@@ -57,7 +59,12 @@ func (p *Position) Get(ctx context.Context) (uint64, error) {
 	}
 	seq, err := strconv.ParseUint(string(e.Value()), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("position %s at revision %d: %w", p.name, e.Revision(), err)
+		// Garbage: start from the beginning of the log rather than not at
+		// all; the next Set overwrites it.
+		if p.bad != nil {
+			p.bad(p.name, fmt.Errorf("position %s at revision %d: %w; following from 0", p.name, e.Revision(), err))
+		}
+		return 0, nil
 	}
 	return seq, nil
 }

@@ -18,7 +18,7 @@ func TestReplay(t *testing.T) {
 	var all []events.Envelope
 	last := map[string]uint64{}
 	for b := range 25 {
-		id := []string{"sbx1", "sbx2"}[b%2]
+		id := []string{"0193b0a4-0000-7000-8000-000000000001", "0193b0a4-0000-7000-8000-000000000002"}[b%2]
 		var envs []events.Envelope
 		for i := range 100 {
 			envs = append(envs, envelope(t, id, int64(b*100+i)))
@@ -81,7 +81,7 @@ func TestReplayStopsAtTheLastSequenceOfTheCall(t *testing.T) {
 	srv := natstest.Start(t)
 	s := newStore(t, srv)
 	ctx := context.Background()
-	first, err := s.Append(ctx, "sbx1", 0, envelope(t, "sbx1", 1))
+	first, err := s.Append(ctx, "0193b0a4-0000-7000-8000-000000000001", 0, envelope(t, "0193b0a4-0000-7000-8000-000000000001", 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestReplayStopsAtTheLastSequenceOfTheCall(t *testing.T) {
 	upTo, err := s.Replay(ctx, 0, func(envs []events.Envelope) error {
 		n += len(envs)
 		// An event appended during the replay is not part of it.
-		_, err := s.Append(ctx, "sbx1", first, envelope(t, "sbx1", 2))
+		_, err := s.Append(ctx, "0193b0a4-0000-7000-8000-000000000001", first, envelope(t, "0193b0a4-0000-7000-8000-000000000001", 2))
 		return err
 	})
 	if err != nil || upTo != first || n != 1 {
@@ -101,7 +101,7 @@ func TestReplayReturnsHandlerError(t *testing.T) {
 	srv := natstest.Start(t)
 	s := newStore(t, srv)
 	ctx := context.Background()
-	if _, err := s.Append(ctx, "sbx1", 0, envelope(t, "sbx1", 1)); err != nil {
+	if _, err := s.Append(ctx, "0193b0a4-0000-7000-8000-000000000001", 0, envelope(t, "0193b0a4-0000-7000-8000-000000000001", 1)); err != nil {
 		t.Fatal(err)
 	}
 	boom := errors.New("boom")

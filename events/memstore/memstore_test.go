@@ -20,9 +20,9 @@ func TestFollowFillsBatchesFromWhatTheLogHolds(t *testing.T) {
 	defer cancel()
 	var last uint64
 	for i := range 10 {
-		env := storetest.NewEnvelope(t, "sbx1", &events.Started{Generation: int64(i)})
+		env := storetest.NewEnvelope(t, "0193b0a4-0000-7000-8000-000000000001", &events.Started{Generation: int64(i)})
 		var err error
-		if last, err = s.Append(ctx, "sbx1", last, env); err != nil {
+		if last, err = s.Append(ctx, "0193b0a4-0000-7000-8000-000000000001", last, env); err != nil {
 			t.Fatal(err)
 		}
 	}

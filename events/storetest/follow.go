@@ -117,7 +117,7 @@ func appendMixed(t *testing.T, s events.Store, n int) []events.Envelope {
 	var out []events.Envelope
 	last := map[string]uint64{}
 	for len(out) < n {
-		id := fmt.Sprintf("sbx%d", len(out)%3)
+		id := fmt.Sprintf("0193b0a4-0000-7000-8000-00000000000%d", len(out)%3)
 		envs := []events.Envelope{started(t, id, int64(len(out)))}
 		if len(out)%4 == 1 && len(out)+1 < n {
 			envs = append(envs, started(t, id, int64(len(out)+1)))
@@ -159,8 +159,8 @@ func testFollowAfter(t *testing.T, s events.Store) {
 	})
 	t.Run("after the last", func(t *testing.T) {
 		f := follow(t, s, all[4].Seq, 10)
-		late := created(t, "late")
-		seq := mustAppend(t, s, "late", 0, late)
+		late := created(t, sbxLate)
+		seq := mustAppend(t, s, sbxLate, 0, late)
 		got := flatten(f.receive(t, 1))
 		if !equalIDs(ids(got), []string{late.ID}) {
 			t.Fatalf("delivered: got %v, want only the event appended later", ids(got))
@@ -201,8 +201,8 @@ func testFollowLive(t *testing.T, s events.Store) {
 		t.Fatalf("up to the head: got %v, want %v", ids(got), ids(before))
 	}
 
-	e1 := created(t, "live")
-	s1 := mustAppend(t, s, "live", 0, e1)
+	e1 := created(t, sbxLive)
+	s1 := mustAppend(t, s, sbxLive, 0, e1)
 	b := f.receive(t, 1)
 	if len(b) != 1 || len(b[0].envs) != 1 || b[0].pending != 0 {
 		t.Fatalf("after one append: got %d batches, first of %d events with pending %d; want one event, pending 0",
@@ -210,8 +210,8 @@ func testFollowLive(t *testing.T, s events.Store) {
 	}
 	sameEnvelope(t, b[0].envs[0], e1, s1)
 
-	e2, e3 := started(t, "live", 1), started(t, "live", 2)
-	s3 := mustAppend(t, s, "live", s1, e2, e3)
+	e2, e3 := started(t, sbxLive, 1), started(t, sbxLive, 2)
+	s3 := mustAppend(t, s, sbxLive, s1, e2, e3)
 	bs := f.receive(t, 2)
 	got := flatten(bs)
 	if !equalIDs(ids(got), []string{e2.ID, e3.ID}) {

@@ -164,15 +164,15 @@ func equalIDs(got, want []string) bool {
 }
 
 func testAppendNew(t *testing.T, s events.Store) {
-	want := created(t, "sbx1")
-	seq, err := s.Append(context.Background(), "sbx1", 0, want)
+	want := created(t, sbx1)
+	seq, err := s.Append(context.Background(), sbx1, 0, want)
 	if err != nil {
 		t.Fatalf("append: %v", err)
 	}
 	if seq == 0 {
 		t.Fatal("append returned sequence 0")
 	}
-	got := mustLoad(t, s, "sbx1", 0)
+	got := mustLoad(t, s, sbx1, 0)
 	if len(got) != 1 {
 		t.Fatalf("load: got %d events, want 1", len(got))
 	}
@@ -181,46 +181,46 @@ func testAppendNew(t *testing.T, s events.Store) {
 	if err != nil {
 		t.Fatalf("decode: %v", err)
 	}
-	if c, ok := e.(*events.Created); !ok || c.Name != "name-sbx1" || c.Labels["team"] != "a" {
+	if c, ok := e.(*events.Created); !ok || c.Name != "name-"+sbx1 || c.Labels["team"] != "a" {
 		t.Errorf("decoded: got %#v", e)
 	}
 }
 
 func testWrongExpected(t *testing.T, s events.Store) {
-	first := mustAppend(t, s, "sbx1", 0, created(t, "sbx1"))
+	first := mustAppend(t, s, sbx1, 0, created(t, sbx1))
 	for _, expected := range []uint64{first + 1, first + 100} {
-		_, err := s.Append(context.Background(), "sbx1", expected, started(t, "sbx1", 1))
+		_, err := s.Append(context.Background(), sbx1, expected, started(t, sbx1, 1))
 		if !errors.Is(err, events.ErrConflict) {
 			t.Errorf("append expected %d: got %v, want ErrConflict", expected, err)
 		}
 	}
-	if got := mustLoad(t, s, "sbx1", 0); len(got) != 1 {
+	if got := mustLoad(t, s, sbx1, 0); len(got) != 1 {
 		t.Errorf("load: got %d events, want 1", len(got))
 	}
 }
 
 func testExpectedZeroOnExisting(t *testing.T, s events.Store) {
-	mustAppend(t, s, "sbx1", 0, created(t, "sbx1"))
-	_, err := s.Append(context.Background(), "sbx1", 0, created(t, "sbx1"))
+	mustAppend(t, s, sbx1, 0, created(t, sbx1))
+	_, err := s.Append(context.Background(), sbx1, 0, created(t, sbx1))
 	if !errors.Is(err, events.ErrConflict) {
 		t.Fatalf("append expected 0: got %v, want ErrConflict", err)
 	}
-	if got := mustLoad(t, s, "sbx1", 0); len(got) != 1 {
+	if got := mustLoad(t, s, sbx1, 0); len(got) != 1 {
 		t.Errorf("load: got %d events, want 1", len(got))
 	}
 }
 
 func testAppendMany(t *testing.T, s events.Store) {
-	first := mustAppend(t, s, "sbx1", 0, created(t, "sbx1"))
-	mustAppend(t, s, "other", 0, created(t, "other"))
-	load := mustLoad(t, s, "sbx1", 0)
+	first := mustAppend(t, s, sbx1, 0, created(t, sbx1))
+	mustAppend(t, s, sbxOther, 0, created(t, sbxOther))
+	load := mustLoad(t, s, sbx1, 0)
 	expected := load[len(load)-1].Seq
 	if expected != first {
 		t.Fatalf("last of sbx1: got %d, want %d", expected, first)
 	}
-	batch := []events.Envelope{started(t, "sbx1", 1), started(t, "sbx1", 2), started(t, "sbx1", 3)}
-	last := mustAppend(t, s, "sbx1", expected, batch...)
-	got := mustLoad(t, s, "sbx1", expected)
+	batch := []events.Envelope{started(t, sbx1, 1), started(t, sbx1, 2), started(t, sbx1, 3)}
+	last := mustAppend(t, s, sbx1, expected, batch...)
+	got := mustLoad(t, s, sbx1, expected)
 	if len(got) != len(batch) {
 		t.Fatalf("load: got %d events, want %d", len(got), len(batch))
 	}
@@ -230,34 +230,34 @@ func testAppendMany(t *testing.T, s events.Store) {
 }
 
 func testAppendManyConflict(t *testing.T, s events.Store) {
-	first := mustAppend(t, s, "sbx1", 0, created(t, "sbx1"))
-	batch := []events.Envelope{started(t, "sbx1", 1), started(t, "sbx1", 2), started(t, "sbx1", 3)}
-	_, err := s.Append(context.Background(), "sbx1", first+1, batch...)
+	first := mustAppend(t, s, sbx1, 0, created(t, sbx1))
+	batch := []events.Envelope{started(t, sbx1, 1), started(t, sbx1, 2), started(t, sbx1, 3)}
+	_, err := s.Append(context.Background(), sbx1, first+1, batch...)
 	if !errors.Is(err, events.ErrConflict) {
 		t.Fatalf("append: got %v, want ErrConflict", err)
 	}
-	if got := mustLoad(t, s, "sbx1", 0); len(got) != 1 {
+	if got := mustLoad(t, s, sbx1, 0); len(got) != 1 {
 		t.Errorf("load: got %d events, want 1", len(got))
 	}
 	// The rejected batch leaves no trace: it can be appended at the right place.
-	last := mustAppend(t, s, "sbx1", first, batch...)
-	if got := mustLoad(t, s, "sbx1", first); len(got) != 3 || got[2].Seq != last {
+	last := mustAppend(t, s, sbx1, first, batch...)
+	if got := mustLoad(t, s, sbx1, first); len(got) != 3 || got[2].Seq != last {
 		t.Errorf("load after retry: got %d events ending at %d, want 3 ending at %d", len(got), got[len(got)-1].Seq, last)
 	}
 }
 
 func testRetryLanded(t *testing.T, s events.Store) {
-	first := mustAppend(t, s, "sbx1", 0, created(t, "sbx1"))
-	env := started(t, "sbx1", 1)
-	seq := mustAppend(t, s, "sbx1", first, env)
-	again, err := s.Append(context.Background(), "sbx1", first, env)
+	first := mustAppend(t, s, sbx1, 0, created(t, sbx1))
+	env := started(t, sbx1, 1)
+	seq := mustAppend(t, s, sbx1, first, env)
+	again, err := s.Append(context.Background(), sbx1, first, env)
 	if err != nil {
 		t.Fatalf("retry: got %v, want success", err)
 	}
 	if again != seq {
 		t.Errorf("retry seq: got %d, want %d", again, seq)
 	}
-	got := mustLoad(t, s, "sbx1", 0)
+	got := mustLoad(t, s, sbx1, 0)
 	if want := []string{ids(got)[0], env.ID}; !equalIDs(ids(got), want) {
 		t.Errorf("log: got %v, want %v", ids(got), want)
 	}
@@ -269,14 +269,14 @@ func testRetryLanded(t *testing.T, s events.Store) {
 
 func testRetryLandedMany(t *testing.T, s events.Store) {
 	ctx := context.Background()
-	base := mustAppend(t, s, "sbx2", 0, created(t, "sbx2"))
+	base := mustAppend(t, s, sbx2, 0, created(t, sbx2))
 	tests := []struct {
 		name     string
 		id       string
 		expected uint64
 	}{
-		{"on a new sandbox", "sbx1", 0},
-		{"after earlier events", "sbx2", base},
+		{"on a new sandbox", sbx1, 0},
+		{"after earlier events", sbx2, base},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -301,10 +301,10 @@ func testRetryLandedMany(t *testing.T, s events.Store) {
 
 func testConcurrentAppends(t *testing.T, s events.Store) {
 	const n = 8
-	base := mustAppend(t, s, "sbx1", 0, created(t, "sbx1"))
+	base := mustAppend(t, s, sbx1, 0, created(t, sbx1))
 	envs := make([]events.Envelope, n)
 	for i := range envs {
-		envs[i] = started(t, "sbx1", int64(i+1))
+		envs[i] = started(t, sbx1, int64(i+1))
 	}
 	ctx := context.Background()
 	errs := make([]error, n)
@@ -314,7 +314,7 @@ func testConcurrentAppends(t *testing.T, s events.Store) {
 	loaded.Add(n)
 	for i := range n {
 		wg.Go(func() {
-			log, err := s.Load(ctx, "sbx1", 0)
+			log, err := s.Load(ctx, sbx1, 0)
 			loaded.Done()
 			if err != nil {
 				errs[i] = err
@@ -322,7 +322,7 @@ func testConcurrentAppends(t *testing.T, s events.Store) {
 			}
 			expected := log[len(log)-1].Seq
 			<-start
-			_, errs[i] = s.Append(ctx, "sbx1", expected, envs[i])
+			_, errs[i] = s.Append(ctx, sbx1, expected, envs[i])
 		})
 	}
 	loaded.Wait()
@@ -349,12 +349,12 @@ func testConcurrentAppends(t *testing.T, s events.Store) {
 		}
 		wg.Go(func() {
 			for attempt := 0; attempt < 10*n; attempt++ {
-				loaded, err := s.Load(ctx, "sbx1", 0)
+				loaded, err := s.Load(ctx, sbx1, 0)
 				if err != nil {
 					errs[i] = err
 					return
 				}
-				_, errs[i] = s.Append(ctx, "sbx1", loaded[len(loaded)-1].Seq, envs[i])
+				_, errs[i] = s.Append(ctx, sbx1, loaded[len(loaded)-1].Seq, envs[i])
 				if !errors.Is(errs[i], events.ErrConflict) {
 					return
 				}
@@ -367,7 +367,7 @@ func testConcurrentAppends(t *testing.T, s events.Store) {
 			t.Errorf("retry %d: %v", i, err)
 		}
 	}
-	got := mustLoad(t, s, "sbx1", base)
+	got := mustLoad(t, s, sbx1, base)
 	count := map[string]int{}
 	for _, e := range got {
 		count[e.ID]++
@@ -384,10 +384,10 @@ func testConcurrentAppends(t *testing.T, s events.Store) {
 
 func testAppendRejects(t *testing.T, s events.Store) {
 	ctx := context.Background()
-	if _, err := s.Append(ctx, "sbx1", 0); err == nil {
+	if _, err := s.Append(ctx, sbx1, 0); err == nil {
 		t.Error("append of no events: got nil error")
 	}
-	if _, err := s.Append(ctx, "sbx1", 0, created(t, "other")); err == nil {
+	if _, err := s.Append(ctx, sbx1, 0, created(t, "other")); err == nil {
 		t.Error("append of another sandbox's event: got nil error")
 	}
 	for _, id := range []string{"", "a.b", "a*", "a>", "a b"} {
@@ -395,7 +395,7 @@ func testAppendRejects(t *testing.T, s events.Store) {
 			t.Errorf("append to sandbox id %q: got nil error", id)
 		}
 	}
-	if got := mustLoad(t, s, "sbx1", 0); len(got) != 0 {
+	if got := mustLoad(t, s, sbx1, 0); len(got) != 0 {
 		t.Errorf("load sbx1: got %d events, want 0", len(got))
 	}
 	if got := mustLoad(t, s, "other", 0); len(got) != 0 {
@@ -404,10 +404,10 @@ func testAppendRejects(t *testing.T, s events.Store) {
 }
 
 func testLoadAfter(t *testing.T, s events.Store) {
-	e1, e2, e3 := created(t, "sbx1"), started(t, "sbx1", 1), started(t, "sbx1", 2)
-	s1 := mustAppend(t, s, "sbx1", 0, e1)
-	s2 := mustAppend(t, s, "sbx1", s1, e2)
-	s3 := mustAppend(t, s, "sbx1", s2, e3)
+	e1, e2, e3 := created(t, sbx1), started(t, sbx1, 1), started(t, sbx1, 2)
+	s1 := mustAppend(t, s, sbx1, 0, e1)
+	s2 := mustAppend(t, s, sbx1, s1, e2)
+	s3 := mustAppend(t, s, sbx1, s2, e3)
 	tests := []struct {
 		name  string
 		after uint64
@@ -421,7 +421,7 @@ func testLoadAfter(t *testing.T, s events.Store) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := mustLoad(t, s, "sbx1", tc.after)
+			got := mustLoad(t, s, sbx1, tc.after)
 			if !equalIDs(ids(got), tc.want) {
 				t.Errorf("got %v, want %v", ids(got), tc.want)
 			}
@@ -435,7 +435,7 @@ func testLoadAfter(t *testing.T, s events.Store) {
 }
 
 func testLoadUnknown(t *testing.T, s events.Store) {
-	mustAppend(t, s, "sbx1", 0, created(t, "sbx1"))
+	mustAppend(t, s, sbx1, 0, created(t, sbx1))
 	got, err := s.Load(context.Background(), "nobody", 0)
 	if err != nil {
 		t.Fatalf("load: %v", err)
@@ -446,11 +446,11 @@ func testLoadUnknown(t *testing.T, s events.Store) {
 }
 
 func testLoadIsolated(t *testing.T, s events.Store) {
-	a1 := mustAppend(t, s, "sbx1", 0, created(t, "sbx1"))
-	b1 := mustAppend(t, s, "sbx10", 0, created(t, "sbx10"))
-	mustAppend(t, s, "sbx1", a1, started(t, "sbx1", 1))
-	mustAppend(t, s, "sbx10", b1, started(t, "sbx10", 1))
-	for _, id := range []string{"sbx1", "sbx10"} {
+	a1 := mustAppend(t, s, sbx1, 0, created(t, sbx1))
+	b1 := mustAppend(t, s, sbx10, 0, created(t, sbx10))
+	mustAppend(t, s, sbx1, a1, started(t, sbx1, 1))
+	mustAppend(t, s, sbx10, b1, started(t, sbx10, 1))
+	for _, id := range []string{sbx1, sbx10} {
 		got := mustLoad(t, s, id, 0)
 		if len(got) != 2 {
 			t.Errorf("load %s: got %d events, want 2", id, len(got))
@@ -468,8 +468,8 @@ func testLastSeq(t *testing.T, s events.Store) {
 	if got, err := s.LastSeq(ctx); err != nil || got != 0 {
 		t.Fatalf("empty log: got %d, %v, want 0", got, err)
 	}
-	mustAppend(t, s, "sbx1", 0, created(t, "sbx1"))
-	want := mustAppend(t, s, "sbx2", 0, created(t, "sbx2"), started(t, "sbx2", 1))
+	mustAppend(t, s, sbx1, 0, created(t, sbx1))
+	want := mustAppend(t, s, sbx2, 0, created(t, sbx2), started(t, sbx2, 1))
 	if got, err := s.LastSeq(ctx); err != nil || got != want {
 		t.Errorf("got %d, %v, want %d", got, err, want)
 	}
@@ -479,7 +479,7 @@ func testUnknownType(t *testing.T, s events.Store) {
 	ctx := context.Background()
 	future := events.Envelope{
 		ID:        uuid.NewString(),
-		SandboxID: "sbx1",
+		SandboxID: sbx1,
 		Type:      "sandbox.from_the_future",
 		Schema:    events.SchemaVersion + 1,
 		Time:      time.Now().UTC(),
@@ -487,16 +487,16 @@ func testUnknownType(t *testing.T, s events.Store) {
 		Phase:     "hibernating",
 		Data:      json.RawMessage(`{"warp":9,"nested":{"a":[1,2]}}`),
 	}
-	first := mustAppend(t, s, "sbx1", 0, created(t, "sbx1"))
-	seq := mustAppend(t, s, "sbx1", first, future)
-	if got := mustLoad(t, s, "sbx1", 0); len(got) != 1 || got[0].Seq != first {
+	first := mustAppend(t, s, sbx1, 0, created(t, sbx1))
+	seq := mustAppend(t, s, sbx1, first, future)
+	if got := mustLoad(t, s, sbx1, 0); len(got) != 1 || got[0].Seq != first {
 		t.Fatalf("load: got %v, want only the created event at %d", ids(got), first)
 	}
-	if head, err := s.Head(ctx, "sbx1"); err != nil || head != seq {
+	if head, err := s.Head(ctx, sbx1); err != nil || head != seq {
 		t.Fatalf("head: %d, %v; want %d, the unknown event's", head, err, seq)
 	}
 	// An append after it expects it, and followers step over it.
-	last := mustAppend(t, s, "sbx1", seq, started(t, "sbx1", 1))
+	last := mustAppend(t, s, sbx1, seq, started(t, sbx1, 1))
 	f := follow(t, s, 0, 10)
 	got := flatten(f.receive(t, 2))
 	f.stop(t)
@@ -507,12 +507,27 @@ func testUnknownType(t *testing.T, s events.Store) {
 
 func testHead(t *testing.T, s events.Store) {
 	ctx := context.Background()
-	if got, err := s.Head(ctx, "sbx1"); err != nil || got != 0 {
+	if got, err := s.Head(ctx, sbx1); err != nil || got != 0 {
 		t.Fatalf("head of an empty subject: %d, %v; want 0", got, err)
 	}
-	a := mustAppend(t, s, "sbx1", 0, created(t, "sbx1"))
-	mustAppend(t, s, "sbx2", 0, created(t, "sbx2"))
-	if got, err := s.Head(ctx, "sbx1"); err != nil || got != a {
+	a := mustAppend(t, s, sbx1, 0, created(t, sbx1))
+	mustAppend(t, s, sbx2, 0, created(t, sbx2))
+	if got, err := s.Head(ctx, sbx1); err != nil || got != a {
 		t.Fatalf("head of sbx1: %d, %v; want %d (not sbx2's)", got, err, a)
 	}
 }
+
+// Sandbox ids of the contract's tests: sandbox ids are uuids (events.ValidID);
+// a message on any other subject is foreign.
+const (
+	sbx1  = "0193b0a4-0000-7000-8000-000000000001"
+	sbx2  = "0193b0a4-0000-7000-8000-000000000002"
+	sbx10 = "0193b0a4-0000-7000-8000-000000000010"
+)
+
+// More sandbox ids of the contract's tests.
+const (
+	sbxLate  = "0193b0a4-0000-7000-8000-00000000000a"
+	sbxLive  = "0193b0a4-0000-7000-8000-00000000000b"
+	sbxOther = "0193b0a4-0000-7000-8000-00000000000c"
+)

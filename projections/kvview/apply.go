@@ -251,15 +251,21 @@ func (v *View) applyGroups(ctx context.Context, todo []group, hold time.Duration
 			if err != nil {
 				return nil, nil, err
 			}
-			next := cur.view // Fold replaces Labels and ExitCode, never edits them
-			changed := false
-			var ms []move
-			for _, env := range g.envs {
-				from := next.Phase
-				changed = next.Fold(env) || changed
-				if next.Phase != from && env.Seq > v.counted && v.cfg.Metrics != nil {
-					ms = append(ms, move{from, next.Phase})
+			next, changed, ms, err := v.foldGroup(cur.view, g)
+			if err != nil {
+				// A cached view may be behind the bucket (another writer):
+				// the bucket's decides whether the table refuses.
+				if fresh, rev, lerr := v.load(ctx, g.id); lerr == nil && rev != cur.rev {
+					v.forget(g.id)
+					cur = entry{view: fresh, rev: rev}
+					next, changed, ms, err = v.foldGroup(cur.view, g)
 				}
+			}
+			if err != nil {
+				// Refused by the lifecycle table (or its data does not
+				// decode): the aggregate passed over it, so no view may
+				// follow it. The runner parks it and goes on.
+				return nil, nil, fmt.Errorf("%w: %w", projections.ErrUnapplicable, err)
 			}
 			if v.cfg.Metrics != nil {
 				if moves == nil {
@@ -303,6 +309,27 @@ func (v *View) applyGroups(ctx context.Context, todo []group, hold time.Duration
 	}
 }
 
+// foldGroup folds g's events into view (Fold replaces Labels and ExitCode,
+// never edits them) and says whether it changed, with the phase changes of
+// the events above v.counted (Config.Metrics), or the error of an event
+// the lifecycle table refuses.
+func (v *View) foldGroup(view events.View, g group) (events.View, bool, []move, error) {
+	changed := false
+	var ms []move
+	for _, env := range g.envs {
+		from := view.Phase
+		took, err := view.Apply(env)
+		if err != nil {
+			return view, false, nil, fmt.Errorf("apply %s seq %d to %s: %w", env.Type, env.Seq, g.id, err)
+		}
+		changed = took || changed
+		if view.Phase != from && env.Seq > v.counted && v.cfg.Metrics != nil {
+			ms = append(ms, move{from, view.Phase})
+		}
+	}
+	return view, changed, ms, nil
+}
+
 // base is the view g's events fold into: the cached one, an empty one for a
 // sandbox the batch creates (when assumeNew), else the bucket's.
 func (v *View) base(ctx context.Context, g group, assumeNew bool) (entry, error) {
@@ -319,10 +346,40 @@ func (v *View) base(ctx context.Context, g group, assumeNew bool) (entry, error)
 	if errors.Is(err, events.ErrNotFound) {
 		return entry{}, nil
 	}
+	if errors.Is(err, ErrGarbage) {
+		// Not a view: rebuilt from the log up to g's first event, and
+		// written over the garbage (at its revision).
+		view, err := v.rebuildOne(ctx, g.id, g.envs[0].Seq)
+		if err != nil {
+			return entry{}, err
+		}
+		return entry{view: view, rev: rev}, nil
+	}
 	if err != nil {
 		return entry{}, err
 	}
 	return entry{view: view, rev: rev}, nil
+}
+
+// rebuildOne folds the view of id from the log, through the lifecycle
+// table, from its first event to the one before seq; without Config.Log
+// it is no view yet.
+func (v *View) rebuildOne(ctx context.Context, id string, seq uint64) (events.View, error) {
+	var view events.View
+	if v.cfg.Log == nil {
+		return view, nil
+	}
+	envs, err := v.cfg.Log.Load(ctx, id, 0)
+	if err != nil {
+		return view, fmt.Errorf("rebuild the view of %s: %w", id, err)
+	}
+	for _, env := range envs {
+		if env.Seq >= seq {
+			break
+		}
+		_, _ = view.Apply(env) // what the table refuses, the live view parked
+	}
+	return view, nil
 }
 
 // put publishes writes pipelined and waits for every acknowledgement. A

@@ -70,6 +70,7 @@ func TestApplyBatchWritesEachViewOnce(t *testing.T) {
 	v := newView(t, natstest.Start(t).JS)
 	a, b := newID(t), newID(t)
 	batch := []events.Envelope{env(t, a, 1, events.PhaseProvisioning, created(a, nil))}
+	attached := map[string]bool{}
 	for seq := uint64(2); seq <= 50; seq++ {
 		id := a
 		if seq%10 == 0 {
@@ -79,7 +80,11 @@ func TestApplyBatchWritesEachViewOnce(t *testing.T) {
 			batch = append(batch, env(t, b, seq, events.PhaseProvisioning, created(b, nil)))
 			continue
 		}
-		batch = append(batch, env(t, id, seq, events.PhaseReady, &events.SupervisorAttached{Generation: 1}))
+		var e events.Event = &events.Started{Generation: 1} // a fact in ready
+		if !attached[id] {
+			attached[id], e = true, &events.SupervisorAttached{Generation: 1}
+		}
+		batch = append(batch, env(t, id, seq, events.PhaseReady, e))
 	}
 	before := streamLast(t, v)
 	applyBatch(t, v, batch...)
@@ -184,7 +189,7 @@ func TestCheckpointSurvivesRestart(t *testing.T) {
 	w = newView(t, srv.JS)
 	checkpointIs(t, w, 200)
 	id := log[0].SandboxID
-	applyBatch(t, w, env(t, id, 205, events.PhaseStopping, &events.StopRequested{Generation: 1}))
+	applyBatch(t, w, env(t, id, 205, events.PhaseStopping, &events.ForwardClosed{ForwardID: "f"}))
 	checkpointIs(t, w, 205)
 	if got := get(t, w, id); got.Seq != 205 || got.Name == "" {
 		t.Errorf("view after restart: %+v, want stopping at 205 with its name", got)
@@ -244,7 +249,7 @@ func TestConcurrentBatchWriters(t *testing.T) {
 	applyBatch(t, a, env(t, id, 1, events.PhaseProvisioning, created(id, nil)))
 	applyBatch(t, b, env(t, id, 2, events.PhaseReady, &events.SupervisorAttached{Generation: 1}))
 	// a's cached revisions (view and checkpoint) are stale now: it reloads.
-	applyBatch(t, a, env(t, id, 3, events.PhaseStopping, &events.StopRequested{}))
+	applyBatch(t, a, env(t, id, 3, events.PhaseStopping, &events.StopRequested{Generation: 1}))
 	if got := get(t, a, id); got.Phase != events.PhaseStopping || got.Seq != 3 {
 		t.Errorf("phase %q seq %d, want stopping 3", got.Phase, got.Seq)
 	}

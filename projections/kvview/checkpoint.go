@@ -133,7 +133,11 @@ func (v *View) readCheckpoint(ctx context.Context) (checkpoint, error) {
 	}
 	seq, err := strconv.ParseUint(string(e.Value()), 10, 64)
 	if err != nil {
-		return checkpoint{}, fmt.Errorf("checkpoint %s rev %d: %w", v.cpKey, e.Revision(), err)
+		// Garbage (the bucket is on the bus): the view applies the log
+		// again from its start, which it does idempotently, and the next
+		// checkpoint overwrites the key (at its revision).
+		v.garbage.Add(1)
+		return checkpoint{loaded: true, rev: e.Revision()}, nil
 	}
 	return checkpoint{loaded: true, seq: seq, rev: e.Revision()}, nil
 }

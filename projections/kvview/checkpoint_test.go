@@ -136,7 +136,7 @@ func TestCheckpointMovesOutOfAnOldBucket(t *testing.T) {
 			}
 			readersShowOnly(t, v, id, 2)
 			// The next writer goes on from the moved checkpoint.
-			applyBatch(t, v, env(t, id, 10, events.PhaseStopping, &events.StopRequested{Generation: 1}))
+			applyBatch(t, v, env(t, id, 10, events.PhaseStopping, &events.ForwardClosed{ForwardID: "f"}))
 			checkpointIs(t, newView(t, srv.JS), 10)
 		})
 	}

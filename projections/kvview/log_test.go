@@ -56,31 +56,59 @@ var steps = []step{
 }
 
 // randomLog is n events over up to sandboxes sandboxes, each starting with
-// sandbox.created, then random lifecycle events (the fold does not check
-// transitions) and now and then an event of a type this build does not
-// know. Seq is set to the position in the log, from 1.
+// sandbox.created, then random lifecycle events the table accepts in the
+// sandbox's phase, and now and then (or when every sandbox tried is
+// deleted) an event of a type this build does not know. Seq is set to the
+// position in the log, from 1.
 func randomLog(tb testing.TB, seed uint64, sandboxes, n int) []events.Envelope {
 	tb.Helper()
 	r := rand.New(rand.NewPCG(seed, seed))
 	ids := make([]string, sandboxes)
 	gens := make([]int64, sandboxes)
+	phases := make([]events.Phase, sandboxes)
 	out := make([]events.Envelope, 0, n)
 	for len(out) < n {
 		i := r.IntN(sandboxes)
+		for try := 0; try < 100 && phases[i].Terminal(); try++ {
+			i = r.IntN(sandboxes) // little follows deleted or error
+		}
 		var e events.Event
 		phase := events.PhaseProvisioning
 		switch {
-		case ids[i] == "":
-			id, err := uuid.NewV7()
-			if err != nil {
-				tb.Fatalf("uuid: %v", err)
+		case phases[i] == events.PhaseDeleted:
+			e, phase = &events.Deleted{}, events.PhaseDeleted // sent as an unknown type below
+		case phases[i] == events.PhaseNone:
+			if ids[i] == "" {
+				id, err := uuid.NewV7()
+				if err != nil {
+					tb.Fatalf("uuid: %v", err)
+				}
+				ids[i] = id.String()
 			}
-			ids[i], gens[i] = id.String(), 1
+			gens[i] = 1
 			e = &events.Created{Name: fmt.Sprintf("box-%d", i), Driver: "sim", Node: "n1",
 				Labels: map[string]string{"team": fmt.Sprint(i % 3)}, Generation: 1}
 		default:
-			s := steps[r.IntN(len(steps))]
-			e, phase = s.make(gens[i], r), s.phase
+			// Most draws keep the sandbox alive, so that the end of the log
+			// still moves views.
+			var ok, all []events.Event
+			for _, s := range steps {
+				e := s.make(gens[i], r)
+				to, err := events.Next(phases[i], e.Type())
+				if err != nil {
+					continue
+				}
+				all = append(all, e)
+				if to.Terminal() || to == events.PhaseDeleting {
+					continue
+				}
+				ok = append(ok, e)
+			}
+			if len(ok) == 0 || r.IntN(40) == 0 {
+				ok = all
+			}
+			e = ok[r.IntN(len(ok))]
+			phase, _ = events.Next(phases[i], e.Type())
 			if rr, ok := e.(*events.ResumeRequested); ok {
 				gens[i] = rr.Generation
 			}
@@ -90,8 +118,10 @@ func randomLog(tb testing.TB, seed uint64, sandboxes, n int) []events.Envelope {
 			tb.Fatalf("envelope: %v", err)
 		}
 		env.Phase = phase
-		if r.IntN(50) == 0 {
+		if r.IntN(50) == 0 || phases[i] == events.PhaseDeleted {
 			env.Type = "sandbox.from_the_future"
+		} else {
+			phases[i] = phase
 		}
 		env.Seq = uint64(len(out) + 1)
 		out = append(out, env)

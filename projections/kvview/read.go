@@ -46,8 +46,8 @@ func (v *View) List(ctx context.Context, q Query) (events.Page, error) {
 			continue
 		}
 		view, err := v.Get(ctx, id)
-		if errors.Is(err, events.ErrNotFound) {
-			continue // purged since the keys were listed
+		if errors.Is(err, events.ErrNotFound) || errors.Is(err, ErrGarbage) {
+			continue // purged since the keys were listed, or not a view (counted)
 		}
 		if err != nil {
 			return events.Page{}, fmt.Errorf("list: %w", err)
@@ -125,7 +125,8 @@ func (v *View) scan(ctx context.Context, fn func(events.View)) error {
 			}
 			view, err := decode(e)
 			if err != nil {
-				return err
+				v.garbage.Add(1)
+				continue // not a view: passed over, counted
 			}
 			fn(view)
 		}

@@ -26,9 +26,17 @@ func fleet(t *testing.T, v *View, members ...member) []string {
 		ids[i] = newID(t)
 		seq++
 		apply(t, v, env(t, ids[i], seq, events.PhaseProvisioning, created(ids[i], m.labels)))
-		if m.phase != events.PhaseProvisioning {
+		// The events the table takes on the way to the member's phase.
+		var path []events.Event
+		switch m.phase {
+		case events.PhaseReady:
+			path = []events.Event{&events.SupervisorAttached{Generation: 1}}
+		case events.PhaseDeleted:
+			path = []events.Event{&events.DeleteRequested{}, &events.Deleted{}}
+		}
+		for _, e := range path {
 			seq++
-			apply(t, v, env(t, ids[i], seq, m.phase, &events.SupervisorAttached{Generation: 1}))
+			apply(t, v, env(t, ids[i], seq, m.phase, e))
 		}
 	}
 	return ids

@@ -156,6 +156,9 @@ func (v *View) writeAll(ctx context.Context, views map[string]*events.View) (int
 		if !viewKey(id) {
 			continue // no view can hold it; the live projection refuses it too
 		}
+		if view.Seq == 0 {
+			continue // the table refused every event of it: no sandbox
+		}
 		data, err := json.Marshal(view)
 		if err != nil {
 			return written, fmt.Errorf("encode view %s: %w", id, err)

@@ -226,7 +226,7 @@ func (v *View) catchUp(ctx context.Context, src projections.Log, last *uint64, r
 	}
 	n := 0
 	end, err := src.Replay(ctx, *last+1, func(envs []events.Envelope) error {
-		if err := v.ApplyBatch(ctx, envs); err != nil {
+		if err := v.applyParking(ctx, envs); err != nil {
 			return err
 		}
 		n += len(envs)
@@ -244,6 +244,26 @@ func (v *View) catchUp(ctx context.Context, src projections.Log, last *uint64, r
 		v.wmu.Unlock()
 	}
 	return n, err
+}
+
+// applyParking is ApplyBatch of envs that parks the events the view can
+// never apply (the table refuses them, say) and applies the rest, as the
+// runner does for the live view.
+func (v *View) applyParking(ctx context.Context, envs []events.Envelope) error {
+	err := v.ApplyBatch(ctx, envs)
+	if !errors.Is(err, projections.ErrUnapplicable) {
+		return err
+	}
+	for _, env := range envs {
+		err := v.Apply(ctx, env)
+		if errors.Is(err, projections.ErrUnapplicable) {
+			err = v.Park(ctx, env, err)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // swap brings the views of nv, a rebuild's bucket, into v's bucket with v's

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -56,11 +57,20 @@ type Config struct {
 	// PastTTL is the TTL of the buckets a rebuild makes (views of the
 	// past, and the new bucket of a swap); default DefaultPastTTL.
 	PastTTL time.Duration
+	// Log, when set, is the event log the writer rebuilds a sandbox's view
+	// from when the bucket holds garbage under its key (ErrGarbage);
+	// without it such a view is folded anew from its next event.
+	Log Loader
 	// Metrics counts the phase changes the view folds in as it applies
 	// the log (each once per process, however often it is folded again);
 	// nil counts nothing. Only the live view has it: a rebuild's view is
 	// made without.
 	Metrics *metrics.Set
+}
+
+// Loader reads one sandbox's events (events.Store satisfies it).
+type Loader interface {
+	Load(ctx context.Context, id string, after uint64) ([]events.Envelope, error)
 }
 
 // Validate reports a config that cannot work.
@@ -136,6 +146,8 @@ type View struct {
 
 	mu    sync.Mutex
 	cache map[string]entry // id → the last view written and its revision
+
+	garbage atomic.Uint64 // values found that are no view (Garbage)
 }
 
 // entry is a view as the writer last stored it under revision rev.
@@ -206,18 +218,39 @@ func (v *View) load(ctx context.Context, id string) (events.View, uint64, error)
 	}
 	view, err := decode(e)
 	if err != nil {
-		return events.View{}, 0, err
+		v.garbage.Add(1)
+		return events.View{}, e.Revision(), err
 	}
 	return view, e.Revision(), nil
 }
 
+// ErrGarbage marks a value of the bucket that is no view of its key:
+// written by something else than the view's writer (the bucket is on the
+// bus), or damaged. Readers skip it and count it (Garbage); a Get of it is
+// UNAVAILABLE; the writer rebuilds the view from the log at the sandbox's
+// next event (Config.Log), else takes it as no view.
+var ErrGarbage = errors.New("not a view")
+
+// decode reads e as the view of its key, or an error wrapping ErrGarbage.
 func decode(e jetstream.KeyValueEntry) (events.View, error) {
 	var view events.View
-	if err := json.Unmarshal(e.Value(), &view); err != nil {
-		return events.View{}, fmt.Errorf("decode view %s rev %d: %w", e.Key(), e.Revision(), err)
+	err := json.Unmarshal(e.Value(), &view)
+	switch {
+	case err != nil:
+	case view.ID != e.Key():
+		err = fmt.Errorf("the view of %q", view.ID)
+	case view.Seq == 0 || !view.Phase.Known():
+		err = fmt.Errorf("seq %d, phase %q", view.Seq, view.Phase)
+	}
+	if err != nil {
+		return events.View{}, events.Errorf(events.CodeUnavailable, "view %s rev %d: %v; it is rebuilt from the log at its next event: %w", e.Key(), e.Revision(), err, ErrGarbage)
 	}
 	return view, nil
 }
+
+// Garbage is how many times a reader or the writer found a value in the
+// bucket that is no view (ErrGarbage) and passed over it.
+func (v *View) Garbage() uint64 { return v.garbage.Load() }
 
 // keyPrefix is the subject prefix under which js publishes the keys of
 // bucket, as the KeyValue API's Put does: $KV.<bucket>., behind the API

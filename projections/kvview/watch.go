@@ -43,7 +43,8 @@ func (v *View) Wait(ctx context.Context, id string, phase events.Phase, after ui
 			}
 			view, err := decode(e)
 			if err != nil {
-				return last, fmt.Errorf("wait for %s: %w", id, err)
+				v.garbage.Add(1)
+				continue // not a view: its next write is one
 			}
 			last = view
 			switch {

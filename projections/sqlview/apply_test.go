@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/storetest"
 )
 
 func applyIn(t *testing.T, v *View, envs []events.Envelope, size int) {
@@ -166,4 +168,39 @@ func reread(t *testing.T, env events.Envelope) events.Envelope {
 	}
 	out.Seq = env.Seq
 	return out
+}
+
+// TestForgedEventsParked: well-formed events the lifecycle table refuses
+// (storetest.Forged: suspended, deleted, exited on a stopped sandbox, a
+// bogus stamped phase, data that is not an object) leave the row as it
+// was, whatever phase they are stamped with, and are parked and counted.
+func TestForgedEventsParked(t *testing.T) {
+	d := newDB(t)
+	v := d.view(t, DefaultName, nil)
+	a := newID(t)
+	envs := envelopes(t, []ev{
+		{a, events.PhaseProvisioning, &events.Created{Name: "a", Driver: "sim", Node: "n1", Generation: 1}},
+		{a, events.PhaseReady, &events.SupervisorAttached{Generation: 1}},
+		{a, events.PhaseStopping, &events.StopRequested{Generation: 1}},
+		{a, events.PhaseStopped, &events.Stopped{Generation: 1}},
+	})
+	applyIn(t, v, envs, len(envs))
+	want, err := v.Get(context.Background(), a)
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	forged := storetest.Forged(a, 1, t0.Add(time.Minute))
+	for i := range forged {
+		forged[i].Seq = uint64(len(envs) + 1 + i)
+		forged[i] = reread(t, forged[i])
+	}
+	applyIn(t, v, forged, 2)
+	got, err := v.Get(context.Background(), a)
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	sameJSON(t, "view of a", got, want)
+	if got := v.Parked(); got != uint64(len(forged)) {
+		t.Errorf("Parked = %d, want %d", got, len(forged))
+	}
 }

@@ -59,15 +59,17 @@ func lifecycle(t testing.TB) []ev {
 	return []ev{
 		{a, events.PhaseProvisioning, &events.Created{Name: "a", Driver: "sim", Node: "n1", Labels: map[string]string{"team": "x", "tier": "gold"}, Generation: 1}},
 		{b, events.PhaseProvisioning, &events.Created{Name: "b", Driver: "process", Node: "n1", Labels: map[string]string{"team": "y"}, Generation: 1}},
-		{a, events.PhaseReady, &events.Started{Generation: 1, CredentialHash: "h"}},
+		{a, events.PhaseProvisioning, &events.Started{Generation: 1, CredentialHash: "h"}},
 		{c, events.PhaseProvisioning, &events.Created{Name: "c", Driver: "vm", Node: "n2", Generation: 1}},
-		{b, events.PhaseError, &events.StartFailed{Generation: 1, Message: "no"}},
+		{b, events.PhaseReady, &events.SupervisorAttached{Generation: 1}},
+		{a, events.PhaseReady, &events.SupervisorAttached{Generation: 1}},
 		{a, events.PhaseSuspending, &events.SuspendRequested{Generation: 1}},
 		{a, events.PhaseSuspended, &events.Suspended{Generation: 1, RestoreRef: "r1", Bytes: 4096}},
 		{c, events.PhaseReady, &events.SupervisorAttached{Generation: 1}},
 		{a, events.PhaseStarting, &events.ResumeRequested{Generation: 2, RestoreRef: "r1"}},
 		{a, events.PhaseStarting, &events.RetainedStateConsumed{Generation: 2, RestoreRef: "r1", Node: "n2"}},
-		{a, events.PhaseReady, &events.Resumed{Generation: 2, Outcome: events.OutcomeRestored}},
+		{a, events.PhaseStarting, &events.Resumed{Generation: 2, Outcome: events.OutcomeRestored}},
+		{a, events.PhaseReady, &events.SupervisorAttached{Generation: 2}},
 		{c, events.PhaseSuspending, &events.SuspendRequested{Generation: 1}},
 		{c, events.PhaseReady, &events.SuspendRejected{Generation: 1, Reason: events.ReasonDeadlineExceeded}},
 		{c, events.PhaseSuspending, &events.SuspendRequested{Generation: 1}},
@@ -75,9 +77,14 @@ func lifecycle(t testing.TB) []ev {
 		{a, events.PhaseReady, &events.ForwardOpened{ForwardID: "f1", Listen: "127.0.0.1:0", Address: "127.0.0.1:4001", Port: 80}},
 		{a, events.PhaseReady, &events.ForwardOpened{ForwardID: "f2", Listen: "127.0.0.1:0", Address: "127.0.0.1:4002", Port: 22}},
 		{a, events.PhaseReady, &events.ForwardClosed{ForwardID: "f1"}},
-		{b, events.PhaseStarting, &events.StartRequested{Generation: 2, Fallback: true}},
-		{b, events.PhaseReady, &events.Started{Generation: 2, CredentialHash: "h"}},
-		{b, events.PhaseError, &events.Exited{Generation: 2, Code: 3}},
+		{b, events.PhaseSuspending, &events.SuspendRequested{Generation: 1}},
+		{b, events.PhaseSuspended, &events.Suspended{Generation: 1, RestoreRef: "rb"}},
+		{b, events.PhaseStarting, &events.ResumeRequested{Generation: 2, RestoreRef: "rb", RestartIfRestoreFails: true}},
+		{b, events.PhaseStarting, &events.RetainedStateConsumed{Generation: 2, RestoreRef: "rb"}},
+		{b, events.PhaseStarting, &events.StartRequested{Generation: 3, Fallback: true}},
+		{b, events.PhaseStarting, &events.Started{Generation: 3, CredentialHash: "h"}},
+		{b, events.PhaseError, &events.Exited{Generation: 3, Code: 3}},
+		{c, events.PhaseSuspending, &events.SuspendRequested{Generation: 1}},
 		{c, events.PhaseError, &events.ResourceLost{Generation: 1}},
 		{d, events.PhaseProvisioning, &events.Created{Name: "d", Driver: "sim", Node: "n1", Labels: map[string]string{"team": "x"}, Generation: 1}},
 		{d, events.PhaseError, &events.DeadlinePassed{Deadline: "2m"}},
@@ -85,15 +92,17 @@ func lifecycle(t testing.TB) []ev {
 		{d, events.PhaseDeleted, &events.Deleted{}},
 		{a, events.PhaseSuspending, &events.SuspendRequested{Generation: 2}},
 		{a, events.PhaseSuspended, &events.Suspended{Generation: 2, RestoreRef: "r2"}},
-		{a, events.PhaseSuspended, &events.RetainedStateDiscarded{RestoreRef: "r2"}},
-		{b, events.PhaseStopping, &events.StopRequested{Generation: 2}},
-		{b, events.PhaseStopped, &events.Stopped{Generation: 2, Reason: events.ReasonRetainedStateLost}},
+		{a, events.PhaseStarting, &events.ResumeRequested{Generation: 3, RestoreRef: "r2"}},
+		{a, events.PhaseStarting, &events.RetainedStateConsumed{Generation: 3, RestoreRef: "r2"}},
+		{a, events.PhaseStopped, &events.Stopped{Generation: 3, Reason: events.ReasonRetainedStateLost}},
+		{a, events.PhaseStarting, &events.StartRequested{Generation: 4}},
+		{a, events.PhaseError, &events.StartFailed{Generation: 4, Message: "no"}},
 	}
 }
 
 // randomScript is n events over up to sandboxes sandboxes, each starting
-// with sandbox.created and going on at random (the fold does not check
-// transitions).
+// with sandbox.created and going on at random with events the lifecycle
+// table takes.
 func randomScript(t testing.TB, seed uint64, sandboxes, n int) []ev {
 	t.Helper()
 	r := rand.New(rand.NewPCG(seed, seed))
@@ -133,21 +142,30 @@ func randomScript(t testing.TB, seed uint64, sandboxes, n int) []ev {
 		func(int64) (events.Phase, events.Event) { return events.PhaseDeleted, &events.Deleted{} },
 	}
 	var out []ev
+	phases := make([]events.Phase, sandboxes)
 	for len(out) < n {
 		i := r.IntN(sandboxes)
 		if ids[i] == "" {
-			ids[i], gens[i] = newID(t), 1
+			ids[i], gens[i], phases[i] = newID(t), 1, events.PhaseProvisioning
 			out = append(out, ev{ids[i], events.PhaseProvisioning, &events.Created{Name: fmt.Sprint("box-", i), Driver: "sim",
 				Node: "n1", Labels: map[string]string{"team": fmt.Sprint(i % 3)}, Generation: 1}})
 			continue
 		}
-		if r.IntN(8) == 0 {
+		if phases[i] == events.PhaseSuspended && r.IntN(3) == 0 {
 			gens[i]++
+			phases[i] = events.PhaseStarting
 			out = append(out, ev{ids[i], events.PhaseStarting, &events.ResumeRequested{Generation: gens[i], RestoreRef: "r"}})
 			continue
 		}
-		phase, e := steps[r.IntN(len(steps))](gens[i])
-		out = append(out, ev{ids[i], phase, e})
+		// The next event is one the table takes in the sandbox's phase.
+		for try := 0; try < 20; try++ {
+			_, e := steps[r.IntN(len(steps))](gens[i])
+			if to, err := events.Next(phases[i], e.Type()); err == nil {
+				phases[i] = to
+				out = append(out, ev{ids[i], to, e})
+				break
+			}
+		}
 	}
 	return out
 }

@@ -245,8 +245,7 @@ func (nameMatcher) MatchString(s string) bool {
 
 // ParseID checks that id is a sandbox id (a uuid), so it is safe in a subject.
 func ParseID(id string) error {
-	u, err := uuid.Parse(id)
-	if err != nil || u.String() != id {
+	if !events.ValidID(id) {
 		return events.Errorf(events.CodeInvalidArgument, "invalid sandbox id %q: want a lower-case uuid", id)
 	}
 	return nil
@@ -674,7 +673,27 @@ func (s *Service) Resolve(ctx context.Context, ref string) (string, error) {
 	if errors.Is(err, events.ErrNotFound) {
 		return "", events.Errorf(events.CodeNotFound, "sandbox %q not found", ref)
 	}
-	return id, err
+	if err != nil {
+		return "", err
+	}
+	// The bucket is on the bus: an entry is trusted only if the log agrees,
+	// the sandbox created with that name and not deleted, so that a name
+	// pointed at another sandbox (or at nothing) never makes a command act
+	// on the wrong one.
+	if ParseID(id) != nil {
+		s.log.Warn().Str("name", ref).Str("sandbox_id", id).Msg("names entry passed over: not a sandbox id")
+		return "", events.Errorf(events.CodeNotFound, "sandbox %q not found", ref)
+	}
+	sb, _, err := s.load(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if !sb.Exists() || sb.Gone() || sb.Spec.Name != ref {
+		s.log.Warn().Str("name", ref).Str("sandbox_id", id).Str("created_as", sb.Spec.Name).
+			Msg("names entry passed over: the log does not give the sandbox that name")
+		return "", events.Errorf(events.CodeNotFound, "sandbox %q not found", ref)
+	}
+	return id, nil
 }
 
 // ViewAt folds sandbox id's log up to seq (0: no bound) or time at (zero: no
@@ -689,7 +708,11 @@ func (s *Service) ViewAt(ctx context.Context, id string, seq uint64, at time.Tim
 		if (seq != 0 && env.Seq > seq) || (!at.IsZero() && env.Time.After(at)) {
 			break
 		}
-		v.Fold(env)
+		// Through the table, as the aggregate folds: an event it refuses
+		// (forged, or a writer's bug) is passed over here too.
+		if _, err := v.Apply(env); err != nil {
+			s.refused.note(env, err, s.log)
+		}
 	}
 	if v.Seq == 0 {
 		return v, events.Errorf(events.CodeNotFound, "sandbox %s did not exist then", id)

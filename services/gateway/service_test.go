@@ -623,3 +623,42 @@ func TestAttachProofCarriesTheResumeCause(t *testing.T) {
 		t.Fatalf("after the attach: %+v, %v", sb.View, err)
 	}
 }
+
+// TestNameEntryTrustedOnlyIfTheLogAgrees (issue 23, attack 8): torpor_names
+// is on the bus. An entry pointing a name at another sandbox, or at
+// nothing, resolves to NOT_FOUND, so `delete c1` can never delete c2.
+func TestNameEntryTrustedOnlyIfTheLogAgrees(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	svc := r.service(t)
+	c1, err := svc.Handle(ctx, Command{Verb: VerbCreate, Create: events.CreateRequest{Name: "c1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := svc.Handle(ctx, Command{Verb: VerbCreate, Create: events.CreateRequest{Name: "c2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := svc.Resolve(ctx, "c1"); err != nil || id != c1.ID {
+		t.Fatalf("c1 resolves to %s, %v; want %s", id, err, c1.ID)
+	}
+	kv, err := r.js.KeyValue(ctx, "torpor_names")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for value, why := range map[string]string{
+		c2.ID:                                  "another sandbox's id",
+		"0193b0a4-0000-7000-8000-00000000beef": "a sandbox that does not exist",
+		"not an id":                            "not a sandbox id",
+	} {
+		if _, err := kv.Put(ctx, "c1", []byte(value)); err != nil {
+			t.Fatal(err)
+		}
+		if id, err := svc.Resolve(ctx, "c1"); events.CodeOf(err) != events.CodeNotFound {
+			t.Errorf("c1 pointed at %s resolves to %q, %v; want NOT_FOUND", why, id, err)
+		}
+	}
+	if id, err := svc.Resolve(ctx, "c2"); err != nil || id != c2.ID {
+		t.Errorf("c2 resolves to %s, %v; want %s", id, err, c2.ID)
+	}
+}

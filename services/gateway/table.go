@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"fmt"
-
 	"github.com/torpor/torpor/events"
 )
 
@@ -23,88 +21,12 @@ const (
 	anyPhase events.Phase = "*"
 )
 
-// Transition is one row of the lifecycle: in phase From, event On moves the
-// sandbox to phase To.
-type Transition struct {
-	From events.Phase
-	On   string
-	To   events.Phase
-}
+// Transition is one row of the lifecycle (events.Transition).
+type Transition = events.Transition
 
-// Table is the whole lifecycle of CONTRACT §1 by event, a row per line. An
-// event that keeps the phase (From == To) is allowed there and records a
-// fact. A pair that is not in the table is refused. A passed deadline moves
-// a transient phase to error; a gentler compensation (back to ready, or to
-// suspended) is appended before it in the same append, and the deadline is
-// then a fact of the phase it settled in.
-var Table = []Transition{
-	{phNone, events.TypeCreated, phProvisioning},
-	{phProvisioning, events.TypeStarted, phProvisioning},
-	{phProvisioning, events.TypeSupervisorAttached, phReady},
-	{phProvisioning, events.TypeStartFailed, phError},
-	{phProvisioning, events.TypeExited, phError},
-	{phProvisioning, events.TypeDeadlinePassed, phError},
-	{phProvisioning, events.TypeDeleteRequested, phDeleting},
-	{phReady, events.TypeStarted, phReady},
-	{phReady, events.TypeSupervisorDetached, phProvisioning},
-	{phReady, events.TypeStopRequested, phStopping},
-	{phReady, events.TypeSuspendRequested, phSuspending},
-	{phReady, events.TypeResumed, phReady},
-	{phReady, events.TypeExited, phError},
-	{phReady, events.TypeDeadlinePassed, phReady},
-	{phReady, events.TypeDeleteRequested, phDeleting},
-	{phStopping, events.TypeStopped, phStopped},
-	{phStopping, events.TypeStopRejected, phReady},
-	{phStopping, events.TypeExited, phStopping},
-	{phStopping, events.TypeResourceLost, phError},
-	{phStopping, events.TypeDeadlinePassed, phError},
-	{phStopping, events.TypeDeleteRequested, phDeleting},
-	{phStopped, events.TypeStartRequested, phStarting},
-	{phStopped, events.TypeResourceLost, phError},
-	{phStopped, events.TypeDeleteRequested, phDeleting},
-	{phStarting, events.TypeStarted, phStarting},
-	{phStarting, events.TypeSupervisorAttached, phReady},
-	{phStarting, events.TypeRetainedStateConsumed, phStarting},
-	{phStarting, events.TypeRetainedStateDiscarded, phStarting},
-	{phStarting, events.TypeResumed, phStarting},
-	{phStarting, events.TypeResumeFailed, phSuspended},
-	{phStarting, events.TypeStartRequested, phStarting},
-	{phStarting, events.TypeStopped, phStopped},
-	{phStarting, events.TypeStartFailed, phError},
-	{phStarting, events.TypeExited, phError},
-	{phStarting, events.TypeResourceLost, phError},
-	{phStarting, events.TypeDeadlinePassed, phError},
-	{phStarting, events.TypeDeleteRequested, phDeleting},
-	{phSuspending, events.TypeSuspended, phSuspended},
-	{phSuspending, events.TypeSuspendRejected, phReady},
-	{phSuspending, events.TypeExited, phError},
-	{phSuspending, events.TypeResourceLost, phError},
-	{phSuspending, events.TypeDeadlinePassed, phError},
-	{phSuspending, events.TypeResumed, phSuspending},
-	{phSuspending, events.TypeDeleteRequested, phDeleting},
-	{phSuspended, events.TypeResumeRequested, phStarting},
-	{phSuspended, events.TypeStartRequested, phStarting},
-	{phSuspended, events.TypeExited, phError},
-	{phSuspended, events.TypeResourceLost, phError},
-	{phSuspended, events.TypeDeadlinePassed, phSuspended},
-	{phSuspended, events.TypeDeleteRequested, phDeleting},
-	{phDeleting, events.TypeRetainedStateInvalidated, phDeleting},
-	{phDeleting, events.TypeDeleted, phDeleted},
-	{phDeleting, events.TypeDeadlinePassed, phError},
-	{phError, events.TypeRetainedStateInvalidated, phError},
-	{phError, events.TypeDeleteRequested, phDeleting},
-	{phReady, events.TypeForwardOpened, phReady},
-	{phSuspended, events.TypeForwardOpened, phSuspended},
-	{phProvisioning, events.TypeForwardClosed, phProvisioning},
-	{phReady, events.TypeForwardClosed, phReady},
-	{phStopping, events.TypeForwardClosed, phStopping},
-	{phStopped, events.TypeForwardClosed, phStopped},
-	{phStarting, events.TypeForwardClosed, phStarting},
-	{phSuspending, events.TypeForwardClosed, phSuspending},
-	{phSuspended, events.TypeForwardClosed, phSuspended},
-	{phDeleting, events.TypeForwardClosed, phDeleting},
-	{phError, events.TypeForwardClosed, phError},
-}
+// Table is the whole lifecycle of CONTRACT §1 by event (events.Table, where
+// every reader of the log folds through it).
+var Table = events.Table
 
 // Answer is what a command row does.
 type Answer int
@@ -193,23 +115,6 @@ var Commands = []Rule{
 	{anyPhase, VerbUnforward, Always, NoForward, nil},
 }
 
-type transitionKey struct {
-	from events.Phase
-	on   string
-}
-
-var transitions = func() map[transitionKey]events.Phase {
-	m := make(map[transitionKey]events.Phase, len(Table))
-	for _, t := range Table {
-		k := transitionKey{t.From, t.On}
-		if _, dup := m[k]; dup {
-			panic(fmt.Sprintf("gateway: table has (%s, %s) twice", t.From, t.On))
-		}
-		m[k] = t.To
-	}
-	return m
-}()
-
 // commandRules are the rows of Commands that can match each verb, in order,
 // and needs the phases where each verb emits, for the refusal's message.
 var commandRules, needs = func() (map[string][]Rule, map[string][]events.Phase) {
@@ -228,31 +133,12 @@ var commandRules, needs = func() (map[string][]Rule, map[string][]events.Phase) 
 	return rules, needs
 }()
 
-// TransitionError says an event is not allowed in a phase.
-type TransitionError struct {
-	From events.Phase
-	On   string
-}
+// TransitionError says an event is not allowed in a phase (events.TransitionError).
+type TransitionError = events.TransitionError
 
-func (e *TransitionError) Error() string {
-	from := string(e.From)
-	if from == "" {
-		from = "(none)"
-	}
-	return fmt.Sprintf("%s is not allowed in phase %s", e.On, from)
-}
-
-// ContractCode makes a refused transition FAILED_PRECONDITION everywhere.
-func (e *TransitionError) ContractCode() events.Code { return events.CodeFailedPrecondition }
-
-// Next is the phase after event on in phase from, or a *TransitionError.
-func Next(from events.Phase, on string) (events.Phase, error) {
-	to, ok := transitions[transitionKey{from, on}]
-	if !ok {
-		return "", &TransitionError{From: from, On: on}
-	}
-	return to, nil
-}
+// Next is the phase after event on in phase from, or a *TransitionError
+// (events.Next).
+func Next(from events.Phase, on string) (events.Phase, error) { return events.Next(from, on) }
 
 // Facts are what a command row's guard may ask of the sandbox besides its
 // phase.

@@ -120,6 +120,12 @@ var contractEvents = []struct {
 	{"error", "sandbox.forward_closed", "error"},
 }
 
+// transitionKey is one (phase, event type) pair of the lifecycle.
+type transitionKey struct {
+	from events.Phase
+	on   string
+}
+
 // TestNextWalksEveryPair walks every (phase, event type) pair: the pairs of
 // contractEvents succeed with their target, every other pair is refused with
 // a *TransitionError that maps to FAILED_PRECONDITION. A row of Table that

@@ -26,7 +26,7 @@ import (
 // well-formed event on torpor.sandbox.ZZ is foreign: no sandbox, counted.
 func TestForgedEventsMoveNoView(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := torpor.New(a.HTTPAddr(), nil)
+	c := a.client()
 	nc := busConn(t, a)
 	ctx := context.Background()
 
@@ -160,7 +160,7 @@ func TestBadCredentialSecretReplaced(t *testing.T) {
 func TestGarbageInBuckets(t *testing.T) {
 	dir := t.TempDir()
 	a := startApp(t, dir, nil)
-	c := torpor.New(a.HTTPAddr(), nil)
+	c := a.client()
 	nc := busConn(t, a)
 	ctx := context.Background()
 	one, err := c.Create(ctx, torpor.CreateRequest{Name: "one"}, "")
@@ -233,7 +233,7 @@ func TestGarbageInBuckets(t *testing.T) {
 	srv.Stop()
 
 	b := startApp(t, dir, nil)
-	c = torpor.New(b.HTTPAddr(), nil)
+	c = b.client()
 	if _, err := c.Lifecycle(ctx, "start", one.ID, false, ""); err != nil {
 		t.Fatalf("start after the restart: %v", err)
 	}

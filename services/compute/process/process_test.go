@@ -455,10 +455,16 @@ func TestReportsWaitForTheService(t *testing.T) {
 func TestStopIsGraceful(t *testing.T) {
 	g := newGateway(t)
 	d, _ := newDriver(t, g, nil)
-	polite := newSpec("sh", "-c", `trap 'echo bye; exit 0' TERM; while true; do sleep 0.02; done`)
-	deaf := newSpec("sh", "-c", `trap '' TERM; while true; do sleep 0.02; done`)
+	// Each says "armed" once its trap is set: a stop before that would meet
+	// the shell's default, and end it with 143 whatever it meant to do.
+	polite := newSpec("sh", "-c", `trap 'echo bye; exit 0' TERM; echo armed; while true; do sleep 0.02; done`)
+	deaf := newSpec("sh", "-c", `trap '' TERM; echo armed; while true; do sleep 0.02; done`)
 	for _, spec := range []compute.Spec{polite, deaf} {
 		startReady(t, d, g, spec, 1)
+		eventually(t, "the workload's trap set", func() bool {
+			out, _ := d.Logs(ctx(t), spec, 1)
+			return strings.HasPrefix(string(out), "armed\n")
+		})
 		if err := d.Stop(ctx(t), compute.Target{Spec: spec, Generation: 1}); err != nil {
 			t.Fatal(err)
 		}

@@ -152,7 +152,7 @@ func (c serveConfig) Validate() error {
 		return errors.New("--read-from sql: wants the SQL view, --projection-db")
 	case (c.TLSCert == "") != (c.TLSKey == ""):
 		return errors.New("--tls-cert and --tls-key go together")
-	case c.NoAuth && !loopbackHTTP(c.HTTP):
+	case c.NoAuth && !gateway.Loopback(c.HTTP):
 		return fmt.Errorf("--no-auth with --http %s: serving without tokens is for a loopback address only (127.0.0.1, [::1], localhost)", c.HTTP)
 	case !validNode.MatchString(c.Node):
 		return fmt.Errorf("--node %q: want 1 to 63 lower-case letters, digits, '-' or '_', starting and ending with a letter or digit (it names subjects and keys)", c.Node)
@@ -177,19 +177,6 @@ func (c serveConfig) natsCA() string {
 		return c.NATSCA
 	}
 	return c.TLSCert
-}
-
-// loopbackHTTP reports whether addr (host:port) listens on loopback only.
-func loopbackHTTP(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // embedded is the embedded NATS server of c, when it has no --nats-url.

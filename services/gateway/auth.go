@@ -184,10 +184,11 @@ func sameOrigin(origin, host string) bool {
 	return err == nil && u.Host != "" && strings.EqualFold(u.Host, host)
 }
 
-// loopbackListen reports whether a forward's listen address is on the
-// loopback interface: any other needs admin.
-func loopbackListen(listen string) bool {
-	host, _, err := net.SplitHostPort(listen)
+// Loopback reports whether addr (host:port) is on the loopback interface
+// only: a forward listening anywhere else needs admin, and serve --no-auth
+// wants its --http there.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
 	}

@@ -384,7 +384,7 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request) {
 		writeError(w, events.Errorf(events.CodeInvalidArgument, "listen %q: want host:port (127.0.0.1:0 picks a port)", body.Listen))
 		return
 	}
-	if tok, _ := principal(r.Context()); !loopbackListen(body.Listen) && !events.Allows(tok.Scopes, events.ScopeAdmin) {
+	if tok, _ := principal(r.Context()); !Loopback(body.Listen) && !events.Allows(tok.Scopes, events.ScopeAdmin) {
 		writeError(w, events.Errorf(events.CodePermissionDenied, "listen %q: a forward off loopback wants a token with admin", body.Listen))
 		return
 	}

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"sync"
 
@@ -44,18 +43,9 @@ type quota struct {
 	watches, waits int
 }
 
-// who is the key a request's quotas are kept under: its token's name, or
-// its remote address when the server authenticates nothing.
-func who(r *http.Request) string {
-	if tok, ok := principal(r.Context()); ok {
-		return "token:" + tok.Name
-	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	return "addr:" + host
-}
+// who is the key a request's quotas are kept under: its actor, the token's
+// name, or its remote address when the server authenticates nothing.
+func who(r *http.Request) string { return actor(r) }
 
 func (q *quotas) get(key string, l TokenLimits) *quota {
 	if q.per == nil {

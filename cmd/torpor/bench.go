@@ -15,6 +15,7 @@ import (
 
 	"github.com/torpor/torpor/bench"
 	"github.com/torpor/torpor/events/jsstore"
+	"github.com/torpor/torpor/internal/busauth"
 )
 
 func benchCmd() *cobra.Command {
@@ -89,7 +90,13 @@ func benchStarter(torpor string) bench.Starter {
 		}
 		s := &benchNodes{app: a}
 		for _, node := range nodes {
-			if err := s.serve(ctx, driverConfig{Node: node, Drivers: []string{"vm"}, NATSURL: a.NATSURL(), Data: filepath.Join(dir, "node-"+node),
+			data := filepath.Join(dir, "node-"+node)
+			creds, err := a.driverCreds(data, node)
+			if err != nil {
+				_ = s.Stop()
+				return nil, fmt.Errorf("torpor driver --node %s: %w", node, err)
+			}
+			if err := s.serve(ctx, driverConfig{Node: node, Drivers: []string{"vm"}, NATSURL: a.NATSURL(), NATSCreds: creds, Data: data,
 				Heartbeat: defaultHeartbeatLimit / 3, Torpor: torpor}); err != nil {
 				_ = s.Stop()
 				return nil, fmt.Errorf("torpor driver --node %s: %w", node, err)
@@ -97,6 +104,27 @@ func benchStarter(torpor string) bench.Starter {
 		}
 		return s, nil
 	}
+}
+
+// driverCreds writes, under dir, the credentials file of node's driver
+// (what `torpor creds --role driver --node N` writes) and returns its path.
+func (a *app) driverCreds(dir, node string) (string, error) {
+	if a.auth == nil {
+		return "", errors.New("no bus keys to mint a driver's user with")
+	}
+	u, err := a.auth.User("torpor driver "+node, 24*time.Hour, busauth.Grant{Role: busauth.Driver, Node: node})
+	if err != nil {
+		return "", err
+	}
+	creds, err := u.Creds()
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	file := filepath.Join(dir, "driver.creds")
+	return file, os.WriteFile(file, creds, 0o600)
 }
 
 // benchNodes is the bench's service with `torpor driver`s of other nodes

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/torpor/torpor/events"
+	torpor "github.com/torpor/torpor/sdk/go"
+)
+
+// TestReadyzWhileTheViewIsStuck: a KV view that cannot apply an event (its
+// bucket gone from under it) keeps retrying it, and /readyz answers 503
+// UNAVAILABLE naming the stuck view, where before the view was stuck it
+// answered 200.
+func TestReadyzWhileTheViewIsStuck(t *testing.T) {
+	a := startApp(t, "", nil)
+	base := "http://" + a.HTTPAddr()
+	readyz := func() (int, string) {
+		t.Helper()
+		resp, err := anonymous.Get(base + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var eb events.ErrorBody
+		_ = json.NewDecoder(resp.Body).Decode(&eb)
+		msg := ""
+		if eb.Error != nil {
+			msg = string(eb.Error.Code) + ": " + eb.Error.Message
+		}
+		return resp.StatusCode, msg
+	}
+	ctx := context.Background()
+	c := a.client()
+	v, err := c.Create(ctx, torpor.CreateRequest{Name: "before", Driver: "sim"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, c, v.ID, events.PhaseReady)
+	if status, msg := readyz(); status != http.StatusOK {
+		t.Fatalf("/readyz before: %d %s", status, msg)
+	}
+	js, _ := jetstream.New(busConn(t, a))
+	if err := js.DeleteKeyValue(ctx, "torpor_phases"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Create(ctx, torpor.CreateRequest{Name: "after", Driver: "sim"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "/readyz 503 naming the stuck view", func() bool {
+		status, msg := readyz()
+		return status == http.StatusServiceUnavailable && strings.HasPrefix(msg, "UNAVAILABLE: ") && strings.Contains(msg, "retried")
+	})
+}

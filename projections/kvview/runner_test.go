@@ -43,15 +43,7 @@ func TestRunnerFeedsView(t *testing.T) {
 	if err != nil {
 		t.Fatalf("NewRunner: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	runUntilCleanup(t, r)
 
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wcancel()
@@ -80,15 +72,7 @@ func TestRunnerParksWhatTheViewCannotApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	runUntilCleanup(t, r)
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wcancel()
 	if got, err := v.Wait(wctx, id, events.PhaseReady, 0); err != nil || got.Seq != 3 {
@@ -109,4 +93,20 @@ func TestRunnerParksWhatTheViewCannotApply(t *testing.T) {
 	if err := json.Unmarshal(e.Value(), &p); err != nil || p.Seq != 2 || p.SandboxID != "a@b" || p.Type != events.TypeCreated || !strings.Contains(p.Error, "cannot be a key") {
 		t.Fatalf("parked record %+v (%v) from %s", p, err, e.Value())
 	}
+}
+
+// runUntilCleanup runs r until t's cleanup, which fails t if Run ended with
+// an error, and returns the context it runs under.
+func runUntilCleanup(t *testing.T, r *projections.Runner) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return ctx
 }

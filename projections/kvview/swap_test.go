@@ -27,15 +27,7 @@ func running(t *testing.T, src projections.Source, v *View, cfg projections.Conf
 	if err != nil {
 		t.Fatalf("runner: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	runUntilCleanup(t, r)
 	return r
 }
 

@@ -495,14 +495,22 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		return nil
 	})
 	run("reaper", func() error {
-		// Views of the past expire after --replay-ttl, and a crash
-		// mid-rebuild leaves a bucket: both are removed here.
+		// Views of the past (KV buckets, SQL tables) expire after
+		// --replay-ttl, and a crash mid-rebuild leaves a bucket: all are
+		// removed here.
 		ttl := cmp.Or(cfg.ReplayTTL, kvview.DefaultPastTTL)
 		for {
 			if gone, err := kvview.Reap(ctx, js, "", ttl, time.Now()); err != nil {
 				log.Warn().Err(err).Str("part", "reaper").Msg("replay buckets not reaped")
 			} else if len(gone) > 0 {
 				log.Info().Strs("buckets", gone).Str("part", "reaper").Msg("replay buckets removed")
+			}
+			if a.sql != nil {
+				if gone, err := a.sql.reapPast(ctx, ttl, time.Now()); err != nil {
+					log.Warn().Err(err).Str("part", "reaper").Msg("SQL views of the past not reaped")
+				} else if len(gone) > 0 {
+					log.Info().Strs("tables", gone).Str("part", "reaper").Msg("SQL views of the past removed")
+				}
 			}
 			select {
 			case <-ctx.Done():

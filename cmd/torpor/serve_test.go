@@ -221,3 +221,27 @@ func TestHTTPTimeoutFlags(t *testing.T) {
 		t.Fatalf("the idle connection was closed after %s, want about 200ms", d)
 	}
 }
+
+// TestServeReapsSQLViewsOfThePast: serve drops the SQL view's tables of the
+// past (torpor replay --view sql --until) once --replay-ttl has passed since
+// they were made, on a real PostgreSQL; the live tables stay.
+func TestServeReapsSQLViewsOfThePast(t *testing.T) {
+	db, schema := sqlSchema(t)
+	a := startApp(t, "", func(c *serveConfig) { c.ProjectionDB, c.ReplayTTL = db, time.Millisecond })
+	driveSandboxes(t, a, "rt", 5)
+	viewsCaughtUp(t, a)
+	code, out, errOut := cli(t, "http://"+a.HTTPAddr(), "replay", "--view", "sql", "--until", "3")
+	if code != 0 || !strings.Contains(out, "torpor_sandboxes_at_3") {
+		t.Fatalf("replay --view sql --until 3: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	tables := func(like string) string {
+		return psql(t, testDatabase(t), "SELECT count(*) FROM information_schema.tables WHERE table_schema = '"+schema+"' AND table_name LIKE '"+like+"'")
+	}
+	untilTrue(t, "the tables of the past at 3 dropped", func() (bool, string) { // the reaper runs every second at this TTL
+		n := tables("torpor\\_%\\_at\\_3")
+		return n == "0", n + " tables at 3"
+	})
+	if n := tables("torpor\\_sandboxes"); n != "1" {
+		t.Errorf("%s live torpor_sandboxes tables, want 1", n)
+	}
+}

@@ -213,6 +213,17 @@ func (p *sqlPart) Ready(ctx context.Context) error {
 	return nil
 }
 
+// reapPast drops the SQL view's tables of the past made more than ttl
+// before now (sqlview.View.ReapPast); nothing while its database was never
+// reached.
+func (p *sqlPart) reapPast(ctx context.Context, ttl time.Duration, now time.Time) ([]string, error) {
+	v, _, _ := p.state()
+	if v == nil {
+		return nil, nil
+	}
+	return v.ReapPast(ctx, ttl, now)
+}
+
 // reader is the view for reads, UNAVAILABLE while its database was never
 // reached.
 func (p *sqlPart) reader() (*sqlview.View, error) {

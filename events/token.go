@@ -62,10 +62,12 @@ func Allows(scopes []Scope, need Scope) bool {
 var validTokenName = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
 
 // CheckTokenName refuses a token name that is not 1 to 63 of a-z, 0-9, '.',
-// '_', '-', alphanumeric at both ends.
+// '_', '-', alphanumeric at both ends, with no two dots in a row: the name is
+// a key of the bucket torpor_tokens, whose subject tokens cannot be empty (the
+// server refused such a key, which was a 503).
 func CheckTokenName(name string) error {
-	if !validTokenName.MatchString(name) {
-		return Errorf(CodeInvalidArgument, "token name %q: want 1 to 63 of a-z 0-9 . _ -, alphanumeric at both ends", name)
+	if !validTokenName.MatchString(name) || strings.Contains(name, "..") {
+		return Errorf(CodeInvalidArgument, "token name %q: want 1 to 63 of a-z 0-9 . _ -, alphanumeric at both ends, no two dots in a row", name)
 	}
 	return nil
 }

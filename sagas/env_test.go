@@ -3,6 +3,7 @@ package sagas_test
 import (
 	"context"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,4 +83,103 @@ func TestStartOpensTheEnv(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestColdFallbackWithAnUnopenableEnv: a resume that may fall back to a
+// cold start, of a sandbox whose env seal does not open here (the key that
+// sealed it is gone), never starts the workload with the redacted
+// "(secret)" values. A fresh resume is refused before the retained state is
+// touched: resume_failed saying why, suspended again (retryable, without
+// the fallback). A resume whose retained state was consumed already (a
+// re-driven one) and whose restore fails ends as a strict one: stopped,
+// RetainedStateLost, no fallback start.
+func TestColdFallbackWithAnUnopenableEnv(t *testing.T) {
+	env := map[string]string{"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI"}
+	setup := func(t *testing.T) (*harness, *sandbox, string, envSpy) {
+		h := newHarness(t, sagas.Config{})
+		sb := &sandbox{h: h, id: uuid.Must(uuid.NewV7()).String()}
+		other, err := compute.NewCredentials([]byte("another service's secret, gone.."))
+		if err != nil {
+			t.Fatal(err)
+		}
+		red, sealed, err := other.SealEnv(sb.id, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := map[string]string{"resume": "fail_after_consume"}
+		sb.given(&events.Created{Name: "sb", Driver: "sim", Node: node, DriverOptions: opts, Env: red, EnvSealed: sealed, Generation: 1})
+		spec := compute.Spec{SandboxID: sb.id, Node: node, Options: opts}
+		if err := h.sim.Start(context.Background(), compute.Start{Spec: spec, Generation: 1, Credential: h.creds.Mint(sb.id, 1)}); err != nil {
+			t.Fatalf("sim start: %v", err)
+		}
+		sb.given(&events.Started{Generation: 1}, &events.SupervisorAttached{Generation: 1})
+		ref, err := h.sim.Suspend(context.Background(), compute.Target{Spec: spec, Generation: 1})
+		if err != nil {
+			t.Fatalf("sim suspend: %v", err)
+		}
+		sb.given(&events.SuspendRequested{Generation: 1}, &events.Suspended{Generation: 1, RestoreRef: ref})
+		spy := envSpy{Driver: h.sim, got: make(chan map[string]string, 4)}
+		return h, sb, ref, spy
+	}
+	noStart := func(t *testing.T, h *harness, sb *sandbox, spy envSpy, want events.Phase) {
+		t.Helper()
+		all, err := h.store.Load(context.Background(), sb.id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range all {
+			if e.Type == events.TypeStartRequested || e.Type == events.TypeStarted && e.Seq > sb.intent.Seq {
+				t.Errorf("%s recorded: no cold start can be made without the env", e.Type)
+			}
+		}
+		if got := all[len(all)-1].Phase; got != want {
+			t.Errorf("phase %s after the resume, want %s", got, want)
+		}
+		if len(spy.got) != 0 {
+			t.Fatalf("the driver was asked to start with env %v", <-spy.got)
+		}
+	}
+
+	t.Run("a fresh resume is refused, the state kept", func(t *testing.T) {
+		h, sb, ref, spy := setup(t)
+		h.run(spy)
+		in := sb.when(&events.ResumeRequested{Generation: 2, RestoreRef: ref, RestartIfRestoreFails: true})
+		out := sb.outcome(in, 1)
+		sb.then(out, &events.ResumeFailed{Generation: 2})
+		if msg := out[0].(*events.ResumeFailed).Message; !strings.Contains(msg, "no longer holds") {
+			t.Errorf("resume_failed message %q: want it to say the env's key is gone", msg)
+		}
+		noStart(t, h, sb, spy, events.PhaseSuspended)
+		// A strict resume needs no env: it is not refused, and goes to the
+		// driver (whose restore this sim fails after consuming the state).
+		strict := sb.when(&events.ResumeRequested{Generation: 3, RestoreRef: ref})
+		sb.then(sb.outcome(strict, 2), &events.RetainedStateConsumed{Generation: 3, RestoreRef: ref}, &events.Stopped{Generation: 3, Reason: events.ReasonRetainedStateLost})
+	})
+	t.Run("a consumed state, restore failed: stopped, no fallback", func(t *testing.T) {
+		h, sb, ref, spy := setup(t)
+		in := sb.when(&events.ResumeRequested{Generation: 2, RestoreRef: ref, RestartIfRestoreFails: true})
+		// The resume ran before a restart: the driver consumed the state and
+		// the consumption is recorded, the outcome is not.
+		if _, err := h.sim.Resume(context.Background(), compute.Resume{Spec: compute.Spec{SandboxID: sb.id, Node: node, Options: map[string]string{"resume": "fail_after_consume"}}, Generation: 2, Credential: h.creds.Mint(sb.id, 2), RestoreRef: ref}); err == nil {
+			t.Fatal("the sim restored a fail_after_consume resume")
+		}
+		sb.given(&events.RetainedStateConsumed{Generation: 2, RestoreRef: ref})
+		h.run(spy)
+		var outcome events.Envelope
+		h.store.waitUntil(t, "the resume's outcome", func() bool {
+			for _, e := range sb.causedBy(in) {
+				if e.Type != events.TypeRetainedStateConsumed {
+					outcome = e
+					return true
+				}
+			}
+			return false
+		})
+		got, err := outcome.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb.then([]events.Event{got}, &events.Stopped{Generation: 2, Reason: events.ReasonRetainedStateLost})
+		noStart(t, h, sb, spy, events.PhaseStopped)
+	})
 }

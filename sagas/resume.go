@@ -22,6 +22,9 @@ import (
 //     resource missing         → record sandbox.resource_lost{generation}
 //     deadline                 → nothing here: the phase's deadline settles it (deadline.go: suspended if the state was
 //                                not consumed, else error)
+//   env sealed under a key this service no longer holds (it cannot open): no cold start can follow a failed restore,
+//     so a fresh resume with restart_if_restore_fails is refused before the driver is called → sandbox.resume_failed
+//     saying why (suspended, the state kept); one whose state was consumed already ends as a strict one
 //   with node (resume on another node): first driver.Export(spec on its node, ref) → the reference the state moves under,
 //     then driver.Resume on the target node with it (both called again while they get no answer); the consumption
 //     records the node (the sandbox's from then on) and the moved reference; once resumed, driver.Discard(ref) on the
@@ -32,6 +35,13 @@ import (
 func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested) error {
 	gen := in.Generation
 	s.log = s.log.With().Int64("generation", gen).Logger()
+	if in.RestartIfRestoreFails && s.envErr != nil && consumedBy(s) == nil {
+		// The fallback would start the workload with the redacted values:
+		// refused while the retained state is untouched.
+		s.log.Warn().Err(s.envErr).Str("step", "resume").Msg("no cold start could follow a failed restore; resume refused")
+		return r.recordOrDrop(ctx, s, &events.ResumeFailed{Generation: gen, Message: fmt.Sprintf(
+			"env sealed under a key this service no longer holds (%v): no cold start could follow a failed restore; the retained state is kept, resume without restart_if_restore_fails", s.envErr)})
+	}
 	bus, err := r.busCreds(s, gen)
 	if err != nil {
 		return fmt.Errorf("resume %s: supervisor's bus credentials: %w", s.spec.SandboxID, err)
@@ -100,9 +110,11 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 	case !res.Consumed:
 		s.log.Info().Err(err).Str("step", "resume").Msg("restore failed; retained state kept")
 		return r.recordOrDrop(ctx, s, &events.ResumeFailed{Generation: gen, Message: err.Error()})
-	case in.RestartIfRestoreFails:
+	case in.RestartIfRestoreFails && s.envErr == nil:
 		s.log.Warn().Err(err).Str("step", "resume").Msg("restore failed after consuming; cold start")
 		return r.recordOrDrop(ctx, s, consumed, &events.StartRequested{Generation: gen + 1, Fallback: true})
+	case in.RestartIfRestoreFails:
+		s.log.Warn().Err(err).AnErr("env", s.envErr).Str("step", "resume").Msg("restore failed after consuming; no cold start: the env is sealed under a key this service no longer holds")
 	}
 	s.log.Warn().Err(err).Str("step", "resume").Msg("restore failed after consuming; retained state lost")
 	return r.recordOrDrop(ctx, s, consumed, &events.Stopped{Generation: gen, Reason: events.ReasonRetainedStateLost})

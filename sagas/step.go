@@ -46,6 +46,10 @@ type step struct {
 	spec    compute.Spec
 	driver  compute.Driver
 	drvErr  error // why driver is nil
+	// envErr is why the env seal of created does not open here
+	// (compute.ErrEnvSealed: sealed under a key this service no longer
+	// holds, or tampered with); spec then holds the redacted values.
+	envErr error
 	// suspender is driver as a compute.Suspender, nil when it is none.
 	suspender compute.Suspender
 	later     []events.Envelope // the sandbox's events after the intent
@@ -118,10 +122,13 @@ func (r *Runner) step(ctx context.Context, j *job, later []events.Envelope, seen
 	s.driver, s.drvErr = r.drv.Driver(created.Driver)
 	if spec, err := r.creds.SpecOf(env.SandboxID, created); err == nil {
 		s.spec = spec
-	} else if s.drvErr == nil && starts(intent) {
-		// Sealed under another key, or tampered with: no start with
-		// the values redacted; the start fails saying why.
-		s.driver, s.drvErr = nil, err
+	} else {
+		s.envErr = err
+		if s.drvErr == nil && starts(intent) {
+			// Sealed under another key, or tampered with: no start with
+			// the values redacted; the start fails saying why.
+			s.driver, s.drvErr = nil, err
+		}
 	}
 	s.suspender, _ = s.driver.(compute.Suspender)
 	if s.drvErr != nil && !starts(intent) {

@@ -582,3 +582,91 @@ func TestTokenSandboxQuota(t *testing.T) {
 		t.Errorf("a create once a sandbox was deleted over the bus: %v", err)
 	}
 }
+
+// TestTokenBadInputOverHTTP says what each kind of bad input to POST
+// /v1/tokens and DELETE /v1/tokens/{name} gets, with its contract code and
+// status (CONTRACT §2), and that none of them made or removed a token.
+func TestTokenBadInputOverHTTP(t *testing.T) {
+	a := startApp(t, "", nil)
+	admin := a.client()
+	ctx := context.Background()
+	if _, err := admin.CreateToken(ctx, torpor.TokenRequest{Name: "taken", Scopes: []events.Scope{events.ScopeRead}}); err != nil {
+		t.Fatal(err)
+	}
+	writer, err := admin.CreateToken(ctx, torpor.TokenRequest{Name: "writer", Scopes: []events.Scope{events.ScopeWrite, events.ScopeRead}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := admin.Tokens(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + a.HTTPAddr()
+	huge := `{"name":"big","scopes":["read"],"expires":"` + strings.Repeat("1", 300<<10) + `h"}`
+	adminTok := bearer(a.AdminToken())
+	cases := []struct {
+		name, method, path, body string
+		hdr                      map[string]string
+		status                   int
+		code                     events.Code
+	}{
+		{"malformed JSON", "POST", "/v1/tokens", `{"name":`, adminTok, 400, events.CodeInvalidArgument},
+		{"not an object", "POST", "/v1/tokens", `["read"]`, adminTok, 400, events.CodeInvalidArgument},
+		{"unknown field", "POST", "/v1/tokens", `{"name":"t1","scopes":["read"],"owner":"me"}`, adminTok, 400, events.CodeInvalidArgument},
+		{"no body", "POST", "/v1/tokens", ``, adminTok, 400, events.CodeInvalidArgument},
+		{"unknown scope", "POST", "/v1/tokens", `{"name":"t2","scopes":["root"]}`, adminTok, 400, events.CodeInvalidArgument},
+		{"empty scopes", "POST", "/v1/tokens", `{"name":"t3","scopes":[]}`, adminTok, 400, events.CodeInvalidArgument},
+		{"no scopes", "POST", "/v1/tokens", `{"name":"t4"}`, adminTok, 400, events.CodeInvalidArgument},
+		{"empty name", "POST", "/v1/tokens", `{"name":"","scopes":["read"]}`, adminTok, 400, events.CodeInvalidArgument},
+		{"name too long", "POST", "/v1/tokens", `{"name":"` + strings.Repeat("a", 64) + `","scopes":["read"]}`, adminTok, 400, events.CodeInvalidArgument},
+		{"name with a space", "POST", "/v1/tokens", `{"name":"my token","scopes":["read"]}`, adminTok, 400, events.CodeInvalidArgument},
+		{"name starting with a dot", "POST", "/v1/tokens", `{"name":".hidden","scopes":["read"]}`, adminTok, 400, events.CodeInvalidArgument},
+		{"name with two dots", "POST", "/v1/tokens", `{"name":"a..b","scopes":["read"]}`, adminTok, 400, events.CodeInvalidArgument},
+		{"name with a subject wildcard", "POST", "/v1/tokens", `{"name":"a.*","scopes":["read"]}`, adminTok, 400, events.CodeInvalidArgument},
+		{"name in capitals", "POST", "/v1/tokens", `{"name":"Admin","scopes":["read"]}`, adminTok, 400, events.CodeInvalidArgument},
+		{"negative expiry", "POST", "/v1/tokens", `{"name":"t5","scopes":["read"],"expires":"-1h"}`, adminTok, 400, events.CodeInvalidArgument},
+		{"expiry forever", "POST", "/v1/tokens", `{"name":"t6","scopes":["read"],"expires":"forever"}`, adminTok, 400, events.CodeInvalidArgument},
+		{"expiry a past time", "POST", "/v1/tokens", `{"name":"t7","scopes":["read"],"expires":"2020-01-01T00:00:00Z"}`, adminTok, 400, events.CodeInvalidArgument},
+		{"zero expiry", "POST", "/v1/tokens", `{"name":"t8","scopes":["read"],"expires":"0s"}`, adminTok, 400, events.CodeInvalidArgument},
+		{"oversized body", "POST", "/v1/tokens", huge, adminTok, 400, events.CodeInvalidArgument},
+		{"duplicate name", "POST", "/v1/tokens", `{"name":"taken","scopes":["write"]}`, adminTok, 409, events.CodeAlreadyExists},
+		{"a write token making a token", "POST", "/v1/tokens", `{"name":"t9","scopes":["admin"]}`, bearer(writer.Token), 403, events.CodePermissionDenied},
+		{"revoke an unknown name", "DELETE", "/v1/tokens/nobody", ``, adminTok, 404, events.CodeNotFound},
+		{"revoke a bad name", "DELETE", "/v1/tokens/Bad%20Name", ``, adminTok, 400, events.CodeInvalidArgument},
+		{"revoke a name with two dots", "DELETE", "/v1/tokens/a..b", ``, adminTok, 400, events.CodeInvalidArgument},
+		{"revoke a name with a wildcard", "DELETE", "/v1/tokens/a.%3E", ``, adminTok, 400, events.CodeInvalidArgument},
+		{"revoke no name", "DELETE", "/v1/tokens/", ``, adminTok, 404, events.CodeNotFound},
+		{"a write token revoking a token", "DELETE", "/v1/tokens/taken", ``, bearer(writer.Token), 403, events.CodePermissionDenied},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			status, code, _, body := call(t, tc.method, base+tc.path, tc.body, tc.hdr)
+			var eb events.ErrorBody
+			if err := json.Unmarshal(body, &eb); err != nil || eb.Error == nil || eb.Error.Message == "" {
+				t.Fatalf("status %d body %q: not a contract error", status, body)
+			}
+			if status != tc.status || code != tc.code {
+				t.Fatalf("got %d %s %q, want %d %s", status, code, eb.Error.Message, tc.status, tc.code)
+			}
+		})
+	}
+	after, err := admin.Tokens(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Fatalf("bad input changed the tokens: %d before, %d after: %+v", len(before), len(after), after)
+	}
+	for i := range after {
+		if after[i].Name != before[i].Name || !after[i].CreatedAt.Equal(before[i].CreatedAt) {
+			t.Fatalf("bad input changed token %s: %+v, was %+v", before[i].Name, after[i], before[i])
+		}
+	}
+	// The service still makes and revokes tokens.
+	if _, err := admin.CreateToken(ctx, torpor.TokenRequest{Name: "after.bad-input", Scopes: []events.Scope{events.ScopeRead}}); err != nil {
+		t.Fatalf("a good token after the bad input: %v", err)
+	}
+	if err := admin.RevokeToken(ctx, "after.bad-input"); err != nil {
+		t.Fatalf("revoke after the bad input: %v", err)
+	}
+}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -34,3 +36,29 @@ func warnRoot(log zerolog.Logger, runAs string) {
 		log.Warn().Msg("running as root without --run-as: the process driver's workloads run as root and can read the service's data, its tokens and NATS credentials (see the README, Security)")
 	}
 }
+
+// positiveDuration is a duration flag that refuses zero and negative values
+// when it is parsed (so INVALID_ARGUMENT, naming the flag): the HTTP
+// server's timeouts, where zero would mean "none".
+type positiveDuration struct{ d *time.Duration }
+
+func (p positiveDuration) String() string {
+	if p.d == nil {
+		return "0s"
+	}
+	return p.d.String()
+}
+
+func (p positiveDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("want a duration (30s, 2m)")
+	}
+	if d <= 0 {
+		return fmt.Errorf("%s: want a positive duration", d)
+	}
+	*p.d = d
+	return nil
+}
+
+func (positiveDuration) Type() string { return "duration" }

@@ -118,7 +118,12 @@ func serveCmd() *cobra.Command {
 	f.IntVar(&cfg.TokenLimits.Sandboxes, "token-sandboxes", cfg.TokenLimits.Sandboxes, "sandboxes each token may have made and not deleted, on every server together (0: no limit)")
 	f.StringVar(&cfg.RunAs, runAsFlag, "", runAsUsage)
 	f.Int64Var(&cfg.MaxLogBytes, "max-log-bytes", jsstore.DefaultMaxBytes, "storage bound of the event log (the server reserves it); a full log refuses commands RESOURCE_EXHAUSTED, never drops events; -1: no bound")
-	f.DurationVar(&cfg.ReplayTTL, "replay-ttl", kvview.DefaultPastTTL, "how long a view rebuilt for the past (torpor replay --until, bucket torpor_phases_at_<seq>) is kept before it is removed")
+	f.DurationVar(&cfg.ReplayTTL, "replay-ttl", kvview.DefaultPastTTL, "how long a view rebuilt for the past (torpor replay --until: bucket torpor_phases_at_<seq>, tables torpor_sandboxes_at_<seq> and torpor_history_at_<seq>) is kept before it is removed")
+	cfg.HTTPTimeouts = gateway.Timeouts{ReadHeader: gateway.DefaultReadHeaderTimeout, Read: gateway.DefaultReadTimeout, Write: gateway.DefaultWriteTimeout, Idle: gateway.DefaultIdleTimeout}
+	f.Var(positiveDuration{&cfg.HTTPTimeouts.ReadHeader}, "http-read-header-timeout", "how long an HTTP client may take to send a request's header")
+	f.Var(positiveDuration{&cfg.HTTPTimeouts.Read}, "http-read-timeout", "how long an HTTP client may take to send a whole request, its body included")
+	f.Var(positiveDuration{&cfg.HTTPTimeouts.Write}, "http-write-timeout", "how long an HTTP answer may take (watch, wait and replay stream past it)")
+	f.Var(positiveDuration{&cfg.HTTPTimeouts.Idle}, "http-idle-timeout", "how long a kept-alive HTTP connection may wait idle for its next request")
 	f.DurationVar(&cfg.DuplicateWindow, "duplicate-window", jsstore.DefaultDuplicateWindow, "how long the event stream remembers message ids for deduplication (about 125 bytes of server heap per append for that long)")
 	return cmd
 }

@@ -111,8 +111,9 @@ type serveConfig struct {
 	// ReplayTTL is how long a view of the past is kept (--replay-ttl,
 	// kvview.Reap); 0: the default.
 	ReplayTTL time.Duration
-	// HTTPTimeouts bound slow HTTP clients; zero fields are the defaults
-	// (gateway.Timeouts). No flag sets them: tests make them short.
+	// HTTPTimeouts bound slow HTTP clients (--http-read-header-timeout,
+	// --http-read-timeout, --http-write-timeout, --http-idle-timeout);
+	// zero fields are the defaults (gateway.Timeouts).
 	HTTPTimeouts gateway.Timeouts
 	// NATSCreds is the NATS credentials file the service connects to
 	// NATSURL with (--nats-creds, a service user: `torpor creds --role
@@ -148,6 +149,14 @@ func (c serveConfig) Validate() error {
 		return fmt.Errorf("--max-log-bytes %d: want a positive size, or -1 for no bound", c.MaxLogBytes)
 	case c.ReplayTTL < 0:
 		return fmt.Errorf("--replay-ttl %s: want a positive duration", c.ReplayTTL)
+	case c.HTTPTimeouts.ReadHeader < 0:
+		return fmt.Errorf("--http-read-header-timeout %s: want a positive duration", c.HTTPTimeouts.ReadHeader)
+	case c.HTTPTimeouts.Read < 0:
+		return fmt.Errorf("--http-read-timeout %s: want a positive duration", c.HTTPTimeouts.Read)
+	case c.HTTPTimeouts.Write < 0:
+		return fmt.Errorf("--http-write-timeout %s: want a positive duration", c.HTTPTimeouts.Write)
+	case c.HTTPTimeouts.Idle < 0:
+		return fmt.Errorf("--http-idle-timeout %s: want a positive duration", c.HTTPTimeouts.Idle)
 	case c.ReadFrom == "sql" && c.ProjectionDB == "":
 		return errors.New("--read-from sql: wants the SQL view, --projection-db")
 	case (c.TLSCert == "") != (c.TLSKey == ""):
@@ -486,14 +495,22 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		return nil
 	})
 	run("reaper", func() error {
-		// Views of the past expire after --replay-ttl, and a crash
-		// mid-rebuild leaves a bucket: both are removed here.
+		// Views of the past (KV buckets, SQL tables) expire after
+		// --replay-ttl, and a crash mid-rebuild leaves a bucket: all are
+		// removed here.
 		ttl := cmp.Or(cfg.ReplayTTL, kvview.DefaultPastTTL)
 		for {
 			if gone, err := kvview.Reap(ctx, js, "", ttl, time.Now()); err != nil {
 				log.Warn().Err(err).Str("part", "reaper").Msg("replay buckets not reaped")
 			} else if len(gone) > 0 {
 				log.Info().Strs("buckets", gone).Str("part", "reaper").Msg("replay buckets removed")
+			}
+			if a.sql != nil {
+				if gone, err := a.sql.reapPast(ctx, ttl, time.Now()); err != nil {
+					log.Warn().Err(err).Str("part", "reaper").Msg("SQL views of the past not reaped")
+				} else if len(gone) > 0 {
+					log.Info().Strs("tables", gone).Str("part", "reaper").Msg("SQL views of the past removed")
+				}
 			}
 			select {
 			case <-ctx.Done():

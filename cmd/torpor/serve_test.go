@@ -1,12 +1,20 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"errors"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/torpor/torpor/events"
 )
 
 // TestServeConfigValidate: every flag serve cannot work with is refused
@@ -54,6 +62,10 @@ func TestServeConfigValidate(t *testing.T) {
 		{"run as no uid:gid", "--run-as", func(c *serveConfig) { c.RunAs = "1:x" }},
 		{"negative log bound", "--max-log-bytes", func(c *serveConfig) { c.MaxLogBytes = -2 }},
 		{"negative replay ttl", "--replay-ttl", func(c *serveConfig) { c.ReplayTTL = -time.Hour }},
+		{"negative http read header timeout", "--http-read-header-timeout", func(c *serveConfig) { c.HTTPTimeouts.ReadHeader = -time.Second }},
+		{"negative http read timeout", "--http-read-timeout", func(c *serveConfig) { c.HTTPTimeouts.Read = -time.Second }},
+		{"negative http write timeout", "--http-write-timeout", func(c *serveConfig) { c.HTTPTimeouts.Write = -time.Second }},
+		{"negative http idle timeout", "--http-idle-timeout", func(c *serveConfig) { c.HTTPTimeouts.Idle = -time.Second }},
 	}
 	for _, tc := range cases {
 		c := good
@@ -125,5 +137,111 @@ func TestServeReapsViewsOfThePast(t *testing.T) {
 			t.Fatalf("torpor_phases_at_7 still there (%v)", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestHTTPTimeoutFlags: serve refuses an HTTP timeout flag that is not a
+// positive duration (INVALID_ARGUMENT, naming the flag, nothing started),
+// and one it takes reaches the HTTP server: with --http-idle-timeout 200ms
+// a kept-alive connection left idle is closed by the server within a few
+// seconds, where the default would hold it two minutes.
+func TestHTTPTimeoutFlags(t *testing.T) {
+	for _, tc := range []struct{ flag, value string }{
+		{"--http-read-header-timeout", "0s"},
+		{"--http-read-timeout", "-1s"},
+		{"--http-write-timeout", "soon"},
+		{"--http-idle-timeout", "0"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), []string{"serve", "--data", t.TempDir(), "--http", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", tc.flag, tc.value}, &out, &errb)
+		if code != exitStatus(events.CodeInvalidArgument) || !strings.HasPrefix(errb.String(), "torpor: INVALID_ARGUMENT: ") || !strings.Contains(errb.String(), tc.flag) {
+			t.Errorf("serve %s %s: exit %d, stderr %q; want INVALID_ARGUMENT naming %s", tc.flag, tc.value, code, errb.String(), tc.flag)
+		}
+	}
+
+	// A free port for serve's --http (run cannot tell which :0 it took).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var errb bytes.Buffer
+	go func() {
+		done <- run(ctx, []string{"serve", "--data", dir, "--http", addr, "--nats-listen", "127.0.0.1:0", "--fsync", "interval", "--http-idle-timeout", "200ms"}, io.Discard, &errb)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("serve exited %d: %s", code, errb.String())
+		}
+	})
+	untilTrue(t, "serve answers /healthz", func() (bool, string) {
+		select {
+		case code := <-done:
+			done <- code
+			t.Fatalf("serve exited %d: %s", code, errb.String())
+		default:
+		}
+		resp, err := anonymous.Get("http://" + addr + "/healthz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200, resp.Status
+	})
+
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: "+addr+"\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("GET /healthz: %s, close %v; want 200 on a kept-alive connection", resp.Status, resp.Close)
+	}
+	idle := time.Now()
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Fatalf("an idle kept-alive connection after %s: %v, want closed by the server (EOF)", time.Since(idle).Round(time.Millisecond), err)
+	}
+	if d := time.Since(idle); d > 5*time.Second {
+		t.Fatalf("the idle connection was closed after %s, want about 200ms", d)
+	}
+}
+
+// TestServeReapsSQLViewsOfThePast: serve drops the SQL view's tables of the
+// past (torpor replay --view sql --until) once --replay-ttl has passed since
+// they were made, on a real PostgreSQL; the live tables stay.
+func TestServeReapsSQLViewsOfThePast(t *testing.T) {
+	db, schema := sqlSchema(t)
+	a := startApp(t, "", func(c *serveConfig) { c.ProjectionDB, c.ReplayTTL = db, time.Millisecond })
+	driveSandboxes(t, a, "rt", 5)
+	viewsCaughtUp(t, a)
+	code, out, errOut := cli(t, "http://"+a.HTTPAddr(), "replay", "--view", "sql", "--until", "3")
+	if code != 0 || !strings.Contains(out, "torpor_sandboxes_at_3") {
+		t.Fatalf("replay --view sql --until 3: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	tables := func(like string) string {
+		return psql(t, testDatabase(t), "SELECT count(*) FROM information_schema.tables WHERE table_schema = '"+schema+"' AND table_name LIKE '"+like+"'")
+	}
+	untilTrue(t, "the tables of the past at 3 dropped", func() (bool, string) { // the reaper runs every second at this TTL
+		n := tables("torpor\\_%\\_at\\_3")
+		return n == "0", n + " tables at 3"
+	})
+	if n := tables("torpor\\_sandboxes"); n != "1" {
+		t.Errorf("%s live torpor_sandboxes tables, want 1", n)
 	}
 }

@@ -180,8 +180,10 @@ func (p *sqlPart) Lag(ctx context.Context) (uint64, error) {
 	return r.Lag(ctx)
 }
 
-// Ready reports whether the SQL view keeps up: its database answers, its
-// last write went through, and it is at most maxViewLag events behind.
+// Ready reports whether the SQL view keeps up: its runner is not stuck
+// retrying one event (or batch) or unable to follow the log, its database
+// answers, its last write went through, and it is at most maxViewLag
+// events behind.
 func (p *sqlPart) Ready(ctx context.Context) error {
 	v, r, failed := p.state()
 	if r == nil {
@@ -190,6 +192,12 @@ func (p *sqlPart) Ready(ctx context.Context) error {
 	lag, err := r.Lag(ctx)
 	if err != nil {
 		return err
+	}
+	if err := r.Stuck(); err != nil {
+		if failed != nil {
+			return fmt.Errorf("SQL view %d events behind, stuck: %v: %v", lag, err, failed)
+		}
+		return fmt.Errorf("SQL view %d events behind, stuck: %v", lag, err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, sqlProbeTimeout)
 	defer cancel()
@@ -203,6 +211,17 @@ func (p *sqlPart) Ready(ctx context.Context) error {
 		return fmt.Errorf("SQL view %d events behind", lag)
 	}
 	return nil
+}
+
+// reapPast drops the SQL view's tables of the past made more than ttl
+// before now (sqlview.View.ReapPast); nothing while its database was never
+// reached.
+func (p *sqlPart) reapPast(ctx context.Context, ttl time.Duration, now time.Time) ([]string, error) {
+	v, _, _ := p.state()
+	if v == nil {
+		return nil, nil
+	}
+	return v.ReapPast(ctx, ttl, now)
 }
 
 // reader is the view for reads, UNAVAILABLE while its database was never

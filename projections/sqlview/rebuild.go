@@ -68,6 +68,7 @@ import (
 // folds the log up to that sequence into torpor_sandboxes_at_<seq> and
 // torpor_history_at_<seq>, for audit beside the live tables; they are never
 // swapped in, and a second build of the same sequence is ALREADY_EXISTS.
+// When they were made is recorded in torpor_past, for ReapPast.
 //
 // A rebuild that fails or is cancelled drops its tables: the live ones are
 // untouched. Events the rebuild cannot apply are parked under the live
@@ -560,6 +561,10 @@ WHERE table_schema = current_schema() AND table_name IN ($1, $2)`, s, h).Scan(&n
 			if _, err := tx.Exec(ctx, q); err != nil {
 				return fmt.Errorf("%s: %w", q, err)
 			}
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO torpor_past (seq, made_at) VALUES ($1, $2)
+ON CONFLICT (seq) DO UPDATE SET made_at = excluded.made_at`, int64(seq), b.v.cfg.Now().UTC()); err != nil {
+			return fmt.Errorf("record the view at seq %d: %w", seq, err)
 		}
 		_, err = tx.Exec(ctx, `DELETE FROM torpor_checkpoints WHERE view = $1`, b.cp)
 		return err

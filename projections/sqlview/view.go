@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -31,6 +32,9 @@ type Config struct {
 	// a serialization failure (40001) or a deadlock (40P01) before
 	// ApplyBatch gives the error to the runner; default 10.
 	TxAttempts int
+	// Now is the clock that dates the tables of the past (ReapPast);
+	// default time.Now.
+	Now func() time.Time
 }
 
 // Validate reports a config that cannot work.
@@ -48,6 +52,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TxAttempts == 0 {
 		c.TxAttempts = 10
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return c
 }

@@ -3,6 +3,8 @@ package busauth_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,7 +80,31 @@ func startBus(t *testing.T) *bus {
 	if err := svc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	b.copies(t)
 	return b
+}
+
+// copies makes the clients' account's copies and waits until the view's
+// copy holds sandbox A's view.
+func (b *bus) copies(t *testing.T) {
+	t.Helper()
+	ctx := t.Context()
+	cjs, _ := jetstream.New(b.conn(t, nil, busauth.Grant{Role: busauth.ClientsService}))
+	if err := busauth.Copies(ctx, cjs, busauth.CopyLimits{Events: 1 << 20, Phases: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := cjs.KeyValue(ctx, busauth.PhaseBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := kv.Get(ctx, sandboxA); err == nil {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the clients' copy of the view: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // conn connects as a user holding grants; the server's refusals of its
@@ -511,5 +537,127 @@ func TestRevoke(t *testing.T) {
 	}
 	if _, err := busauth.Open(dir, busauth.NoLimits); err == nil || !strings.Contains(err.Error(), "revoked users") {
 		t.Errorf("open with a garbled revocation list: %v", err)
+	}
+}
+
+// TestClientsDeliverNowhere: a dashboard may make push consumers on its
+// copies, and the server delivers wherever their deliver subject says,
+// whatever the dashboard may publish (nats-server issue 8274). Aimed at
+// torpor's secret, its view, its log and its command and report subjects,
+// the deliveries land in the clients' account and reach none of them.
+func TestClientsDeliverNowhere(t *testing.T) {
+	b := startBus(t)
+	ctx := t.Context()
+	svc := b.conn(t, nil, busauth.Grant{Role: busauth.Service})
+	// What reaches the service: a delivery comes through the commands'
+	// import, and the server marks it as JetStream's, with no user, so
+	// that the service can tell it from a producer's command (the gateway
+	// refuses it).
+	heard := make(chan string, 64)
+	for _, subj := range []string{"torpor.cmd.>", "torpor.supervisor.>"} {
+		if _, err := svc.Subscribe(subj, func(m *nats.Msg) {
+			var info struct {
+				Kind string   `json:"kind"`
+				User string   `json:"user"`
+				Tags []string `json:"tags"`
+			}
+			_ = json.Unmarshal([]byte(m.Header.Get("Nats-Request-Info")), &info)
+			if info.Kind != "JetStream" || info.User != "" || len(info.Tags) > 0 {
+				heard <- fmt.Sprintf("%s on %s (request info %q)", m.Subject, m.Sub.Subject, m.Header.Get("Nats-Request-Info"))
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := svc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	dash := b.conn(t, nil, busauth.Grant{Role: busauth.Dashboard})
+	// A witness in the clients' account listens where the deliveries go
+	// (a push consumer delivers only to a subject someone listens on).
+	witness := b.conn(t, nil, busauth.Grant{Role: busauth.ClientsService})
+	landed := make(chan string, 64)
+	targets := []string{
+		"$KV.torpor_config.credential_secret",
+		"$KV." + busauth.PhaseBucket + "." + sandboxA,
+		"torpor.sandbox." + sandboxB,
+		"torpor.cmd.create",
+		"torpor.supervisor." + sandboxA,
+	}
+	for _, target := range targets {
+		if _, err := witness.Subscribe(target, func(m *nats.Msg) { landed <- m.Subject }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := witness.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i, target := range targets {
+		for _, stream := range []string{busauth.EventStream, "KV_" + busauth.PhaseBucket} {
+			req := fmt.Sprintf(`{"stream_name":%q,"config":{"deliver_subject":%q,"ack_policy":"none","deliver_policy":"all"}}`, stream, target)
+			msg, err := dash.Request("$JS.API.CONSUMER.CREATE."+stream, []byte(req), 5*time.Second)
+			if err != nil {
+				t.Fatalf("%s: %v", target, err)
+			}
+			var resp struct {
+				Name  string `json:"name"`
+				Error any    `json:"error"`
+			}
+			if err := json.Unmarshal(msg.Data, &resp); err != nil || resp.Error != nil {
+				t.Fatalf("push consumer on %s delivering to %s: %s", stream, target, msg.Data)
+			}
+			// Each consumer delivered its messages before the checks.
+			for deadline := time.Now().Add(5 * time.Second); ; {
+				info, err := dash.Request("$JS.API.CONSUMER.INFO."+stream+"."+resp.Name, nil, 5*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ci struct {
+					Delivered struct {
+						Consumer uint64 `json:"consumer_seq"`
+					} `json:"delivered"`
+				}
+				_ = json.Unmarshal(info.Data, &ci)
+				if ci.Delivered.Consumer > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("consumer %d on %s delivered nothing to %s", i, stream, target)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}
+	config, err := b.js.KeyValue(ctx, "torpor_config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := config.Get(ctx, "credential_secret"); err != nil || string(e.Value()) != secret || e.Revision() != 1 {
+		t.Errorf("torpor_config's secret: %v %v, want it untouched", e, err)
+	}
+	phases, err := b.js.KeyValue(ctx, busauth.PhaseBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := phases.Get(ctx, sandboxA); err != nil || string(e.Value()) != `{"phase":"running"}` || e.Revision() != 1 {
+		t.Errorf("the view: %v %v, want it untouched", e, err)
+	}
+	s, err := b.js.Stream(ctx, busauth.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetLastMsgForSubject(ctx, "torpor.sandbox."+sandboxB); err == nil {
+		t.Error("a delivery is in the log")
+	}
+	if err := svc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case subj := <-heard:
+		t.Errorf("the service received a delivery it cannot tell from a client's: %s", subj)
+	default:
+	}
+	if len(landed) == 0 {
+		t.Error("no delivery reached the witness in the clients' account")
 	}
 }

@@ -25,7 +25,15 @@ const (
 	Driver Role = "driver"
 	// Supervisor reports for one sandbox (torpor.supervisor.<id>).
 	Supervisor Role = "supervisor"
+	// ClientsService is torpor's own connection in the clients' account,
+	// which makes the copies there (Copies): everything in that account.
+	ClientsService Role = "clients-service"
 )
+
+// clients says whether a user holding r belongs to the clients' account.
+func (r Role) clients() bool {
+	return r == Producer || r == Dashboard || r == ClientsService
+}
 
 // Roles are the roles `torpor creds` mints (a supervisor's credential is
 // minted by the service, for one generation).
@@ -63,7 +71,7 @@ type Grant struct {
 // Validate reports whether g is a role with its scope.
 func (g Grant) Validate() error {
 	switch g.Role {
-	case Service, Producer, Dashboard:
+	case Service, Producer, Dashboard, ClientsService:
 		if g.Node != "" || g.Sandbox != "" {
 			return fmt.Errorf("role %s: takes no node or sandbox", g.Role)
 		}
@@ -96,7 +104,7 @@ func token(what, v string) error {
 // (nats.CustomInboxPrefix): its answers come back where only it may read.
 func Inbox(grants ...Grant) string {
 	for _, g := range grants {
-		if g.Role == Service {
+		if g.Role == Service || g.Role == ClientsService {
 			return serviceInbox
 		}
 	}
@@ -149,7 +157,7 @@ func streamReads(s string) []string {
 
 func (g Grant) perms() perms {
 	switch g.Role {
-	case Service:
+	case Service, ClientsService:
 		return perms{all: true}
 	case Producer:
 		return perms{
@@ -231,6 +239,9 @@ func ParseRoles(roles []string, node string) ([]Grant, error) {
 		g := Grant{Role: Role(strings.TrimSpace(r))}
 		if g.Role == Supervisor {
 			return nil, fmt.Errorf("role supervisor: minted by the service for one sandbox's generation, not by hand")
+		}
+		if g.Role == ClientsService {
+			return nil, fmt.Errorf("role %s: the service's own, not minted by hand", g.Role)
 		}
 		if g.Role == Driver {
 			g.Node, driver = node, true

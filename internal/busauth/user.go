@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nkeys"
 )
 
-// User is a user of the torpor account: its JWT and the seed of its key,
+// User is a user of the torpor account or the clients' account: its JWT and the seed of its key,
 // which together are a NATS credential.
 type User struct {
 	JWT  string
@@ -29,7 +29,8 @@ const SupervisorTTL = 365 * 24 * time.Hour
 const respMax = 4
 
 // User mints a user named name holding grants, valid for ttl (0: no
-// expiry), signed by the torpor account.
+// expiry), signed by the account of its roles (producers and dashboards:
+// the clients' account; the others: the torpor account; never both).
 func (a *Auth) User(name string, ttl time.Duration, grants ...Grant) (*User, error) {
 	if len(grants) == 0 {
 		return nil, errors.New("user: no role")
@@ -38,6 +39,15 @@ func (a *Auth) User(name string, ttl time.Duration, grants ...Grant) (*User, err
 		if err := g.Validate(); err != nil {
 			return nil, err
 		}
+	}
+	signer, clients := a.account, grants[0].Role.clients()
+	for _, g := range grants[1:] {
+		if g.Role.clients() != clients {
+			return nil, fmt.Errorf("user: roles %s and %s are of two accounts (producers and dashboards are of %s, the others of %s)", grants[0].Role, g.Role, ClientsName, AccountName)
+		}
+	}
+	if clients {
+		signer = a.clients
 	}
 	kp, err := nkeys.CreateUser()
 	if err != nil {
@@ -53,6 +63,11 @@ func (a *Auth) User(name string, ttl time.Duration, grants ...Grant) (*User, err
 	}
 	uc := jwt.NewUserClaims(pub)
 	uc.Name = name
+	for _, g := range grants {
+		// What the service reads of who sent a command (the clients'
+		// import shares the sender's JWT tags).
+		uc.Tags.Add("role:" + string(g.Role))
+	}
 	if ttl > 0 {
 		uc.Expires = time.Now().Add(ttl).Unix()
 	}
@@ -72,7 +87,7 @@ func (a *Auth) User(name string, ttl time.Duration, grants ...Grant) (*User, err
 			uc.Resp = &jwt.ResponsePermission{MaxMsgs: respMax, Expires: time.Minute}
 		}
 	}
-	tok, err := uc.Encode(a.account)
+	tok, err := uc.Encode(signer)
 	if err != nil {
 		return nil, fmt.Errorf("user jwt: %w", err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -8,10 +9,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/jsstore"
 	"github.com/torpor/torpor/internal/busauth"
+	"github.com/torpor/torpor/projections/kvview"
 )
 
 // openAuth opens the bus's keys under <data>/auth (making them on the
@@ -40,6 +44,40 @@ func (a *app) openAuth(cfg serveConfig) error {
 		return err
 	}
 	return nil
+}
+
+// makeCopies makes the clients' account's copies of the log and the view
+// (busauth.Copies), which producers and dashboards read, as this
+// service's user of that account; a service without the bus's keys (it
+// joined with --nats-creds) leaves them to the one that has them.
+func (a *app) makeCopies(ctx context.Context, url, ca string, maxLog int64, log zerolog.Logger) error {
+	if a.auth == nil {
+		if a.user != nil {
+			log.Info().Msg("no bus keys under --data (auth/): the clients' copies of the log and the view are made by a service that has them")
+		}
+		return nil
+	}
+	u, err := a.auth.User("torpor clients' copies", 0, busauth.Grant{Role: busauth.ClientsService})
+	if err != nil {
+		return err
+	}
+	opts := append(u.Options(), nats.Name("torpor copies"))
+	if ca != "" {
+		opts = append(opts, nats.RootCAs(ca))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return fmt.Errorf("connect as the clients' service: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if maxLog == 0 {
+		maxLog = jsstore.DefaultMaxBytes
+	}
+	return busauth.Copies(ctx, js, busauth.CopyLimits{Events: maxLog, Phases: kvview.DefaultMaxBytes})
 }
 
 func exists(path string) bool {

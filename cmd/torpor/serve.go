@@ -316,6 +316,9 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, err
 	}
+	if err := a.makeCopies(ctx, url, natsCA, cfg.MaxLogBytes, log); err != nil {
+		return nil, err
+	}
 	names, err := gateway.NewKVNames(ctx, js, 1)
 	if err != nil {
 		return nil, err

@@ -360,7 +360,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		warnRoot(log, cfg.RunAs)
 		// The vm driver is there whatever the node has: a node without
 		// QEMU or a kernel refuses each vm create, saying what it lacks.
-		if drivers["vm"], err = newVM(a.nc, cfg.Data, url, natsCA, cfg.Torpor, cfg.VMKernel, cfg.HeartbeatLimit/3); err != nil {
+		if drivers["vm"], err = newVM(a.nc, true, cfg.Data, url, natsCA, cfg.Torpor, cfg.VMKernel, cfg.HeartbeatLimit/3); err != nil {
 			return nil, err
 		}
 	}

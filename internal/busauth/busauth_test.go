@@ -171,6 +171,8 @@ func actions() []action {
 				t.Errorf("the view: %v %v", e, err)
 			}
 		}},
+		{name: "make the snapshot store", subject: "$JS.API.STREAM.CREATE.OBJ_" + busauth.SnapshotBucket},
+		{name: "change the snapshot store", subject: "$JS.API.STREAM.UPDATE.OBJ_" + busauth.SnapshotBucket},
 		{name: "make a durable consumer", subject: "$JS.API.CONSUMER.DURABLE.CREATE." + busauth.EventStream + ".mine"},
 	}
 }
@@ -349,7 +351,10 @@ func TestRolesAllowed(t *testing.T) {
 	t.Run("driver moves a snapshot", func(t *testing.T) {
 		drv := b.conn(t, nil, busauth.Grant{Role: busauth.Driver, Node: "n1"})
 		js, _ := jetstream.New(drv)
-		obj, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: busauth.SnapshotBucket})
+		if _, err := b.js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: busauth.SnapshotBucket}); err != nil {
+			t.Fatal(err) // the service makes it
+		}
+		obj, err := js.ObjectStore(ctx, busauth.SnapshotBucket)
 		if err != nil {
 			t.Fatal(err)
 		}

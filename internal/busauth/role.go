@@ -178,12 +178,10 @@ func (g Grant) perms() perms {
 				// generation's credential, which only the service mints).
 				"torpor.supervisor.*",
 				// The vm driver moves snapshots between nodes through the
-				// object store torpor_snapshots: it makes the bucket if
-				// missing, writes, reads and deletes its objects; nothing
-				// else of JetStream.
+				// object store torpor_snapshots, which the service makes:
+				// it writes, reads and deletes its objects (a delete
+				// purges the object's chunks); nothing else of JetStream.
 				"$JS.API.INFO",
-				"$JS.API.STREAM.CREATE." + obj,
-				"$JS.API.STREAM.UPDATE." + obj,
 				"$JS.API.STREAM.PURGE." + obj,
 				"$O." + SnapshotBucket + ".>",
 			}, streamReads(obj)...),

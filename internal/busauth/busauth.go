@@ -7,6 +7,7 @@
 package busauth
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -70,7 +71,16 @@ type Limits struct {
 	DiskStorage   int64
 	Streams       int64
 	Consumers     int64
+	// ClientConsumers bounds the consumers of the clients' account (every
+	// watch and read of a producer or dashboard holds one while it lasts),
+	// so that clients cannot fill the server with them; 0 is
+	// DefaultClientConsumers. The clients' account holds its two copies
+	// and no other stream.
+	ClientConsumers int64
 }
+
+// DefaultClientConsumers is the clients' account's consumers at most.
+const DefaultClientConsumers = 4096
 
 // NoLimits leaves every JetStream limit to the server.
 var NoLimits = Limits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumers: -1}
@@ -268,7 +278,12 @@ func (a *Auth) sign(lim Limits) error {
 	for pub, at := range a.revoked {
 		cc.RevokeAt(pub, time.Unix(at, 0))
 	}
-	cc.Limits.JetStreamLimits = js
+	cc.Limits.JetStreamLimits = jwt.JetStreamLimits{
+		MemoryStorage: lim.MemoryStorage,
+		DiskStorage:   lim.DiskStorage,
+		Streams:       int64(len(copied)),
+		Consumer:      cmp.Or(lim.ClientConsumers, DefaultClientConsumers),
+	}
 	for _, i := range imports(a.AccountKey) {
 		cc.Imports.Add(i)
 	}

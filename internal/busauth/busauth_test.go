@@ -666,3 +666,57 @@ func TestClientsDeliverNowhere(t *testing.T) {
 		t.Error("no delivery reached the witness in the clients' account")
 	}
 }
+
+// TestClientConsumersBounded: the clients' account holds at most
+// ClientConsumers consumers, so a client cannot fill the server with
+// them; the service's account is not bound by it.
+func TestClientConsumersBounded(t *testing.T) {
+	dir := t.TempDir()
+	a, err := busauth.Open(filepath.Join(dir, "auth"), busauth.Limits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumers: -1, ClientConsumers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := embedded.Start(embedded.Config{Data: dir, Operator: a.OperatorJWT, Accounts: a.Accounts(), SystemAccount: a.SystemKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	b := &bus{auth: a, ns: ns}
+	svc := b.conn(t, nil, busauth.Grant{Role: busauth.Service})
+	b.js, _ = jetstream.New(svc)
+	ctx := t.Context()
+	if _, err := b.js.CreateStream(ctx, jetstream.StreamConfig{Name: busauth.EventStream, Subjects: []string{"torpor.sandbox.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	phases, err := b.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: busauth.PhaseBucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := phases.Put(ctx, sandboxA, []byte(`{"phase":"running"}`)); err != nil {
+		t.Fatal(err)
+	}
+	b.copies(t)
+	djs, _ := jetstream.New(b.conn(t, nil, busauth.Grant{Role: busauth.Dashboard}))
+	s, err := djs.Stream(ctx, busauth.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		_, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		if i < 3 && err != nil {
+			t.Fatalf("consumer %d: %v", i+1, err)
+		}
+		if i == 3 && (err == nil || !strings.Contains(err.Error(), "maximum consumers")) {
+			t.Errorf("consumer %d: %v, want the account's maximum consumers reached", i+1, err)
+		}
+	}
+	ss, err := b.js.Stream(ctx, busauth.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if _, err := ss.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{}); err != nil {
+			t.Errorf("the service's consumer %d: %v", i+1, err)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -78,6 +79,57 @@ func (a *app) makeCopies(ctx context.Context, url, ca string, maxLog int64, log 
 		maxLog = jsstore.DefaultMaxBytes
 	}
 	return busauth.Copies(ctx, js, busauth.CopyLimits{Events: maxLog, Phases: kvview.DefaultMaxBytes})
+}
+
+// revocationPoll is how often the embedded server's service looks for new
+// revocations (torpor creds --revoke, run beside it).
+const revocationPoll = time.Second
+
+// followRevocations gives the embedded server the accounts signed anew
+// each time <data>/auth/revoked changes, until ctx ends: a revoked user's
+// connections are closed and it cannot connect again, without a restart.
+func (a *app) followRevocations(ctx context.Context, dir string, log zerolog.Logger) error {
+	path := filepath.Join(dir, busauth.RevokedFile)
+	stamp := func() string {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return ""
+		}
+		return fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
+	}
+	last := stamp()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(revocationPoll):
+		}
+		now := stamp()
+		if now == last {
+			continue
+		}
+		auth, err := busauth.Open(dir, busauth.NoLimits)
+		if err != nil {
+			log.Warn().Err(err).Str("part", "revocations").Msg("revocations not applied")
+			continue
+		}
+		last = now
+		for key, tok := range auth.Accounts() {
+			acc, err := a.ns.LookupAccount(key)
+			if err != nil {
+				continue
+			}
+			claims, err := jwt.DecodeAccountClaims(tok)
+			if err != nil {
+				return err
+			}
+			if res := a.ns.AccountResolver(); res != nil {
+				_ = res.Store(key, tok)
+			}
+			a.ns.UpdateAccountClaims(acc, claims)
+		}
+		log.Info().Str("part", "revocations").Msg("revoked users refused from now on")
+	}
 }
 
 func exists(path string) bool {

@@ -473,6 +473,28 @@ func TestCredsRevoke(t *testing.T) {
 		t.Fatalf("a producer not revoked: %v", err)
 	}
 	nc.Close()
+
+	// Revoked while the service runs: its connection is closed and it
+	// cannot connect again, without a restart.
+	live, err := nats.Connect(a.NATSURL(), nats.UserCredentials(kept), nats.NoReconnect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	closed := make(chan struct{})
+	live.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	if code := run(context.Background(), []string{"creds", "--data", dir, "--revoke", kept}, &stdout, &stderr); code != 0 {
+		t.Fatalf("torpor creds --revoke: %d %s", code, stderr.String())
+	}
+	select {
+	case <-closed:
+	case <-time.After(waitFor):
+		t.Fatal("the revoked user's connection is still open")
+	}
+	if nc, err := nats.Connect(a.NATSURL(), nats.UserCredentials(kept), nats.NoReconnect()); err == nil {
+		nc.Close()
+		t.Error("the user revoked while the service runs connected again")
+	}
 }
 
 // TestBusActorIsTheUser: a producer's command is recorded with the name in

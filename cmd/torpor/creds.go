@@ -46,7 +46,7 @@ func credsCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "revoked user %s: refused from the next start of serve (a nats-server run apart: write its auth.conf again with --server-config and reload it)\n", pub)
+				fmt.Fprintf(cmd.OutOrStdout(), "revoked user %s: a running serve with an embedded NATS on this --data refuses it within a second, closing its connections (a nats-server run apart: write its auth.conf again with --server-config and reload it)\n", pub)
 				return nil
 			}
 			if cfg.ServerConfig != "" {

@@ -488,6 +488,9 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		fwd.Run(ctx)
 		return nil
 	})
+	if a.ns != nil && a.auth != nil && cfg.Data != "" {
+		run("revocations", func() error { return a.followRevocations(ctx, filepath.Join(cfg.Data, "auth"), log) })
+	}
 	run("reaper", func() error {
 		// Views of the past expire after --replay-ttl, and a crash
 		// mid-rebuild leaves a bucket: both are removed here.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/internal/busauth"
+	torpor "github.com/torpor/torpor/sdk/go"
 	"github.com/torpor/torpor/services/compute"
 )
 
@@ -158,7 +159,7 @@ func TestBusRolesRefused(t *testing.T) {
 	for _, u := range users {
 		t.Run(u.name, func(t *testing.T) {
 			errs := make(refusals, 8)
-			nc, err := nats.Connect(a.NATSURL(), nats.UserCredentials(u.file), nats.ErrorHandler(errs.handler))
+			nc, err := nats.Connect(a.NATSURL(), torpor.Credentials(u.file), nats.ErrorHandler(errs.handler))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -231,7 +232,7 @@ func TestBusRolesAllowed(t *testing.T) {
 	ctx := context.Background()
 	connect := func(file string) *nats.Conn {
 		t.Helper()
-		nc, err := nats.Connect(a.NATSURL(), nats.UserCredentials(file))
+		nc, err := nats.Connect(a.NATSURL(), torpor.Credentials(file))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -349,7 +350,7 @@ func TestExternalNATSWithAccounts(t *testing.T) {
 	a := startApp(t, dir, func(c *serveConfig) {
 		c.NATSURL, c.NATSCreds, c.NATSListen, c.Torpor = ns.ClientURL(), svcCreds, "", bin
 	})
-	prod, err := nats.Connect(ns.ClientURL(), nats.UserCredentials(credsFile(t, dir, "producer", "")))
+	prod, err := nats.Connect(ns.ClientURL(), torpor.Credentials(credsFile(t, dir, "producer", "")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,14 +462,14 @@ func TestCredsRevoke(t *testing.T) {
 		t.Fatalf("torpor creds --revoke: %d %s", code, stderr.String())
 	}
 	a := startApp(t, dir, nil)
-	nc, err := nats.Connect(a.NATSURL(), nats.UserCredentials(gone), nats.NoReconnect())
+	nc, err := nats.Connect(a.NATSURL(), torpor.Credentials(gone), nats.NoReconnect())
 	if err == nil {
 		nc.Close()
 	}
 	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
 		t.Errorf("revoked producer: got %v, want the server's authorization violation", err)
 	}
-	nc, err = nats.Connect(a.NATSURL(), nats.UserCredentials(kept), nats.NoReconnect())
+	nc, err = nats.Connect(a.NATSURL(), torpor.Credentials(kept), nats.NoReconnect())
 	if err != nil {
 		t.Fatalf("a producer not revoked: %v", err)
 	}
@@ -476,7 +477,7 @@ func TestCredsRevoke(t *testing.T) {
 
 	// Revoked while the service runs: its connection is closed and it
 	// cannot connect again, without a restart.
-	live, err := nats.Connect(a.NATSURL(), nats.UserCredentials(kept), nats.NoReconnect())
+	live, err := nats.Connect(a.NATSURL(), torpor.Credentials(kept), nats.NoReconnect())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,7 +492,7 @@ func TestCredsRevoke(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("the revoked user's connection is still open")
 	}
-	if nc, err := nats.Connect(a.NATSURL(), nats.UserCredentials(kept), nats.NoReconnect()); err == nil {
+	if nc, err := nats.Connect(a.NATSURL(), torpor.Credentials(kept), nats.NoReconnect()); err == nil {
 		nc.Close()
 		t.Error("the user revoked while the service runs connected again")
 	}
@@ -508,7 +509,7 @@ func TestBusActorIsTheUser(t *testing.T) {
 	if code := run(context.Background(), []string{"creds", "--data", a.data, "--role", "producer", "--name", "alice", "-o", file}, &stdout, &stderr); code != 0 {
 		t.Fatalf("torpor creds: %d %s", code, stderr.String())
 	}
-	nc, err := nats.Connect(a.NATSURL(), nats.UserCredentials(file))
+	nc, err := nats.Connect(a.NATSURL(), torpor.Credentials(file))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -795,7 +795,7 @@ func printBanner(w io.Writer, a *app, cfg serveConfig) {
 		auth = ` -H "Authorization: Bearer $TOKEN"`
 	}
 	if a.auth != nil && cfg.Data != "" {
-		fmt.Fprintf(w, "the bus takes users of its accounts only (keys under %s): torpor creds --role producer,dashboard -o client.creds, then nats --creds client.creds …\n",
+		fmt.Fprintf(w, "the bus takes users of its accounts only (keys under %s): torpor creds --role producer,dashboard -o client.creds, then nats --creds client.creds --inbox-prefix <the inbox it prints> …\n",
 			filepath.Join(cfg.Data, "auth"))
 	}
 	fmt.Fprintf(w, "create a sandbox:\n  curl -s%s -H 'Content-Type: application/json' -X POST %s/v1/sandboxes -d '{\"name\":\"demo\",\"driver\":\"sim\"}'\n\n", auth, a.HTTPURL())

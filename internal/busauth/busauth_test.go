@@ -447,7 +447,11 @@ func TestCredsFile(t *testing.T) {
 	if err := os.WriteFile(path, creds, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect("", nats.InProcessServer(b.ns), nats.UserCredentials(path))
+	inbox, err := busauth.CredsInbox(creds)
+	if err != nil || inbox != u.Inbox {
+		t.Fatalf("the file's inbox: %q %v, want %q", inbox, err, u.Inbox)
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(b.ns), nats.UserCredentials(path), nats.CustomInboxPrefix(inbox))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -718,5 +722,30 @@ func TestClientConsumersBounded(t *testing.T) {
 		if _, err := ss.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{}); err != nil {
 			t.Errorf("the service's consumer %d: %v", i+1, err)
 		}
+	}
+}
+
+// TestClientInboxesApart: each client reads its answers on an inbox of its
+// own; another client may not read it, nor the shared _INBOX (before,
+// producers and dashboards shared _INBOX and read each other's answers).
+func TestClientInboxesApart(t *testing.T) {
+	b := startBus(t)
+	alice, err := b.auth.User("alice", time.Hour, busauth.Grant{Role: busauth.Producer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(alice.Inbox, busauth.DefaultInbox+"_") {
+		t.Fatalf("alice's inbox %q: want one of her own", alice.Inbox)
+	}
+	for _, subject := range []string{alice.Inbox + ".>", busauth.DefaultInbox + ".>", ">"} {
+		errs := make(chan error, 4)
+		mallory := b.conn(t, errs, busauth.Grant{Role: busauth.Producer}, busauth.Grant{Role: busauth.Dashboard})
+		if _, err := mallory.Subscribe(subject, func(*nats.Msg) {}); err != nil {
+			t.Fatal(err)
+		}
+		if err := mallory.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		wantRefused(t, errs, subject)
 	}
 }

@@ -47,11 +47,10 @@ const (
 )
 
 // The inbox prefixes: a request's answer comes back on an inbox of its
-// sender. Producers and dashboards (any NATS client: natscli, the SDK) use
-// the default _INBOX and may read each other's answers (commands' views,
-// which they may read anyway); every other role has inboxes of its own, so
-// that no other user reads the answers it gets (the service's reads of
-// torpor_config, a driver's snapshots).
+// sender, which no other user may read: the service's reads of
+// torpor_config, a driver's snapshots, a producer's answers. Each client
+// (producer, dashboard) has one of its own (ClientInbox); the service,
+// drivers and supervisors have theirs.
 const (
 	DefaultInbox = "_INBOX"
 	serviceInbox = "_TORPOR_SVC"

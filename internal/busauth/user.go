@@ -3,6 +3,7 @@ package busauth
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -72,6 +73,17 @@ func (a *Auth) User(name string, ttl time.Duration, grants ...Grant) (*User, err
 		uc.Expires = time.Now().Add(ttl).Unix()
 	}
 	p := union(grants)
+	inbox := Inbox(grants...)
+	if clients && !p.all {
+		// Each client reads its answers on an inbox of its own, which
+		// no other client may read (ClientInbox).
+		inbox = ClientInbox(pub)
+		for i, sub := range p.sub {
+			if sub == DefaultInbox+".>" {
+				p.sub[i] = inbox + ".>"
+			}
+		}
+	}
 	if !p.all {
 		// An allow list, so a permission is nothing unless granted.
 		uc.Pub.Allow = p.pub
@@ -91,7 +103,16 @@ func (a *Auth) User(name string, ttl time.Duration, grants ...Grant) (*User, err
 	if err != nil {
 		return nil, fmt.Errorf("user jwt: %w", err)
 	}
-	return &User{JWT: tok, Seed: seed, Inbox: Inbox(grants...)}, nil
+	return &User{JWT: tok, Seed: seed, Inbox: inbox}, nil
+}
+
+// ClientInbox is the inbox prefix of the client (producer, dashboard)
+// whose public key is pub: its connections must use it
+// (nats.CustomInboxPrefix, `nats --inbox-prefix`), and it is the only
+// inbox that client may read, so that no client reads another's answers.
+// torpor creds prints it; the Go SDK's Credentials reads it from the file.
+func ClientInbox(pub string) string {
+	return DefaultInbox + "_" + pub[max(0, len(pub)-20):]
 }
 
 // Creds is u as a NATS credentials file (what `nats --creds` and
@@ -120,5 +141,28 @@ func ParseCreds(creds []byte, grants ...Grant) (*User, error) {
 	if err != nil {
 		return nil, fmt.Errorf("credentials: %w", err)
 	}
-	return &User{JWT: tok, Seed: seed, Inbox: Inbox(grants...)}, nil
+	inbox := Inbox(grants...)
+	if own, err := CredsInbox(creds); err == nil && own != "" {
+		inbox = own
+	}
+	return &User{JWT: tok, Seed: seed, Inbox: inbox}, nil
+}
+
+// CredsInbox is the inbox prefix the user of a credentials file must use:
+// its own (ClientInbox) when its permissions say so, else "" (the
+// default, _INBOX).
+func CredsInbox(creds []byte) (string, error) {
+	tok, err := jwt.ParseDecoratedJWT(creds)
+	if err != nil {
+		return "", fmt.Errorf("credentials: %w", err)
+	}
+	uc, err := jwt.DecodeUserClaims(tok)
+	if err != nil {
+		return "", fmt.Errorf("credentials: %w", err)
+	}
+	own := ClientInbox(uc.Subject)
+	if slices.Contains(uc.Sub.Allow, own+".>") {
+		return own, nil
+	}
+	return "", nil
 }

@@ -11,7 +11,7 @@ import (
 func TestSender(t *testing.T) {
 	for _, c := range []struct {
 		name, info, actor string
-		code               events.Code
+		code              events.Code
 	}{
 		{"a producer", `{"kind":"Client","user":"UABC","name_tag":"alice","tags":["role:producer"]}`, "bus:alice", ""},
 		{"a producer and dashboard", `{"kind":"Client","user":"UABC","name_tag":"ops","tags":["role:producer","role:dashboard"]}`, "bus:ops", ""},

@@ -1,17 +1,22 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/jsstore"
 	"github.com/torpor/torpor/internal/busauth"
+	"github.com/torpor/torpor/projections/kvview"
 )
 
 // openAuth opens the bus's keys under <data>/auth (making them on the
@@ -40,6 +45,91 @@ func (a *app) openAuth(cfg serveConfig) error {
 		return err
 	}
 	return nil
+}
+
+// makeCopies makes the clients' account's copies of the log and the view
+// (busauth.Copies), which producers and dashboards read, as this
+// service's user of that account; a service without the bus's keys (it
+// joined with --nats-creds) leaves them to the one that has them.
+func (a *app) makeCopies(ctx context.Context, url, ca string, maxLog int64, log zerolog.Logger) error {
+	if a.auth == nil {
+		if a.user != nil {
+			log.Info().Msg("no bus keys under --data (auth/): the clients' copies of the log and the view are made by a service that has them")
+		}
+		return nil
+	}
+	u, err := a.auth.User("torpor clients' copies", 0, busauth.Grant{Role: busauth.ClientsService})
+	if err != nil {
+		return err
+	}
+	opts := append(u.Options(), nats.Name("torpor copies"))
+	if ca != "" {
+		opts = append(opts, nats.RootCAs(ca))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return fmt.Errorf("connect as the clients' service: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if maxLog == 0 {
+		maxLog = jsstore.DefaultMaxBytes
+	}
+	return busauth.Copies(ctx, js, busauth.CopyLimits{Events: maxLog, Phases: kvview.DefaultMaxBytes})
+}
+
+// revocationPoll is how often the embedded server's service looks for new
+// revocations (torpor creds --revoke, run beside it).
+const revocationPoll = time.Second
+
+// followRevocations gives the embedded server the accounts signed anew
+// each time <data>/auth/revoked changes, until ctx ends: a revoked user's
+// connections are closed and it cannot connect again, without a restart.
+func (a *app) followRevocations(ctx context.Context, dir string, log zerolog.Logger) error {
+	path := filepath.Join(dir, busauth.RevokedFile)
+	stamp := func() string {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return ""
+		}
+		return fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
+	}
+	last := stamp()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(revocationPoll):
+		}
+		now := stamp()
+		if now == last {
+			continue
+		}
+		auth, err := busauth.Open(dir, busauth.NoLimits)
+		if err != nil {
+			log.Warn().Err(err).Str("part", "revocations").Msg("revocations not applied")
+			continue
+		}
+		last = now
+		for key, tok := range auth.Accounts() {
+			acc, err := a.ns.LookupAccount(key)
+			if err != nil {
+				continue
+			}
+			claims, err := jwt.DecodeAccountClaims(tok)
+			if err != nil {
+				return err
+			}
+			if res := a.ns.AccountResolver(); res != nil {
+				_ = res.Store(key, tok)
+			}
+			a.ns.UpdateAccountClaims(acc, claims)
+		}
+		log.Info().Str("part", "revocations").Msg("revoked users refused from now on")
+	}
 }
 
 func exists(path string) bool {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/internal/busauth"
+	torpor "github.com/torpor/torpor/sdk/go"
 	"github.com/torpor/torpor/services/compute"
 )
 
@@ -158,7 +159,7 @@ func TestBusRolesRefused(t *testing.T) {
 	for _, u := range users {
 		t.Run(u.name, func(t *testing.T) {
 			errs := make(refusals, 8)
-			nc, err := nats.Connect(a.NATSURL(), nats.UserCredentials(u.file), nats.ErrorHandler(errs.handler))
+			nc, err := nats.Connect(a.NATSURL(), torpor.Credentials(u.file), nats.ErrorHandler(errs.handler))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -231,7 +232,7 @@ func TestBusRolesAllowed(t *testing.T) {
 	ctx := context.Background()
 	connect := func(file string) *nats.Conn {
 		t.Helper()
-		nc, err := nats.Connect(a.NATSURL(), nats.UserCredentials(file))
+		nc, err := nats.Connect(a.NATSURL(), torpor.Credentials(file))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -268,8 +269,16 @@ func TestBusRolesAllowed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m, err := s.GetLastMsgForSubject(ctx, "torpor.sandbox."+v.ID); err != nil || len(m.Data) == 0 {
-		t.Errorf("dashboard's read of the stream: %v", err)
+	// The copies of the view and of the log follow their origins each on
+	// its own: the log's may show the event a moment after the view's.
+	for end := time.Now().Add(waitFor); ; time.Sleep(10 * time.Millisecond) {
+		m, err := s.GetLastMsgForSubject(ctx, "torpor.sandbox."+v.ID)
+		if err == nil && len(m.Data) > 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("dashboard's read of the stream: %v", err)
+		}
 	}
 
 	drv := connect(credsFile(t, dir, "driver", "n1"))
@@ -341,7 +350,7 @@ func TestExternalNATSWithAccounts(t *testing.T) {
 	a := startApp(t, dir, func(c *serveConfig) {
 		c.NATSURL, c.NATSCreds, c.NATSListen, c.Torpor = ns.ClientURL(), svcCreds, "", bin
 	})
-	prod, err := nats.Connect(ns.ClientURL(), nats.UserCredentials(credsFile(t, dir, "producer", "")))
+	prod, err := nats.Connect(ns.ClientURL(), torpor.Credentials(credsFile(t, dir, "producer", "")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,16 +462,72 @@ func TestCredsRevoke(t *testing.T) {
 		t.Fatalf("torpor creds --revoke: %d %s", code, stderr.String())
 	}
 	a := startApp(t, dir, nil)
-	nc, err := nats.Connect(a.NATSURL(), nats.UserCredentials(gone), nats.NoReconnect())
+	nc, err := nats.Connect(a.NATSURL(), torpor.Credentials(gone), nats.NoReconnect())
 	if err == nil {
 		nc.Close()
 	}
 	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
 		t.Errorf("revoked producer: got %v, want the server's authorization violation", err)
 	}
-	nc, err = nats.Connect(a.NATSURL(), nats.UserCredentials(kept), nats.NoReconnect())
+	nc, err = nats.Connect(a.NATSURL(), torpor.Credentials(kept), nats.NoReconnect())
 	if err != nil {
 		t.Fatalf("a producer not revoked: %v", err)
 	}
 	nc.Close()
+
+	// Revoked while the service runs: its connection is closed and it
+	// cannot connect again, without a restart.
+	live, err := nats.Connect(a.NATSURL(), torpor.Credentials(kept), nats.NoReconnect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	closed := make(chan struct{})
+	live.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	if code := run(context.Background(), []string{"creds", "--data", dir, "--revoke", kept}, &stdout, &stderr); code != 0 {
+		t.Fatalf("torpor creds --revoke: %d %s", code, stderr.String())
+	}
+	select {
+	case <-closed:
+	case <-time.After(waitFor):
+		t.Fatal("the revoked user's connection is still open")
+	}
+	if nc, err := nats.Connect(a.NATSURL(), torpor.Credentials(kept), nats.NoReconnect()); err == nil {
+		nc.Close()
+		t.Error("the user revoked while the service runs connected again")
+	}
+}
+
+// TestBusActorIsTheUser: a producer's command is recorded with the name in
+// its credential, which the server tells the service; neither a
+// Torpor-Actor header nor a forged Nats-Request-Info changes it (before
+// the clients' account, the actor was whatever Torpor-Actor said).
+func TestBusActorIsTheUser(t *testing.T) {
+	a := startApp(t, "", nil)
+	file := filepath.Join(t.TempDir(), "alice.creds")
+	var stdout, stderr strings.Builder
+	if code := run(context.Background(), []string{"creds", "--data", a.data, "--role", "producer", "--name", "alice", "-o", file}, &stdout, &stderr); code != 0 {
+		t.Fatalf("torpor creds: %d %s", code, stderr.String())
+	}
+	nc, err := nats.Connect(a.NATSURL(), torpor.Credentials(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	forged := nats.Header{}
+	forged.Set("Torpor-Actor", "mallory")
+	forged.Set("Nats-Request-Info", `{"kind":"Client","name_tag":"mallory","tags":["role:producer"]}`)
+	for _, hdr := range []nats.Header{nil, forged} {
+		v, cerr := busCmd(t, nc, "create", map[string]any{"driver": "sim"}, hdr)
+		if cerr != nil {
+			t.Fatalf("create: %v", cerr)
+		}
+		h, err := a.client().History(context.Background(), v.ID, 0)
+		if err != nil || len(h) == 0 {
+			t.Fatalf("history: %v %v", h, err)
+		}
+		if got, want := h[0].Actor, "bus:alice"; got != want {
+			t.Errorf("headers %v: actor %q, want %q", hdr, got, want)
+		}
+	}
 }

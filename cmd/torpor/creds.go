@@ -46,7 +46,7 @@ func credsCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "revoked user %s: refused from the next start of serve (a nats-server run apart: write its auth.conf again with --server-config and reload it)\n", pub)
+				fmt.Fprintf(cmd.OutOrStdout(), "revoked user %s: a running serve with an embedded NATS on this --data refuses it within a second, closing its connections (a nats-server run apart: write its auth.conf again with --server-config and reload it)\n", pub)
 				return nil
 			}
 			if cfg.ServerConfig != "" {
@@ -58,10 +58,14 @@ func credsCmd() *cobra.Command {
 					return nil
 				}
 			}
-			if err := writeCreds(cfg); err != nil {
+			inbox, err := writeCreds(cfg)
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (roles %s)\n", cfg.Out, strings.Join(cfg.Roles, ","))
+			if inbox != busauth.DefaultInbox && strings.HasPrefix(inbox, busauth.DefaultInbox) {
+				fmt.Fprintf(cmd.OutOrStdout(), "its answers come on its own inbox: nats --creds %s --inbox-prefix %s …; in Go, nats.Connect(url, torpor.Credentials(%q))\n", cfg.Out, inbox, cfg.Out)
+			}
 			return nil
 		},
 	}
@@ -76,21 +80,22 @@ func credsCmd() *cobra.Command {
 	return cmd
 }
 
-// writeCreds mints cfg's user and writes its credentials file.
-func writeCreds(cfg credsConfig) error {
+// writeCreds mints cfg's user and writes its credentials file; it returns
+// the user's inbox prefix.
+func writeCreds(cfg credsConfig) (string, error) {
 	grants, err := busauth.ParseRoles(cfg.Roles, cfg.Node)
 	if err != nil {
-		return invalid(fmt.Errorf("--role: %w", err))
+		return "", invalid(fmt.Errorf("--role: %w", err))
 	}
 	if cfg.Out == "" {
-		return invalid(errors.New("-o: want the file to write"))
+		return "", invalid(errors.New("-o: want the file to write"))
 	}
 	if cfg.Data == "" {
-		return invalid(errors.New("--data: want the service's data directory"))
+		return "", invalid(errors.New("--data: want the service's data directory"))
 	}
 	auth, err := busauth.Open(filepath.Join(cfg.Data, "auth"), busauth.NoLimits)
 	if err != nil {
-		return invalid(err)
+		return "", invalid(err)
 	}
 	name := cfg.Name
 	if name == "" {
@@ -98,13 +103,13 @@ func writeCreds(cfg credsConfig) error {
 	}
 	u, err := auth.User(name, 0, grants...)
 	if err != nil {
-		return err
+		return "", err
 	}
 	creds, err := u.Creds()
 	if err != nil {
-		return err
+		return "", err
 	}
-	return writePrivate(cfg.Out, "-o", creds)
+	return u.Inbox, writePrivate(cfg.Out, "-o", creds)
 }
 
 // revokeCreds revokes the user of the credentials file cfg.Revoke and

@@ -325,6 +325,9 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, err
 	}
+	if err := a.makeCopies(ctx, url, natsCA, cfg.MaxLogBytes, log); err != nil {
+		return nil, err
+	}
 	names, err := gateway.NewKVNames(ctx, js, 1)
 	if err != nil {
 		return nil, err
@@ -366,7 +369,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		warnRoot(log, cfg.RunAs)
 		// The vm driver is there whatever the node has: a node without
 		// QEMU or a kernel refuses each vm create, saying what it lacks.
-		if drivers["vm"], err = newVM(a.nc, cfg.Data, url, natsCA, cfg.Torpor, cfg.VMKernel, cfg.HeartbeatLimit/3); err != nil {
+		if drivers["vm"], err = newVM(a.nc, true, cfg.Data, url, natsCA, cfg.Torpor, cfg.VMKernel, cfg.HeartbeatLimit/3); err != nil {
 			return nil, err
 		}
 	}
@@ -494,6 +497,9 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		fwd.Run(ctx)
 		return nil
 	})
+	if a.ns != nil && a.auth != nil && cfg.Data != "" {
+		run("revocations", func() error { return a.followRevocations(ctx, filepath.Join(cfg.Data, "auth"), log) })
+	}
 	run("reaper", func() error {
 		// Views of the past (KV buckets, SQL tables) expire after
 		// --replay-ttl, and a crash mid-rebuild leaves a bucket: all are
@@ -806,7 +812,7 @@ func printBanner(w io.Writer, a *app, cfg serveConfig) {
 		auth = ` -H "Authorization: Bearer $TOKEN"`
 	}
 	if a.auth != nil && cfg.Data != "" {
-		fmt.Fprintf(w, "the bus takes users of its accounts only (keys under %s): torpor creds --role producer,dashboard -o client.creds, then nats --creds client.creds …\n",
+		fmt.Fprintf(w, "the bus takes users of its accounts only (keys under %s): torpor creds --role producer,dashboard -o client.creds, then nats --creds client.creds --inbox-prefix <the inbox it prints> …\n",
 			filepath.Join(cfg.Data, "auth"))
 	}
 	fmt.Fprintf(w, "create a sandbox:\n  curl -s%s -H 'Content-Type: application/json' -X POST %s/v1/sandboxes -d '{\"name\":\"demo\",\"driver\":\"sim\"}'\n\n", auth, a.HTTPURL())

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/services/compute"
 	"github.com/torpor/torpor/services/compute/vm"
 )
@@ -16,7 +18,7 @@ import (
 // start (FAILED_PRECONDITION, naming what is missing). torpor serve adds it
 // whatever the node has, and refuses each vm create instead.
 func vmDriver(cfg driverConfig, nc *nats.Conn) (compute.Driver, error) {
-	d, err := newVM(nc, cfg.Data, cfg.NATSURL, cfg.NATSCA, cfg.Torpor, cfg.VMKernel, cfg.Heartbeat)
+	d, err := newVM(nc, false, cfg.Data, cfg.NATSURL, cfg.NATSCA, cfg.Torpor, cfg.VMKernel, cfg.Heartbeat)
 	if err != nil {
 		return nil, err
 	}
@@ -28,22 +30,28 @@ func vmDriver(cfg driverConfig, nc *nats.Conn) (compute.Driver, error) {
 
 // newVM is the vm driver over data, its supervisors reporting on url, its
 // snapshots moving through the torpor_snapshots object store on nc's
-// JetStream (made if missing).
-func newVM(nc *nats.Conn, data, url, ca, binary, kernel string, heartbeat time.Duration) (*vm.Driver, error) {
+// JetStream: made if missing when create is set (the service), else bound
+// (a driver node, whose user may not make streams).
+func newVM(nc *nats.Conn, create bool, data, url, ca, binary, kernel string, heartbeat time.Duration) (*vm.Driver, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	store, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket:      vm.SnapshotBucket,
-		Description: "torpor vm snapshots that move between nodes",
-		Storage:     jetstream.FileStorage,
-		// Each snapshot is deleted once its guest runs again; the bound
-		// is what moving sandboxes may hold at once (reserved at start).
-		MaxBytes: 2 << 30,
-	})
+	var store jetstream.ObjectStore
+	if create {
+		store, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket:      vm.SnapshotBucket,
+			Description: "torpor vm snapshots that move between nodes",
+			Storage:     jetstream.FileStorage,
+			// Each snapshot is deleted once its guest runs again; the bound
+			// is what moving sandboxes may hold at once (reserved at start).
+			MaxBytes: 2 << 30,
+		})
+	} else if store, err = js.ObjectStore(ctx, vm.SnapshotBucket); errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, events.Errorf(events.CodeFailedPrecondition, "object store %s: not found; torpor serve makes it (start it first, with the process or vm driver)", vm.SnapshotBucket)
+	}
 	if err != nil {
 		return nil, err
 	}

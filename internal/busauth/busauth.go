@@ -7,6 +7,7 @@
 package busauth
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -24,6 +25,9 @@ const (
 	OperatorFile = "operator.nk"
 	AccountFile  = "account.nk"
 	SystemFile   = "system.nk"
+	// ClientsFile is the key of the clients' account (producers and
+	// dashboards), made on first use by a version that has it.
+	ClientsFile = "clients.nk"
 	// RevokedFile lists the revoked users of the torpor account, one
 	// "<public key> <unix seconds>" a line: their JWTs issued up to then
 	// are refused.
@@ -35,6 +39,7 @@ const (
 	OperatorName = "torpor"
 	AccountName  = "TORPOR"
 	SystemName   = "SYS"
+	ClientsName  = "TORPOR_CLIENTS"
 )
 
 // Auth is the operator and accounts of one torpor bus, with the keys that
@@ -44,6 +49,7 @@ type Auth struct {
 	lim                       Limits
 	revoked                   map[string]int64
 	operator, account, system nkeys.KeyPair
+	clients                   nkeys.KeyPair
 	// OperatorJWT is the operator's self-signed JWT, the one a nats-server
 	// trusts (its operator setting).
 	OperatorJWT string
@@ -51,8 +57,10 @@ type Auth struct {
 	AccountJWT string
 	// SystemJWT is the system account's JWT, signed by the operator.
 	SystemJWT string
-	// AccountKey and SystemKey are the accounts' public keys.
-	AccountKey, SystemKey string
+	// ClientsJWT is the clients' account's JWT, signed by the operator.
+	ClientsJWT string
+	// AccountKey, SystemKey and ClientsKey are the accounts' public keys.
+	AccountKey, SystemKey, ClientsKey string
 }
 
 // Limits are the torpor account's JetStream limits, in its claims (a
@@ -63,7 +71,16 @@ type Limits struct {
 	DiskStorage   int64
 	Streams       int64
 	Consumers     int64
+	// ClientConsumers bounds the consumers of the clients' account (every
+	// watch and read of a producer or dashboard holds one while it lasts),
+	// so that clients cannot fill the server with them; 0 is
+	// DefaultClientConsumers. The clients' account holds its two copies
+	// and no other stream.
+	ClientConsumers int64
 }
+
+// DefaultClientConsumers is the clients' account's consumers at most.
+const DefaultClientConsumers = 4096
 
 // NoLimits leaves every JetStream limit to the server.
 var NoLimits = Limits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumers: -1}
@@ -86,6 +103,9 @@ func Open(dir string, lim Limits) (*Auth, error) {
 		return nil, err
 	}
 	if a.system, err = key(filepath.Join(dir, SystemFile), nkeys.PrefixByteAccount); err != nil {
+		return nil, err
+	}
+	if a.clients, err = key(filepath.Join(dir, ClientsFile), nkeys.PrefixByteAccount); err != nil {
 		return nil, err
 	}
 	if a.revoked, err = readRevoked(filepath.Join(dir, RevokedFile)); err != nil {
@@ -138,7 +158,7 @@ func (a *Auth) Revoke(creds []byte) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("credentials: %w", err)
 	}
-	if uc.Issuer != a.AccountKey {
+	if uc.Issuer != a.AccountKey && uc.Issuer != a.ClientsKey {
 		return "", fmt.Errorf("credentials of %q: not a user of this bus's account", uc.Name)
 	}
 	// Revocations hold at whole seconds, and cover a JWT issued in this
@@ -226,6 +246,9 @@ func (a *Auth) sign(lim Limits) error {
 	if a.SystemKey, err = a.system.PublicKey(); err != nil {
 		return err
 	}
+	if a.ClientsKey, err = a.clients.PublicKey(); err != nil {
+		return err
+	}
 	oc := jwt.NewOperatorClaims(opPub)
 	oc.Name = OperatorName
 	oc.SystemAccount = a.SystemKey
@@ -237,14 +260,35 @@ func (a *Auth) sign(lim Limits) error {
 	for pub, at := range a.revoked {
 		ac.RevokeAt(pub, time.Unix(at, 0))
 	}
-	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{
+	js := jwt.JetStreamLimits{
 		MemoryStorage: lim.MemoryStorage,
 		DiskStorage:   lim.DiskStorage,
 		Streams:       lim.Streams,
 		Consumer:      lim.Consumers,
 	}
+	ac.Limits.JetStreamLimits = js
+	for _, e := range exports() {
+		ac.Exports.Add(e)
+	}
 	if a.AccountJWT, err = ac.Encode(a.operator); err != nil {
 		return fmt.Errorf("account jwt: %w", err)
+	}
+	cc := jwt.NewAccountClaims(a.ClientsKey)
+	cc.Name = ClientsName
+	for pub, at := range a.revoked {
+		cc.RevokeAt(pub, time.Unix(at, 0))
+	}
+	cc.Limits.JetStreamLimits = jwt.JetStreamLimits{
+		MemoryStorage: lim.MemoryStorage,
+		DiskStorage:   lim.DiskStorage,
+		Streams:       int64(len(copied)),
+		Consumer:      cmp.Or(lim.ClientConsumers, DefaultClientConsumers),
+	}
+	for _, i := range imports(a.AccountKey) {
+		cc.Imports.Add(i)
+	}
+	if a.ClientsJWT, err = cc.Encode(a.operator); err != nil {
+		return fmt.Errorf("clients' account jwt: %w", err)
 	}
 	sc := jwt.NewAccountClaims(a.SystemKey)
 	sc.Name = SystemName
@@ -257,7 +301,7 @@ func (a *Auth) sign(lim Limits) error {
 // Accounts are the account JWTs by public key, as a nats-server's resolver
 // preloads them.
 func (a *Auth) Accounts() map[string]string {
-	return map[string]string{a.AccountKey: a.AccountJWT, a.SystemKey: a.SystemJWT}
+	return map[string]string{a.AccountKey: a.AccountJWT, a.SystemKey: a.SystemJWT, a.ClientsKey: a.ClientsJWT}
 }
 
 // ServerConfig is the part of a nats-server configuration file that makes a
@@ -265,13 +309,15 @@ func (a *Auth) Accounts() map[string]string {
 // (include it from the server's file), for `torpor serve --nats-url`.
 func (a *Auth) ServerConfig() []byte {
 	return fmt.Appendf(nil, `# torpor's bus: the operator and accounts of <data>/auth (torpor creds --server-config).
-# Clients connect with user credentials of the account %s (torpor creds --role ...).
+# torpor and its drivers connect with user credentials of the account %s,
+# producers and dashboards with those of %s (torpor creds --role ...).
 operator: %s
 system_account: %s
 resolver: MEMORY
 resolver_preload: {
   %s: %s
   %s: %s
+  %s: %s
 }
-`, AccountName, a.OperatorJWT, a.SystemKey, a.AccountKey, a.AccountJWT, a.SystemKey, a.SystemJWT)
+`, AccountName, ClientsName, a.OperatorJWT, a.SystemKey, a.AccountKey, a.AccountJWT, a.ClientsKey, a.ClientsJWT, a.SystemKey, a.SystemJWT)
 }

@@ -3,6 +3,8 @@ package busauth_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,7 +80,31 @@ func startBus(t *testing.T) *bus {
 	if err := svc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	b.copies(t)
 	return b
+}
+
+// copies makes the clients' account's copies and waits until the view's
+// copy holds sandbox A's view.
+func (b *bus) copies(t *testing.T) {
+	t.Helper()
+	ctx := t.Context()
+	cjs, _ := jetstream.New(b.conn(t, nil, busauth.Grant{Role: busauth.ClientsService}))
+	if err := busauth.Copies(ctx, cjs, busauth.CopyLimits{Events: 1 << 20, Phases: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := cjs.KeyValue(ctx, busauth.PhaseBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := kv.Get(ctx, sandboxA); err == nil {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the clients' copy of the view: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // conn connects as a user holding grants; the server's refusals of its
@@ -145,6 +171,8 @@ func actions() []action {
 				t.Errorf("the view: %v %v", e, err)
 			}
 		}},
+		{name: "make the snapshot store", subject: "$JS.API.STREAM.CREATE.OBJ_" + busauth.SnapshotBucket},
+		{name: "change the snapshot store", subject: "$JS.API.STREAM.UPDATE.OBJ_" + busauth.SnapshotBucket},
 		{name: "make a durable consumer", subject: "$JS.API.CONSUMER.DURABLE.CREATE." + busauth.EventStream + ".mine"},
 	}
 }
@@ -323,7 +351,10 @@ func TestRolesAllowed(t *testing.T) {
 	t.Run("driver moves a snapshot", func(t *testing.T) {
 		drv := b.conn(t, nil, busauth.Grant{Role: busauth.Driver, Node: "n1"})
 		js, _ := jetstream.New(drv)
-		obj, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: busauth.SnapshotBucket})
+		if _, err := b.js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: busauth.SnapshotBucket}); err != nil {
+			t.Fatal(err) // the service makes it
+		}
+		obj, err := js.ObjectStore(ctx, busauth.SnapshotBucket)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -416,7 +447,11 @@ func TestCredsFile(t *testing.T) {
 	if err := os.WriteFile(path, creds, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect("", nats.InProcessServer(b.ns), nats.UserCredentials(path))
+	inbox, err := busauth.CredsInbox(creds)
+	if err != nil || inbox != u.Inbox {
+		t.Fatalf("the file's inbox: %q %v, want %q", inbox, err, u.Inbox)
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(b.ns), nats.UserCredentials(path), nats.CustomInboxPrefix(inbox))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -511,5 +546,206 @@ func TestRevoke(t *testing.T) {
 	}
 	if _, err := busauth.Open(dir, busauth.NoLimits); err == nil || !strings.Contains(err.Error(), "revoked users") {
 		t.Errorf("open with a garbled revocation list: %v", err)
+	}
+}
+
+// TestClientsDeliverNowhere: a dashboard may make push consumers on its
+// copies, and the server delivers wherever their deliver subject says,
+// whatever the dashboard may publish (nats-server issue 8274). Aimed at
+// torpor's secret, its view, its log and its command and report subjects,
+// the deliveries land in the clients' account and reach none of them.
+func TestClientsDeliverNowhere(t *testing.T) {
+	b := startBus(t)
+	ctx := t.Context()
+	svc := b.conn(t, nil, busauth.Grant{Role: busauth.Service})
+	// What reaches the service: a delivery comes through the commands'
+	// import, and the server marks it as JetStream's, with no user, so
+	// that the service can tell it from a producer's command (the gateway
+	// refuses it).
+	heard := make(chan string, 64)
+	for _, subj := range []string{"torpor.cmd.>", "torpor.supervisor.>"} {
+		if _, err := svc.Subscribe(subj, func(m *nats.Msg) {
+			var info struct {
+				Kind string   `json:"kind"`
+				User string   `json:"user"`
+				Tags []string `json:"tags"`
+			}
+			_ = json.Unmarshal([]byte(m.Header.Get("Nats-Request-Info")), &info)
+			if info.Kind != "JetStream" || info.User != "" || len(info.Tags) > 0 {
+				heard <- fmt.Sprintf("%s on %s (request info %q)", m.Subject, m.Sub.Subject, m.Header.Get("Nats-Request-Info"))
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := svc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	dash := b.conn(t, nil, busauth.Grant{Role: busauth.Dashboard})
+	// A witness in the clients' account listens where the deliveries go
+	// (a push consumer delivers only to a subject someone listens on).
+	witness := b.conn(t, nil, busauth.Grant{Role: busauth.ClientsService})
+	landed := make(chan string, 64)
+	targets := []string{
+		"$KV.torpor_config.credential_secret",
+		"$KV." + busauth.PhaseBucket + "." + sandboxA,
+		"torpor.sandbox." + sandboxB,
+		"torpor.cmd.create",
+		"torpor.supervisor." + sandboxA,
+	}
+	for _, target := range targets {
+		if _, err := witness.Subscribe(target, func(m *nats.Msg) { landed <- m.Subject }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := witness.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i, target := range targets {
+		for _, stream := range []string{busauth.EventStream, "KV_" + busauth.PhaseBucket} {
+			req := fmt.Sprintf(`{"stream_name":%q,"config":{"deliver_subject":%q,"ack_policy":"none","deliver_policy":"all"}}`, stream, target)
+			msg, err := dash.Request("$JS.API.CONSUMER.CREATE."+stream, []byte(req), 5*time.Second)
+			if err != nil {
+				t.Fatalf("%s: %v", target, err)
+			}
+			var resp struct {
+				Name  string `json:"name"`
+				Error any    `json:"error"`
+			}
+			if err := json.Unmarshal(msg.Data, &resp); err != nil || resp.Error != nil {
+				t.Fatalf("push consumer on %s delivering to %s: %s", stream, target, msg.Data)
+			}
+			// Each consumer delivered its messages before the checks.
+			for deadline := time.Now().Add(5 * time.Second); ; {
+				info, err := dash.Request("$JS.API.CONSUMER.INFO."+stream+"."+resp.Name, nil, 5*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ci struct {
+					Delivered struct {
+						Consumer uint64 `json:"consumer_seq"`
+					} `json:"delivered"`
+				}
+				_ = json.Unmarshal(info.Data, &ci)
+				if ci.Delivered.Consumer > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("consumer %d on %s delivered nothing to %s", i, stream, target)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}
+	config, err := b.js.KeyValue(ctx, "torpor_config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := config.Get(ctx, "credential_secret"); err != nil || string(e.Value()) != secret || e.Revision() != 1 {
+		t.Errorf("torpor_config's secret: %v %v, want it untouched", e, err)
+	}
+	phases, err := b.js.KeyValue(ctx, busauth.PhaseBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := phases.Get(ctx, sandboxA); err != nil || string(e.Value()) != `{"phase":"running"}` || e.Revision() != 1 {
+		t.Errorf("the view: %v %v, want it untouched", e, err)
+	}
+	s, err := b.js.Stream(ctx, busauth.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetLastMsgForSubject(ctx, "torpor.sandbox."+sandboxB); err == nil {
+		t.Error("a delivery is in the log")
+	}
+	if err := svc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case subj := <-heard:
+		t.Errorf("the service received a delivery it cannot tell from a client's: %s", subj)
+	default:
+	}
+	if len(landed) == 0 {
+		t.Error("no delivery reached the witness in the clients' account")
+	}
+}
+
+// TestClientConsumersBounded: the clients' account holds at most
+// ClientConsumers consumers, so a client cannot fill the server with
+// them; the service's account is not bound by it.
+func TestClientConsumersBounded(t *testing.T) {
+	dir := t.TempDir()
+	a, err := busauth.Open(filepath.Join(dir, "auth"), busauth.Limits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumers: -1, ClientConsumers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := embedded.Start(embedded.Config{Data: dir, Operator: a.OperatorJWT, Accounts: a.Accounts(), SystemAccount: a.SystemKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	b := &bus{auth: a, ns: ns}
+	svc := b.conn(t, nil, busauth.Grant{Role: busauth.Service})
+	b.js, _ = jetstream.New(svc)
+	ctx := t.Context()
+	if _, err := b.js.CreateStream(ctx, jetstream.StreamConfig{Name: busauth.EventStream, Subjects: []string{"torpor.sandbox.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	phases, err := b.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: busauth.PhaseBucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := phases.Put(ctx, sandboxA, []byte(`{"phase":"running"}`)); err != nil {
+		t.Fatal(err)
+	}
+	b.copies(t)
+	djs, _ := jetstream.New(b.conn(t, nil, busauth.Grant{Role: busauth.Dashboard}))
+	s, err := djs.Stream(ctx, busauth.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		_, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		if i < 3 && err != nil {
+			t.Fatalf("consumer %d: %v", i+1, err)
+		}
+		if i == 3 && (err == nil || !strings.Contains(err.Error(), "maximum consumers")) {
+			t.Errorf("consumer %d: %v, want the account's maximum consumers reached", i+1, err)
+		}
+	}
+	ss, err := b.js.Stream(ctx, busauth.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if _, err := ss.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{}); err != nil {
+			t.Errorf("the service's consumer %d: %v", i+1, err)
+		}
+	}
+}
+
+// TestClientInboxesApart: each client reads its answers on an inbox of its
+// own; another client may not read it, nor the shared _INBOX (before,
+// producers and dashboards shared _INBOX and read each other's answers).
+func TestClientInboxesApart(t *testing.T) {
+	b := startBus(t)
+	alice, err := b.auth.User("alice", time.Hour, busauth.Grant{Role: busauth.Producer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(alice.Inbox, busauth.DefaultInbox+"_") {
+		t.Fatalf("alice's inbox %q: want one of her own", alice.Inbox)
+	}
+	for _, subject := range []string{alice.Inbox + ".>", busauth.DefaultInbox + ".>", ">"} {
+		errs := make(chan error, 4)
+		mallory := b.conn(t, errs, busauth.Grant{Role: busauth.Producer}, busauth.Grant{Role: busauth.Dashboard})
+		if _, err := mallory.Subscribe(subject, func(*nats.Msg) {}); err != nil {
+			t.Fatal(err)
+		}
+		if err := mallory.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		wantRefused(t, errs, subject)
 	}
 }

@@ -25,7 +25,15 @@ const (
 	Driver Role = "driver"
 	// Supervisor reports for one sandbox (torpor.supervisor.<id>).
 	Supervisor Role = "supervisor"
+	// ClientsService is torpor's own connection in the clients' account,
+	// which makes the copies there (Copies): everything in that account.
+	ClientsService Role = "clients-service"
 )
+
+// clients says whether a user holding r belongs to the clients' account.
+func (r Role) clients() bool {
+	return r == Producer || r == Dashboard || r == ClientsService
+}
 
 // Roles are the roles `torpor creds` mints (a supervisor's credential is
 // minted by the service, for one generation).
@@ -39,11 +47,10 @@ const (
 )
 
 // The inbox prefixes: a request's answer comes back on an inbox of its
-// sender. Producers and dashboards (any NATS client: natscli, the SDK) use
-// the default _INBOX and may read each other's answers (commands' views,
-// which they may read anyway); every other role has inboxes of its own, so
-// that no other user reads the answers it gets (the service's reads of
-// torpor_config, a driver's snapshots).
+// sender, which no other user may read: the service's reads of
+// torpor_config, a driver's snapshots, a producer's answers. Each client
+// (producer, dashboard) has one of its own (ClientInbox); the service,
+// drivers and supervisors have theirs.
 const (
 	DefaultInbox = "_INBOX"
 	serviceInbox = "_TORPOR_SVC"
@@ -63,7 +70,7 @@ type Grant struct {
 // Validate reports whether g is a role with its scope.
 func (g Grant) Validate() error {
 	switch g.Role {
-	case Service, Producer, Dashboard:
+	case Service, Producer, Dashboard, ClientsService:
 		if g.Node != "" || g.Sandbox != "" {
 			return fmt.Errorf("role %s: takes no node or sandbox", g.Role)
 		}
@@ -96,7 +103,7 @@ func token(what, v string) error {
 // (nats.CustomInboxPrefix): its answers come back where only it may read.
 func Inbox(grants ...Grant) string {
 	for _, g := range grants {
-		if g.Role == Service {
+		if g.Role == Service || g.Role == ClientsService {
 			return serviceInbox
 		}
 	}
@@ -149,7 +156,7 @@ func streamReads(s string) []string {
 
 func (g Grant) perms() perms {
 	switch g.Role {
-	case Service:
+	case Service, ClientsService:
 		return perms{all: true}
 	case Producer:
 		return perms{
@@ -170,12 +177,10 @@ func (g Grant) perms() perms {
 				// generation's credential, which only the service mints).
 				"torpor.supervisor.*",
 				// The vm driver moves snapshots between nodes through the
-				// object store torpor_snapshots: it makes the bucket if
-				// missing, writes, reads and deletes its objects; nothing
-				// else of JetStream.
+				// object store torpor_snapshots, which the service makes:
+				// it writes, reads and deletes its objects (a delete
+				// purges the object's chunks); nothing else of JetStream.
 				"$JS.API.INFO",
-				"$JS.API.STREAM.CREATE." + obj,
-				"$JS.API.STREAM.UPDATE." + obj,
 				"$JS.API.STREAM.PURGE." + obj,
 				"$O." + SnapshotBucket + ".>",
 			}, streamReads(obj)...),
@@ -231,6 +236,9 @@ func ParseRoles(roles []string, node string) ([]Grant, error) {
 		g := Grant{Role: Role(strings.TrimSpace(r))}
 		if g.Role == Supervisor {
 			return nil, fmt.Errorf("role supervisor: minted by the service for one sandbox's generation, not by hand")
+		}
+		if g.Role == ClientsService {
+			return nil, fmt.Errorf("role %s: the service's own, not minted by hand", g.Role)
 		}
 		if g.Role == Driver {
 			g.Node, driver = node, true

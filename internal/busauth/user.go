@@ -3,6 +3,7 @@ package busauth
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -10,7 +11,7 @@ import (
 	"github.com/nats-io/nkeys"
 )
 
-// User is a user of the torpor account: its JWT and the seed of its key,
+// User is a user of the torpor account or the clients' account: its JWT and the seed of its key,
 // which together are a NATS credential.
 type User struct {
 	JWT  string
@@ -29,7 +30,8 @@ const SupervisorTTL = 365 * 24 * time.Hour
 const respMax = 4
 
 // User mints a user named name holding grants, valid for ttl (0: no
-// expiry), signed by the torpor account.
+// expiry), signed by the account of its roles (producers and dashboards:
+// the clients' account; the others: the torpor account; never both).
 func (a *Auth) User(name string, ttl time.Duration, grants ...Grant) (*User, error) {
 	if len(grants) == 0 {
 		return nil, errors.New("user: no role")
@@ -38,6 +40,15 @@ func (a *Auth) User(name string, ttl time.Duration, grants ...Grant) (*User, err
 		if err := g.Validate(); err != nil {
 			return nil, err
 		}
+	}
+	signer, clients := a.account, grants[0].Role.clients()
+	for _, g := range grants[1:] {
+		if g.Role.clients() != clients {
+			return nil, fmt.Errorf("user: roles %s and %s are of two accounts (producers and dashboards are of %s, the others of %s)", grants[0].Role, g.Role, ClientsName, AccountName)
+		}
+	}
+	if clients {
+		signer = a.clients
 	}
 	kp, err := nkeys.CreateUser()
 	if err != nil {
@@ -53,10 +64,26 @@ func (a *Auth) User(name string, ttl time.Duration, grants ...Grant) (*User, err
 	}
 	uc := jwt.NewUserClaims(pub)
 	uc.Name = name
+	for _, g := range grants {
+		// What the service reads of who sent a command (the clients'
+		// import shares the sender's JWT tags).
+		uc.Tags.Add("role:" + string(g.Role))
+	}
 	if ttl > 0 {
 		uc.Expires = time.Now().Add(ttl).Unix()
 	}
 	p := union(grants)
+	inbox := Inbox(grants...)
+	if clients && !p.all {
+		// Each client reads its answers on an inbox of its own, which
+		// no other client may read (ClientInbox).
+		inbox = ClientInbox(pub)
+		for i, sub := range p.sub {
+			if sub == DefaultInbox+".>" {
+				p.sub[i] = inbox + ".>"
+			}
+		}
+	}
 	if !p.all {
 		// An allow list, so a permission is nothing unless granted.
 		uc.Pub.Allow = p.pub
@@ -72,11 +99,20 @@ func (a *Auth) User(name string, ttl time.Duration, grants ...Grant) (*User, err
 			uc.Resp = &jwt.ResponsePermission{MaxMsgs: respMax, Expires: time.Minute}
 		}
 	}
-	tok, err := uc.Encode(a.account)
+	tok, err := uc.Encode(signer)
 	if err != nil {
 		return nil, fmt.Errorf("user jwt: %w", err)
 	}
-	return &User{JWT: tok, Seed: seed, Inbox: Inbox(grants...)}, nil
+	return &User{JWT: tok, Seed: seed, Inbox: inbox}, nil
+}
+
+// ClientInbox is the inbox prefix of the client (producer, dashboard)
+// whose public key is pub: its connections must use it
+// (nats.CustomInboxPrefix, `nats --inbox-prefix`), and it is the only
+// inbox that client may read, so that no client reads another's answers.
+// torpor creds prints it; the Go SDK's Credentials reads it from the file.
+func ClientInbox(pub string) string {
+	return DefaultInbox + "_" + pub[max(0, len(pub)-20):]
 }
 
 // Creds is u as a NATS credentials file (what `nats --creds` and
@@ -105,5 +141,28 @@ func ParseCreds(creds []byte, grants ...Grant) (*User, error) {
 	if err != nil {
 		return nil, fmt.Errorf("credentials: %w", err)
 	}
-	return &User{JWT: tok, Seed: seed, Inbox: Inbox(grants...)}, nil
+	inbox := Inbox(grants...)
+	if own, err := CredsInbox(creds); err == nil && own != "" {
+		inbox = own
+	}
+	return &User{JWT: tok, Seed: seed, Inbox: inbox}, nil
+}
+
+// CredsInbox is the inbox prefix the user of a credentials file must use:
+// its own (ClientInbox) when its permissions say so, else "" (the
+// default, _INBOX).
+func CredsInbox(creds []byte) (string, error) {
+	tok, err := jwt.ParseDecoratedJWT(creds)
+	if err != nil {
+		return "", fmt.Errorf("credentials: %w", err)
+	}
+	uc, err := jwt.DecodeUserClaims(tok)
+	if err != nil {
+		return "", fmt.Errorf("credentials: %w", err)
+	}
+	own := ClientInbox(uc.Subject)
+	if slices.Contains(uc.Sub.Allow, own+".>") {
+		return own, nil
+	}
+	return "", nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -30,6 +31,43 @@ type Bus struct {
 	stream  string
 	timeout time.Duration
 	actor   string
+	// known is the highest seq this Bus has seen of each sandbox (in a
+	// command's answer or a view it read), for reading its own writes.
+	known *seen
+}
+
+// seen is the highest seq seen of each sandbox, for at most seenMax of
+// them (the oldest forgotten first).
+type seen struct {
+	mu    sync.Mutex
+	seq   map[string]uint64
+	order []string
+}
+
+// seenMax bounds what a Bus remembers of the sandboxes it saw.
+const seenMax = 4096
+
+func (s *seen) put(id string, seq uint64) {
+	if id == "" || seq == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, ok := s.seq[id]
+	if !ok {
+		if len(s.order) >= seenMax {
+			delete(s.seq, s.order[0])
+			s.order = s.order[1:]
+		}
+		s.order = append(s.order, id)
+	}
+	s.seq[id] = max(old, seq)
+}
+
+func (s *seen) get(id string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seq[id]
 }
 
 // BusOption configures a Bus.
@@ -72,7 +110,7 @@ func NewBus(nc *nats.Conn, opts ...BusOption) (*Bus, error) {
 	if err != nil {
 		return nil, events.Errorf(events.CodeInvalidArgument, "torpor.NewBus: %v", err)
 	}
-	b := &Bus{nc: nc, js: js, bucket: DefaultBucket, stream: DefaultStream, timeout: 10 * time.Second}
+	b := &Bus{nc: nc, js: js, bucket: DefaultBucket, stream: DefaultStream, timeout: 10 * time.Second, known: &seen{seq: map[string]uint64{}}}
 	for _, o := range opts {
 		o(b)
 	}
@@ -100,7 +138,11 @@ func (b *Bus) command(ctx context.Context, verb string, body any, key string) (e
 	if b.actor != "" {
 		msg.Header.Set(HeaderActor, b.actor)
 	}
-	return retry(ctx, func() (events.View, error) { return b.request(ctx, verb, msg) })
+	v, err := retry(ctx, func() (events.View, error) { return b.request(ctx, verb, msg) })
+	if err == nil {
+		b.known.put(v.ID, v.Seq)
+	}
+	return v, err
 }
 
 // request sends msg once and decodes the answer.
@@ -206,11 +248,52 @@ func (b *Bus) Get(ctx context.Context, id string) (events.View, error) {
 	if err != nil {
 		return events.View{}, err
 	}
-	e, err := kv.Get(ctx, id)
-	if err != nil {
-		return events.View{}, b.jsError(ctx, "sandbox "+id, err)
+	for {
+		e, err := kv.Get(ctx, id)
+		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return events.View{}, b.jsError(ctx, "sandbox "+id, err)
+		}
+		var v events.View
+		if err == nil {
+			if v, err = decodeView(e.Key(), e.Value()); err != nil {
+				return v, err
+			}
+		}
+		// The bucket a client reads is a copy that follows the service's
+		// by a moment: a sandbox this Bus saw at a later seq (its own
+		// command's answer) is read again until the copy has caught up.
+		if known := b.known.get(id); known == 0 || v.Seq >= known {
+			if v.Seq == 0 {
+				return v, b.jsError(ctx, "sandbox "+id, jetstream.ErrKeyNotFound)
+			}
+			b.known.put(id, v.Seq)
+			return v, nil
+		}
+		if err := sleep(ctx, copyPoll); err != nil {
+			return v, transportError(ctx, "sandbox "+id, err)
+		}
 	}
-	return decodeView(e.Key(), e.Value())
+}
+
+// copyPoll is how often a read of a copy behind what this Bus saw looks
+// again.
+const copyPoll = 5 * time.Millisecond
+
+// caughtUp waits until the stream's copy holds the log up to seq (a
+// copy keeps its origin's sequences).
+func (b *Bus) caughtUp(ctx context.Context, s jetstream.Stream, seq uint64) error {
+	for {
+		info, err := s.Info(ctx)
+		if err != nil {
+			return b.jsError(ctx, "stream "+b.stream, err)
+		}
+		if info.State.LastSeq >= seq {
+			return nil
+		}
+		if err := sleep(ctx, copyPoll); err != nil {
+			return transportError(ctx, "stream "+b.stream, err)
+		}
+	}
 }
 
 // viewKey reports whether key can be a sandbox's: a valid KV key without
@@ -302,6 +385,7 @@ func (b *Bus) waitOn(ctx context.Context, w jetstream.KeyWatcher, id string, pha
 				continue // a view never goes back
 			}
 			*last = v
+			b.known.put(id, v.Seq)
 			switch {
 			case v.Seq <= after:
 			case v.Phase == phase:
@@ -323,6 +407,9 @@ func codeOfCtx(ctx context.Context) events.Code {
 
 // exists answers NOT_FOUND when the log holds no event of sandbox id.
 func (b *Bus) exists(ctx context.Context, id string) error {
+	if b.known.get(id) > 0 {
+		return nil // a command answered with it
+	}
 	s, err := b.js.Stream(ctx, b.stream)
 	if err != nil {
 		return b.jsError(ctx, "stream "+b.stream, err)
@@ -493,6 +580,11 @@ func (b *Bus) History(ctx context.Context, id string, after uint64) ([]Event, er
 	s, err := b.js.Stream(ctx, b.stream)
 	if err != nil {
 		return nil, b.jsError(ctx, "stream "+b.stream, err)
+	}
+	if known := b.known.get(id); known > 0 {
+		if err := b.caughtUp(ctx, s, known); err != nil {
+			return nil, err
+		}
 	}
 	subject := SandboxSubjectPrefix + id
 	head, err := s.GetLastMsgForSubject(ctx, subject)

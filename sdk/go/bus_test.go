@@ -22,7 +22,7 @@ func connect(t *testing.T, url string) *nats.Conn {
 // connectAs is connect as the user of the credentials file creds.
 func connectAs(t *testing.T, url, creds string) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.UserCredentials(creds), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond), nats.ReconnectJitter(0, 0))
+	nc, err := nats.Connect(url, torpor.Credentials(creds), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond), nats.ReconnectJitter(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestBusRetrySameKey(t *testing.T) {
 	label := unique()
 	req := sim()
 	req.Labels = map[string]string{"retry": label}
-	p.dropAnswer("MSG _INBOX.")
+	p.dropAnswer("MSG _INBOX_") // the client's own inbox (busauth.ClientInbox)
 	v, err := b.Create(ctx, req, "")
 	if err != nil {
 		t.Fatalf("create through a lost reply: %v", err)

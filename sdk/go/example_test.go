@@ -96,7 +96,7 @@ func ExampleNewBus() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	// A producer's and dashboard's credentials: torpor creds --role producer,dashboard -o client.creds
-	nc, err := nats.Connect(server.nats, nats.UserCredentials(server.creds)) // e.g. "nats://127.0.0.1:4222"
+	nc, err := nats.Connect(server.nats, torpor.Credentials(server.creds)) // e.g. "nats://127.0.0.1:4222"
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -189,15 +191,53 @@ func (b *Bus) handler(ctx context.Context, verb string) micro.HandlerFunc {
 	}
 }
 
+// HeaderRequestInfo is where the nats-server says who sent a request that
+// came through an import that shares it: the commands of the clients'
+// account (internal/busauth) carry it, set by the server, never by the
+// client (the server replaces a header of that name a client sends).
+const HeaderRequestInfo = "Nats-Request-Info"
+
+// requestInfo is what the service reads of HeaderRequestInfo.
+type requestInfo struct {
+	Kind string   `json:"kind"`
+	User string   `json:"user"`
+	Name string   `json:"name_tag"`
+	Tags []string `json:"tags"`
+}
+
+// sender is the actor of a command from the clients' account whose
+// request info is info: "bus:<the user's name>". Only a client holding
+// the producer role may command: anything else that reaches the command
+// subjects through the import (a delivery of a push consumer a dashboard
+// aimed there, which the server marks as JetStream's) is refused.
+func sender(info string) (string, error) {
+	var ri requestInfo
+	if err := json.Unmarshal([]byte(info), &ri); err != nil {
+		return "", events.Errorf(events.CodePermissionDenied, "a command whose sender the bus does not say")
+	}
+	if ri.Kind != "Client" || !slices.Contains(ri.Tags, "role:producer") {
+		return "", events.Errorf(events.CodePermissionDenied, "commands come from producers (a %s sender without the producer role)", strings.ToLower(cmp.Or(ri.Kind, "nameless")))
+	}
+	return "bus:" + cmp.Or(ri.Name, ri.User), nil
+}
+
 func (b *Bus) command(ctx context.Context, verb string, req micro.Request) (events.View, error) {
+	actor := "bus"
+	if info := req.Headers().Get(HeaderRequestInfo); info != "" {
+		// From the clients' account: the server says who sent it.
+		var err error
+		if actor, err = sender(info); err != nil {
+			return events.View{}, err
+		}
+	} else if a := req.Headers().Get(HeaderActor); a != "" {
+		// From the torpor account, whose users are the service's own.
+		actor = a
+	}
 	c, err := decodeCommand(verb, req.Data(), b.svc.cfg.MaxBody)
 	if err != nil {
 		return events.View{}, err
 	}
-	c.Actor, c.IdempotencyKey = "bus", req.Headers().Get(HeaderIdempotencyKey)
-	if a := req.Headers().Get(HeaderActor); a != "" {
-		c.Actor = a
-	}
+	c.Actor, c.IdempotencyKey = actor, req.Headers().Get(HeaderIdempotencyKey)
 	return b.svc.Handle(ctx, c)
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/internal/busauth"
 	torpor "github.com/torpor/torpor/sdk/go"
+	"github.com/torpor/torpor/services/compute/vm"
 )
 
 // testPKI is a CA made for one test and a certificate it signed for
@@ -146,7 +147,12 @@ func TestHTTPOverTLS(t *testing.T) {
 // to trust the certificate, attaches over TLS (the sandbox gets ready).
 func TestNATSOverTLS(t *testing.T) {
 	pki := newTestPKI(t)
-	a, _, _ := processApp(t, 15*time.Second, func(c *serveConfig) { c.TLSCert, c.TLSKey = pki.Cert, pki.Key })
+	kernel := os.Getenv(vm.KernelEnv)
+	if kernel == "" {
+		kernel = "/var/lib/torpor/vm/vmlinuz"
+	}
+	a, _, dir := processApp(t, 15*time.Second, func(c *serveConfig) { c.TLSCert, c.TLSKey, c.VMKernel = pki.Cert, pki.Key, kernel })
+	t.Cleanup(func() { deleteVMSandboxes(t, dir) })
 	c := torpor.New(a.HTTPURL(), &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.pool}}}).WithToken(a.AdminToken())
 	opts, err := a.natsOptions(busauth.Grant{Role: busauth.Dashboard})
 	if err != nil {
@@ -172,4 +178,24 @@ func TestNATSOverTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustWait(t, c, v.ID, events.PhaseReady)
+	// A vm sandbox's supervisor, inside the guest, is handed the CA too
+	// and attaches over TLS; so does its next generation after a resume.
+	t.Run("vm", func(t *testing.T) {
+		vmKernel(t) // skips (fails under CI=true) without QEMU or the kernel
+		v, err := c.Create(ctx, torpor.CreateRequest{Name: "tls-vm", Driver: "vm", Command: []string{"sh", "-c", "sleep 600"}}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustWait(t, c, v.ID, events.PhaseReady)
+		if _, err := c.Suspend(ctx, v.ID); err != nil {
+			t.Fatal(err)
+		}
+		mustWait(t, c, v.ID, events.PhaseSuspended)
+		if _, err := c.Resume(ctx, v.ID, torpor.ResumeOptions{}, ""); err != nil {
+			t.Fatal(err)
+		}
+		if got := mustWait(t, c, v.ID, events.PhaseReady); got.Generation != 2 {
+			t.Errorf("resumed under generation %d, want 2", got.Generation)
+		}
+	})
 }

@@ -706,7 +706,8 @@ func (d *Driver) Delete(ctx context.Context, spec compute.Spec) error {
 
 // Observe says what is true of the sandbox's newest generation: running,
 // frozen behind its reference, stopped, exited with the code its
-// supervisor recorded, or gone (no directory).
+// supervisor recorded, or gone (no directory); and the reference the newest
+// resume consumed, with its generation.
 func (d *Driver) Observe(ctx context.Context, spec compute.Spec) (compute.Observation, error) {
 	id := spec.SandboxID
 	dir, err := d.dir(id)
@@ -721,6 +722,9 @@ func (d *Driver) Observe(ctx context.Context, spec compute.Spec) (compute.Observ
 		return compute.Observation{State: compute.StateGone}, nil
 	}
 	o := compute.Observation{Generation: st.Generation, How: st.Freezer}
+	if c := st.Consumed; c != nil {
+		o.Consumed, o.ConsumedGeneration = c.Ref, c.Generation
+	}
 	if st.Workload.Alive() {
 		o.State = compute.StateRunning
 		if ref, held := st.held(); held {

@@ -20,8 +20,9 @@ import (
 //                                  restart_if_restore_fails: sandbox.start_requested{generation+1, fallback} (the start saga cold-starts it)
 //                                  strict:                   sandbox.stopped{generation, RetainedStateLost}
 //     resource missing         → record sandbox.resource_lost{generation}
-//     deadline                 → nothing here: the phase's deadline settles it (deadline.go: suspended if the state was
-//                                not consumed, else error)
+//     deadline                 → nothing here: the phase's deadline settles it (deadline.go: suspended only if the driver
+//                                says the state is still held, else error); an answer that comes after the deadline is
+//                                still the answer, and is recorded as above
 //   with node (resume on another node): first driver.Export(spec on its node, ref) → the reference the state moves under,
 //     then driver.Resume on the target node with it (both called again while they get no answer); the consumption
 //     records the node (the sandbox's from then on) and the moved reference; once resumed, driver.Discard(ref) on the

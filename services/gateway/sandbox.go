@@ -342,6 +342,10 @@ func reported(s *Sandbox, evs []events.Event, now time.Time) ([]events.Event, er
 		return nil, events.Errorf(events.CodeNotFound, "sandbox %s not found", s.ID)
 	}
 	out := make([]events.Event, 0, len(evs)+1)
+	// held is the retained state as the events appended so far leave it:
+	// a consumption earlier in the same report (a deadline's, before the
+	// exit it observed) leaves nothing for an exit to invalidate.
+	held := s.RestoreRef
 	for _, e := range evs {
 		if err := fence(s, e); err != nil {
 			return nil, err
@@ -351,6 +355,7 @@ func reported(s *Sandbox, evs []events.Event, now time.Time) ([]events.Event, er
 			if s.RestoreRef == "" || s.RestoreRef != e.RestoreRef {
 				continue // recorded already, or never held
 			}
+			held = ""
 		case *events.SupervisorAttached:
 			if s.Attached == e.Generation {
 				continue // a repeated attach of the supervisor attached already
@@ -378,8 +383,8 @@ func reported(s *Sandbox, evs []events.Event, now time.Time) ([]events.Event, er
 				return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: the retained state lost but no resume is under way", s.ID)
 			}
 		case *events.Exited, *events.ResourceLost:
-			if s.RestoreRef != "" {
-				out = append(out, e, &events.RetainedStateInvalidated{RestoreRef: s.RestoreRef})
+			if held != "" {
+				out = append(out, e, &events.RetainedStateInvalidated{RestoreRef: held})
 				continue
 			}
 		case *events.DeadlinePassed:

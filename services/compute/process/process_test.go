@@ -254,6 +254,11 @@ func TestDiesWhileFrozen(t *testing.T) {
 			t.Fatalf("resume %d of a dead group: %+v, %v; want consumed, and an error", i+1, res, err)
 		}
 	}
+	// Observe names the consumption, failed as it is: a resume deadline
+	// whose answer was lost reads it (issue 24, hole 2).
+	if o := observe(t, d, spec, compute.StateExited, 1); o.Consumed != ref || o.ConsumedGeneration != 2 {
+		t.Errorf("observed %+v after the failed restore, want %s consumed by generation 2", o, ref)
+	}
 	// Consumed is consumed: another generation cannot have it either.
 	res, err := d.Resume(ctx(t), compute.Resume{Spec: spec, Generation: 3, Credential: cred(3), RestoreRef: ref})
 	if !errors.Is(err, compute.ErrUnknownRef) || res.Consumed {

@@ -286,13 +286,16 @@ func (r *Runner) compensation(st state, obs compute.Observation, unsure bool) (e
 			return append(consumed, &events.Exited{Generation: gen, Code: obs.ExitCode}), "", 0
 		case is(compute.StateRunning) && grace > 0:
 			return nil, "", grace
-		case resuming && !is(compute.StateRunning) && !consumedFor(obs, gen, st.held) && !unsure && stillHeld(obs, st.held):
-			// Back to suspended only on the driver's word that the state
-			// is still held behind the reference (CONTRACT §1, invariant 1).
-			return []events.Event{&events.ResumeFailed{Generation: gen, Message: msg}, passed}, "", 0
 		case resuming && !is(compute.StateRunning) && !consumedFor(obs, gen, st.held):
-			// Nothing says the state is held, nothing says it was consumed:
-			// error, the reference left held for the delete to invalidate.
+			if !unsure && stillHeld(obs, st.held) {
+				// Back to suspended only on the driver's word that the
+				// state is still held behind the reference (CONTRACT §1,
+				// invariant 1).
+				return []events.Event{&events.ResumeFailed{Generation: gen, Message: msg}, passed}, "", 0
+			}
+			// Nothing says the state is held, nothing says it was
+			// consumed: error, the reference left held in the log for the
+			// delete to invalidate.
 			return []events.Event{passed}, cleanStop, 0
 		}
 		// Running without an attach, consumed and failed, or never

@@ -110,8 +110,11 @@ func (m *mover) Resume(ctx context.Context, req compute.Resume) (compute.ResumeR
 
 func (m *mover) Observe(ctx context.Context, spec compute.Spec) (compute.Observation, error) {
 	m.mu.Lock()
-	on := m.on
+	on, down := m.on, m.down[spec.Node]
 	m.mu.Unlock()
+	if down {
+		return compute.Observation{}, fmt.Errorf("observe on %s: no answer: %w", spec.Node, compute.ErrUnavailable)
+	}
 	if on != "" && spec.Node != on {
 		return compute.Observation{}, fmt.Errorf("observe on %s: %w", spec.Node, compute.ErrUnavailable)
 	}
@@ -203,4 +206,22 @@ func TestMoveDeadlineAsksTheTarget(t *testing.T) {
 		&events.RetainedStateConsumed{Generation: 2, RestoreRef: ref, Node: "n2"},
 		passed(events.PhaseStarting))
 	h.store.waitUntil(t, "the clean-up stop on n2", func() bool { return slices.Contains(m.answered(), "stop n2 2") })
+}
+
+// TestMoveDeadlineTargetCannotTell (issue 24, hole 2): a resume on another
+// node that does not answer, nor say at the deadline what it did, may have
+// restored the moved state there: the state still held on the sandbox's
+// own node proves nothing, and the sandbox ends in error, not suspended
+// for a second restore that could run the workload twice.
+func TestMoveDeadlineTargetCannotTell(t *testing.T) {
+	h := newHarness(t, sagas.Config{Nodes: []string{"n2"}, Deadline: short})
+	sb, ref := h.suspended(nil)
+	m := newMover(h)
+	m.setDown("n2", true)
+	h.run(m)
+	in := sb.when(&events.ResumeRequested{Generation: 2, RestoreRef: ref, Node: "n2"})
+	sb.then(sb.outcome(in, 1), passed(events.PhaseStarting))
+	if o, _ := h.sim.Observe(context.Background(), compute.Spec{SandboxID: sb.id}); o.State != compute.StateFrozen || o.RestoreRef != ref {
+		t.Fatalf("the sim observes %+v, want the state still held behind %s (the delete invalidates it)", o, ref)
+	}
 }

@@ -16,12 +16,15 @@ import (
 //     ok                       → record sandbox.retained_state_consumed{generation, ref}, then sandbox.resumed{generation, restored}
 //     failed, not consumed     → record sandbox.resume_failed{generation}   (suspended again, retryable; the gateway turns it
 //                                into the failure after the consumption when the log holds the consumption)
+//     the reference unknown    → as failed after consuming: the driver holds nothing behind it (consumed by an earlier
+//     (compute.ErrUnknownRef)    resume whose answer was lost, discarded, never made), never suspended on it again
 //     failed after consuming   → record sandbox.retained_state_consumed + one of, in the same record:
 //                                  restart_if_restore_fails: sandbox.start_requested{generation+1, fallback} (the start saga cold-starts it)
 //                                  strict:                   sandbox.stopped{generation, RetainedStateLost}
 //     resource missing         → record sandbox.resource_lost{generation}
-//     deadline                 → nothing here: the phase's deadline settles it (deadline.go: suspended if the state was
-//                                not consumed, else error)
+//     deadline                 → nothing here: the phase's deadline settles it (deadline.go: suspended only if the driver
+//                                says the state is still held, else error); an answer that comes after the deadline is
+//                                still the answer, and is recorded as above
 //   env sealed under a key this service no longer holds (it cannot open): no cold start can follow a failed restore,
 //     so a fresh resume with restart_if_restore_fails is refused before the driver is called → sandbox.resume_failed
 //     saying why (suspended, the state kept); one whose state was consumed already ends as a strict one
@@ -107,9 +110,16 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 		return nil
 	case errors.Is(err, compute.ErrResourceMissing):
 		return r.recordOrDrop(ctx, s, &events.ResourceLost{Generation: gen, Message: err.Error()})
+	case errors.Is(err, compute.ErrUnknownRef):
+		// The driver holds nothing behind the reference (an earlier resume
+		// consumed it while its answer was lost, say): the sandbox is never
+		// suspended on it again, and takes the path after a consumption.
+		s.log.Warn().Err(err).Str("step", "resume").Msg("the driver holds no retained state behind the reference")
 	case !res.Consumed:
 		s.log.Info().Err(err).Str("step", "resume").Msg("restore failed; retained state kept")
 		return r.recordOrDrop(ctx, s, &events.ResumeFailed{Generation: gen, Message: err.Error()})
+	}
+	switch {
 	case in.RestartIfRestoreFails && s.envErr == nil:
 		s.log.Warn().Err(err).Str("step", "resume").Msg("restore failed after consuming; cold start")
 		return r.recordOrDrop(ctx, s, consumed, &events.StartRequested{Generation: gen + 1, Fallback: true})

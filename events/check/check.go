@@ -63,6 +63,7 @@ type sandbox struct {
 	refused func(env events.Envelope, err error)
 	view    events.View
 	ref     string          // the reference of the last suspension, held unless dead
+	refGen  int64           // the generation that suspension retains
 	dead    map[string]bool // references consumed, discarded or invalidated
 	gen     int64           // the current generation
 	top     int64           // the highest generation minted
@@ -169,8 +170,8 @@ func (s *sandbox) step(env events.Envelope) {
 		}
 		s.intents[k] = true
 	}
-	if r, ok := e.(report); ok && r.SpeaksFor() != s.gen {
-		s.fail(seq, GenerationsFenced, "%s of generation %d recorded while generation %d is current", env.Type, r.SpeaksFor(), s.gen)
+	if r, ok := e.(report); ok && r.SpeaksFor() != s.owner() {
+		s.fail(seq, GenerationsFenced, "%s of generation %d recorded while generation %d is current", env.Type, r.SpeaksFor(), s.owner())
 	}
 	switch e := e.(type) {
 	case *events.Created:
@@ -183,7 +184,7 @@ func (s *sandbox) step(env events.Envelope) {
 		}
 		s.mint(seq, env.Type, e.Generation)
 	case *events.Suspended:
-		s.ref = e.RestoreRef // on a dead one: the phase check below says so
+		s.ref, s.refGen = e.RestoreRef, e.Generation // on a dead one: the phase check below says so
 	case *events.RetainedStateConsumed:
 		s.dead[e.RestoreRef] = true
 	case *events.RetainedStateDiscarded:
@@ -220,6 +221,17 @@ func (s *sandbox) step(env events.Envelope) {
 			s.fail(seq, RetainedStateOnce, "the view shows suspended without a retained state held")
 		}
 	}
+}
+
+// owner is the generation whose reports the sandbox takes now: the current
+// one, except in suspended, where the retained workload speaks for the
+// generation it was suspended at, even after a failed resume raised the
+// current one (CONTRACT §1: its death is its sandbox's).
+func (s *sandbox) owner() int64 {
+	if s.view.Phase == events.PhaseSuspended && s.ref != "" && !s.dead[s.ref] && s.refGen != 0 {
+		return s.refGen
+	}
+	return s.gen
 }
 
 // mint checks that an intent mints a new generation, and makes it current.

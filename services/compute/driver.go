@@ -188,6 +188,13 @@ type Observation struct {
 	// RetainedBytes is what the retained state behind RestoreRef keeps on
 	// its node (a VM's snapshot), where the driver knows it.
 	RetainedBytes int64 `json:"retained_bytes,omitempty"`
+	// Consumed is the restore reference the newest resume on this node
+	// consumed, and ConsumedGeneration the generation it was consumed for,
+	// whether the restore then succeeded or failed: what a passed resume
+	// deadline reads when the resume's answer was lost (the point of no
+	// return passed unseen). Empty and 0 when no resume consumed anything.
+	Consumed           string `json:"consumed,omitempty"`
+	ConsumedGeneration int64  `json:"consumed_generation,omitempty"`
 }
 
 // Observer is a driver that can say what is true of a sandbox now. The

@@ -738,7 +738,7 @@ func (s *Service) attached(ctx context.Context, id string, gen int64) error {
 		return err
 	case !sb.Exists():
 		return events.Errorf(events.CodeNotFound, "sandbox %s not found", id)
-	case sb.Attached != gen || sb.Generation != gen:
+	case sb.Attached != gen || sb.Owner() != gen:
 		return fenced(events.Errorf(events.CodeFailedPrecondition, "sandbox %s: generation %d is not the attached one", id, gen))
 	}
 	return nil

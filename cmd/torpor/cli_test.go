@@ -91,7 +91,7 @@ func TestCheckVerb(t *testing.T) {
 	// in ready, so every reader passes over it and the log still holds.
 	// An exit report of the old generation, which the table takes: the
 	// check finds it (invariant 3).
-	c := a.client()
+	c := appClient(a)
 	v, err := c.Get(context.Background(), "broken")
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +107,7 @@ func TestCheckVerb(t *testing.T) {
 	}
 	env, _ := events.NewEnvelope(v.ID, &events.Suspended{Generation: 2, RestoreRef: ref}, events.Meta{Actor: "intruder"}, time.Now())
 	env.Phase = events.PhaseSuspended
-	last, err := a.store.Append(context.Background(), v.ID, h[len(h)-1].Seq, env)
+	last, err := a.Store().Append(context.Background(), v.ID, h[len(h)-1].Seq, env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestCheckVerb(t *testing.T) {
 		t.Fatalf("check of a log with a forged event: exit %d\n%s%s", code, out, stderr)
 	}
 	old, _ := events.NewEnvelope(v.ID, &events.Exited{Generation: 1, Code: 3}, events.Meta{Actor: "intruder"}, time.Now())
-	if _, err := a.store.Append(context.Background(), v.ID, last, old); err != nil {
+	if _, err := a.Store().Append(context.Background(), v.ID, last, old); err != nil {
 		t.Fatal(err)
 	}
 	code, out, stderr := cli(t, srv, "check", "broken")

@@ -1,4 +1,8 @@
-package main
+// Package node is the assembled torpor service as a library: a Config in,
+// a running Node out (Start), whose parts run until its context ends or
+// Stop is called. cmd/torpor turns flags into a Config; tests and the bench
+// start one or several nodes in one process through it.
+package node
 
 import (
 	"cmp"
@@ -7,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -40,8 +43,8 @@ import (
 	"github.com/torpor/torpor/services/gateway"
 )
 
-// serveConfig is everything `torpor serve` takes from its flags.
-type serveConfig struct {
+// Config is everything `torpor serve` takes from its flags.
+type Config struct {
 	Data       string
 	HTTP       string
 	NATSListen string
@@ -119,17 +122,17 @@ type serveConfig struct {
 	// NATSURL with (--nats-creds, a service user: `torpor creds --role
 	// service`); empty: none, as the server wants it.
 	NATSCreds string
-	// wrapDrivers, when set, may replace drivers of the registry before
+	// WrapDrivers, when set, may replace drivers of the registry before
 	// anything uses them: tests wrap a real driver to make it refuse a call.
 	// No flag sets it.
-	wrapDrivers func(compute.Registry)
+	WrapDrivers func(compute.Registry)
 }
 
 // minHeartbeatLimit is the shortest --heartbeat-limit: supervisors beat
 // every third of it, and a beat takes a round trip on the bus.
 const minHeartbeatLimit = 100 * time.Millisecond
 
-func (c serveConfig) Validate() error {
+func (c Config) Validate() error {
 	switch {
 	case c.Fsync != "always" && c.Fsync != "interval":
 		return fmt.Errorf("--fsync %q: want always or interval", c.Fsync)
@@ -181,7 +184,7 @@ func (c serveConfig) Validate() error {
 
 // natsCA is the CA file torpor's own NATS clients trust: --nats-ca, else,
 // with --tls-cert on the embedded server, that certificate's file.
-func (c serveConfig) natsCA() string {
+func (c Config) natsCA() string {
 	if c.NATSCA != "" || c.NATSURL != "" {
 		return c.NATSCA
 	}
@@ -189,7 +192,7 @@ func (c serveConfig) natsCA() string {
 }
 
 // embedded is the embedded NATS server of c, when it has no --nats-url.
-func (c serveConfig) embedded() embedded.Config {
+func (c Config) embedded() embedded.Config {
 	return embedded.Config{Data: c.Data, Listen: c.NATSListen, SyncAlways: c.Fsync == "always", Name: "torpor-" + c.Node}
 }
 
@@ -217,8 +220,8 @@ func (s sharedStore) Follow(ctx context.Context, after uint64, max int, h events
 	return s.log.Follow(ctx, after, max, h)
 }
 
-// app is a running torpor service: every part started, the addresses bound.
-type app struct {
+// Node is a running torpor service: every part started, the addresses bound.
+type Node struct {
 	httpAddr string
 	// httpScheme is https with --tls-cert, else http.
 	httpScheme string
@@ -253,13 +256,13 @@ type app struct {
 	data string
 }
 
-// start binds and starts every part of the service; they run until ctx ends
+// Start binds and starts every part of the service; they run until ctx ends
 // or Stop is called. Wait returns when all have finished.
-func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, err error) {
+func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, invalid(err)
 	}
-	a = &app{data: cfg.Data}
+	a = &Node{data: cfg.Data}
 	parts := a // a is nil once a return gives an error
 	defer func() {
 		if err != nil {
@@ -332,7 +335,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, err
 	}
-	creds, err := credentials(log.WithContext(ctx), js) // the logger for a replaced secret
+	creds, err := Credentials(log.WithContext(ctx), js) // the logger for a replaced secret
 	if err != nil {
 		return nil, err
 	}
@@ -366,15 +369,15 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		if drivers["process"], err = process.New(process.Config{Data: cfg.Data, NATSURL: url, NATSCA: natsCA, Binary: cfg.Torpor, Heartbeat: cfg.HeartbeatLimit / 3, Path: os.Getenv("PATH"), RunAs: cfg.RunAs}); err != nil {
 			return nil, err
 		}
-		warnRoot(log, cfg.RunAs)
+		WarnRoot(log, cfg.RunAs)
 		// The vm driver is there whatever the node has: a node without
 		// QEMU or a kernel refuses each vm create, saying what it lacks.
 		if drivers["vm"], err = newVM(a.nc, true, cfg.Data, url, natsCA, cfg.Torpor, cfg.VMKernel, cfg.HeartbeatLimit/3); err != nil {
 			return nil, err
 		}
 	}
-	if cfg.wrapDrivers != nil {
-		cfg.wrapDrivers(drivers)
+	if cfg.WrapDrivers != nil {
+		cfg.WrapDrivers(drivers)
 	}
 	if len(cfg.RemoteNodes) > 0 {
 		// Each driver's calls go to the node the sandbox is on: this
@@ -448,11 +451,11 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	h.WithServerInfo(gateway.ServerInfo{Node: cfg.Node, DeadlineSeconds: cfg.Deadline.Seconds(), ReadFrom: readFrom})
 	// torpor replay: a rebuild streams its progress, so the server has no
 	// write timeout.
-	replay := replayDeps{Store: store, KV: view, Log: log.With().Str("part", "replay").Logger()}
+	replay := ReplayDeps{Store: store, KV: view, Log: log.With().Str("part", "replay").Logger()}
 	if a.sql != nil {
 		replay.SQL = a.sql.reader // UNAVAILABLE until its database was reached
 	}
-	h.Handle("POST /v1/replay", events.ScopeAdmin, newReplayHandler(replay))
+	h.Handle("POST /v1/replay", events.ScopeAdmin, NewReplayHandler(replay))
 	// Slow or idle clients are cut off (gateway.Timeouts); watch, wait and
 	// replay lift the deadlines for their own answers.
 	a.hsrv = cfg.HTTPTimeouts.Server(h)
@@ -543,7 +546,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 // bootstrapAdmin makes sure the operator of this machine can reach the
 // service: <data>/admin.token holds an admin token (minted on the first
 // start), whose secret a keeps for the startup banner and the tests.
-func (a *app) bootstrapAdmin(ctx context.Context, tokens *access.Tokens, cfg serveConfig) error {
+func (a *Node) bootstrapAdmin(ctx context.Context, tokens *access.Tokens, cfg Config) error {
 	path := filepath.Join(cfg.Data, access.AdminFile)
 	name, minted, err := tokens.Bootstrap(ctx, path, cfg.Node)
 	if err != nil {
@@ -562,7 +565,7 @@ func (a *app) bootstrapAdmin(ctx context.Context, tokens *access.Tokens, cfg ser
 }
 
 // AdminToken is the secret of the admin token under --data ("" if none).
-func (a *app) AdminToken() string { return a.adminToken }
+func (a *Node) AdminToken() string { return a.adminToken }
 
 // phaseNames are the phases torpor_sandboxes reports, 0 when none is in it.
 var phaseNames = func() []string {
@@ -585,19 +588,19 @@ func phaseCounts(ctx context.Context, v gateway.Views) (map[string]int, error) {
 }
 
 // HTTPAddr is where the HTTP API listens.
-func (a *app) HTTPAddr() string { return a.httpAddr }
+func (a *Node) HTTPAddr() string { return a.httpAddr }
 
 // HTTPURL is the HTTP API's URL: https:// with --tls-cert.
-func (a *app) HTTPURL() string { return a.httpScheme + "://" + a.httpAddr }
+func (a *Node) HTTPURL() string { return a.httpScheme + "://" + a.httpAddr }
 
 // NATSURL is the URL of the NATS server the service runs on.
-func (a *app) NATSURL() string { return a.natsURL }
+func (a *Node) NATSURL() string { return a.natsURL }
 
 // Server is the embedded NATS server, nil with --nats-url.
-func (a *app) Server() *server.Server { return a.ns }
+func (a *Node) Server() *server.Server { return a.ns }
 
 // Ready reports whether the service may take traffic (/readyz).
-func (a *app) Ready(ctx context.Context) error {
+func (a *Node) Ready(ctx context.Context) error {
 	if !a.nc.IsConnected() {
 		return errors.New("not connected to NATS")
 	}
@@ -618,7 +621,7 @@ func (a *app) Ready(ctx context.Context) error {
 }
 
 // lags is how many events each view has yet to apply, for /readyz.
-func (a *app) lags(ctx context.Context) map[string]uint64 {
+func (a *Node) lags(ctx context.Context) map[string]uint64 {
 	m := map[string]uint64{}
 	if lag, err := a.proj.Lag(ctx); err == nil {
 		m["kv"] = lag
@@ -632,22 +635,22 @@ func (a *app) lags(ctx context.Context) map[string]uint64 {
 }
 
 // ViewLag is how many events of the log the phase view has yet to apply.
-func (a *app) ViewLag(ctx context.Context) (uint64, error) { return a.proj.Lag(ctx) }
+func (a *Node) ViewLag(ctx context.Context) (uint64, error) { return a.proj.Lag(ctx) }
 
 // Stop ends every part and waits for them.
-func (a *app) Stop() error {
+func (a *Node) Stop() error {
 	a.cancel()
 	return a.Wait()
 }
 
 // Wait waits for every part to finish, then closes NATS.
-func (a *app) Wait() error {
+func (a *Node) Wait() error {
 	err := a.g.Wait()
 	a.close()
 	return err
 }
 
-func (a *app) close() {
+func (a *Node) close() {
 	if a.stopFollow != nil {
 		a.stopFollow()
 	}
@@ -672,7 +675,7 @@ func (a *app) close() {
 // credentials loads the supervisor credential secret from the KV bucket
 // torpor_config, creating it on first start (the first writer wins, so every
 // replica shares one secret).
-func credentials(ctx context.Context, js jetstream.JetStream) (*compute.Credentials, error) {
+func Credentials(ctx context.Context, js jetstream.JetStream) (*compute.Credentials, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "torpor_config", Description: "torpor service settings", MaxBytes: 1 << 20, MaxValueSize: 4 << 10})
 	if err != nil {
 		return nil, fmt.Errorf("config bucket: %w", err)
@@ -790,30 +793,50 @@ func (a viewAdapter) List(ctx context.Context, q gateway.ListQuery) (events.Page
 
 var _ gateway.Views = viewAdapter{}
 
-// printBanner says where serve listens and how to reach it: the admin
-// token's file and a line to paste.
-func printBanner(w io.Writer, a *app, cfg serveConfig) {
-	fmt.Fprintf(w, "\ntorpor is up: HTTP on %s, NATS on %s\n", a.HTTPURL(), a.NATSURL())
-	auth := ""
-	switch {
-	case cfg.NoAuth:
-		fmt.Fprintln(w, "WARNING: --no-auth: the HTTP API takes every request from loopback without a token")
-	case a.AdminToken() != "":
-		path := filepath.Join(cfg.Data, access.AdminFile)
-		what := "is in"
-		if a.adminMinted {
-			what = "was written to"
-		}
-		fmt.Fprintf(w, "an admin token %s %s (mode 0600); the CLI in this directory finds it, others take --token or TORPOR_TOKEN\n", what, path)
-		fmt.Fprintf(w, "  TOKEN=$(cat %s)\n", path)
-		auth = ` -H "Authorization: Bearer $TOKEN"`
-	default:
-		fmt.Fprintln(w, "no admin token under --data (revoked?): make one with torpor token create, or delete the file and restart")
-		auth = ` -H "Authorization: Bearer $TOKEN"`
+// Store is the node's event store (the log on its NATS).
+func (a *Node) Store() *jsstore.Store { return a.store }
+
+// Service is the node's command service.
+func (a *Node) Service() *gateway.Service { return a.svc }
+
+// Projection is the runner of the node's KV view.
+func (a *Node) Projection() *projections.Runner { return a.proj }
+
+// Conn is the node's own NATS connection (the service's user).
+func (a *Node) Conn() *nats.Conn { return a.nc }
+
+// Auth is the bus's operator and accounts when the node holds their keys
+// (<data>/auth), else nil.
+func (a *Node) Auth() *busauth.Auth { return a.auth }
+
+// Data is the node's data directory.
+func (a *Node) Data() string { return a.data }
+
+// AdminMinted says this start minted the admin token of <data>/admin.token.
+func (a *Node) AdminMinted() bool { return a.adminMinted }
+
+// SQLLag is how many events of the log the SQL view has yet to apply
+// (FAILED_PRECONDITION without --projection-db).
+func (a *Node) SQLLag(ctx context.Context) (uint64, error) {
+	if a.sql == nil {
+		return 0, events.Errorf(events.CodeFailedPrecondition, "no SQL view (--projection-db)")
 	}
-	if a.auth != nil && cfg.Data != "" {
-		fmt.Fprintf(w, "the bus takes users of its accounts only (keys under %s): torpor creds --role producer,dashboard -o client.creds, then nats --creds client.creds --inbox-prefix <the inbox it prints> …\n",
-			filepath.Join(cfg.Data, "auth"))
-	}
-	fmt.Fprintf(w, "create a sandbox:\n  curl -s%s -H 'Content-Type: application/json' -X POST %s/v1/sandboxes -d '{\"name\":\"demo\",\"driver\":\"sim\"}'\n\n", auth, a.HTTPURL())
+	return a.sql.Lag(ctx)
 }
+
+// Sim is the node's sim driver (its calls, for tests).
+func (a *Node) Sim() *sim.Driver { return a.driver }
+
+// The defaults of the settings serve's flags start from.
+var (
+	// DefaultTokenLimits are each token's limits on one server.
+	DefaultTokenLimits = gateway.DefaultTokenLimits
+	// DefaultHTTPTimeouts bound slow HTTP clients.
+	DefaultHTTPTimeouts = gateway.Timeouts{ReadHeader: gateway.DefaultReadHeaderTimeout, Read: gateway.DefaultReadTimeout, Write: gateway.DefaultWriteTimeout, Idle: gateway.DefaultIdleTimeout}
+)
+
+// DefaultReplayTTL is how long a view of the past is kept.
+const DefaultReplayTTL = kvview.DefaultPastTTL
+
+// ReplayDone is the phase of a replay's last line when the rebuild is done.
+const ReplayDone = projections.PhaseDone

@@ -99,3 +99,39 @@ func command(verb string) func(t *testing.T, svc *Service, id string) {
 		}
 	}
 }
+
+// TestReattachAtTheHead: a supervisor recorded detached by one gateway
+// attaches again through another that cached it attached: the attach is
+// taken (the sandbox ready again, the log showing the detach and the new
+// attach) and its beats are taken after. The stale instance took the
+// attach for a repeat of one recorded already, appended nothing and
+// answered OK, and the sandbox stayed provisioning until its deadline put
+// it in error.
+func TestReattachAtTheHead(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	a, b := r.service(t), r.service(t)
+	v := readySandbox(t, a)
+	cred := r.creds.Mint(v.ID, 1)
+	beat, _ := json.Marshal(compute.Report{SandboxID: v.ID, Generation: 1, Credential: cred, Kind: compute.ReportHeartbeat})
+	attach, _ := json.Marshal(compute.Report{SandboxID: v.ID, Generation: 1, Credential: cred, Kind: compute.ReportAttached})
+	if _, err := b.Report(ctx, v.ID, beat); err != nil { // b caches it attached
+		t.Fatal(err)
+	}
+	if err := a.Record(ctx, events.Envelope{SandboxID: v.ID}, "gateway:heartbeats", &events.SupervisorDetached{Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Report(ctx, v.ID, attach); err != nil {
+		t.Fatalf("attach again through the stale instance: %v", err)
+	}
+	sb, err := r.service(t).Sandbox(ctx, v.ID)
+	if err != nil || sb.Phase != events.PhaseReady || sb.Attached != 1 {
+		t.Fatalf("after the attach: %+v, %v; want ready, generation 1 attached", sb, err)
+	}
+	if n := countTypes(t, r.store, v.ID); n[events.TypeSupervisorDetached] != 1 || n[events.TypeSupervisorAttached] != 2 {
+		t.Fatalf("log %v: want one detach between two attaches", n)
+	}
+	if _, err := b.Report(ctx, v.ID, beat); err != nil {
+		t.Fatalf("a beat after the attach: %v", err)
+	}
+}

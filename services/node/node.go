@@ -39,6 +39,7 @@ import (
 	"github.com/torpor/torpor/services/compute/process"
 	"github.com/torpor/torpor/services/compute/remote"
 	"github.com/torpor/torpor/services/compute/sim"
+	"github.com/torpor/torpor/services/compute/supervisor"
 	"github.com/torpor/torpor/services/forward"
 	"github.com/torpor/torpor/services/gateway"
 )
@@ -718,7 +719,9 @@ func isWrongLast(err error) bool {
 }
 
 // busReporter sends supervisor reports on torpor.supervisor.<id> and waits for
-// the gateway to take them, retrying while nobody answers.
+// the gateway to take them, retrying while nobody answers or an answer is
+// not final (supervisor.Final: an append that failed once must not lose
+// the report).
 func busReporter(nc *nats.Conn) compute.Reporter {
 	return compute.ReporterFunc(func(ctx context.Context, r compute.Report) error {
 		data, err := json.Marshal(r)
@@ -733,9 +736,12 @@ func busReporter(nc *nats.Conn) compute.Reporter {
 			if err == nil {
 				var body events.ErrorBody
 				if json.Unmarshal(msg.Data, &body) == nil && body.Error != nil {
-					return body.Error
+					if supervisor.Final(body.Error.Code) {
+						return body.Error
+					}
+				} else {
+					return nil
 				}
-				return nil
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()

@@ -707,8 +707,9 @@ func (d *Driver) send(id string) {
 		d.queues[id] = q[1:]
 		d.mu.Unlock()
 
-		// A report the Reporter refuses is dropped, as a supervisor that
-		// gave up would drop it.
+		// A report the Reporter refuses is dropped, as a supervisor drops
+		// one refused for good (serve's Reporter asks again on any other
+		// answer).
 		err := d.rep.Report(d.ctx, p.r)
 		if p.done != nil {
 			p.done <- err

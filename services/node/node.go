@@ -17,13 +17,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/fanout"
@@ -230,8 +230,10 @@ type Node struct {
 
 	ns     *server.Server
 	nc     *nats.Conn
-	g      *errgroup.Group
 	cancel context.CancelFunc
+	// done is closed once every part stopped, with err the first error.
+	done   chan struct{}
+	err    error
 	hsrv   *http.Server
 	driver *sim.Driver
 	svc    *gateway.Service
@@ -253,8 +255,9 @@ type Node struct {
 	// user is who the service connects as: minted under auth, or read from
 	// --nats-creds.
 	user *busauth.User
-	// data is --data.
-	data string
+	// data is --data; name is --node.
+	data, name string
+	closeOnce  sync.Once
 }
 
 // Start binds and starts every part of the service; they run until ctx ends
@@ -263,7 +266,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 	if err := cfg.Validate(); err != nil {
 		return nil, invalid(err)
 	}
-	a = &Node{data: cfg.Data}
+	a = &Node{data: cfg.Data, name: cfg.Node}
 	parts := a // a is nil once a return gives an error
 	defer func() {
 		if err != nil {
@@ -461,39 +464,30 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 	// replay lift the deadlines for their own answers.
 	a.hsrv = cfg.HTTPTimeouts.Server(h)
 
-	ctx, a.cancel = context.WithCancel(ctx)
-	a.g, ctx = errgroup.WithContext(ctx)
-	// Every part runs until ctx ends; one that fails stops them all, and says why.
-	run := func(part string, f func() error) {
-		a.g.Go(func() error {
-			err := f()
-			if err != nil {
-				log.Error().Err(err).Str("part", part).Msg("stopped with an error; shutting down")
-			}
-			return err
-		})
-	}
+	// The long-running parts, in the order they start; they stop in the
+	// reverse order (actors).
+	g := newActors(ctx)
 	bus := gateway.NewBus(a.nc, svc, 0, log.With().Str("part", "bus").Logger())
-	if err := bus.Listen(ctx); err != nil {
-		a.cancel()
+	busCtx := g.add("bus", bus.Run)
+	if err := bus.Listen(busCtx); err != nil {
+		g.cancel()
 		_ = ln.Close()
 		return nil, err
 	}
 	// A round trip to the server, so that its subscriptions are in place
-	// when start returns: a request sent right after must find a responder.
+	// when Start returns: a request sent right after must find a responder.
 	if err := a.nc.FlushTimeout(10 * time.Second); err != nil {
-		a.cancel()
+		g.cancel()
 		_ = ln.Close()
 		return nil, fmt.Errorf("bus: %w", err)
 	}
-	run("bus", func() error { return bus.Run(ctx) })
-	run("sagas", func() error { return runner.Run(ctx) })
-	run("tokens", func() error { return tokens.Run(ctx) })
-	run("kvview", func() error { return proj.Run(ctx) })
+	g.add("sagas", runner.Run)
+	g.add("tokens", tokens.Run)
+	g.add("kvview", proj.Run)
 	if a.sql != nil {
-		run("sqlview", func() error { return a.sql.Run(ctx) })
+		g.add("sqlview", a.sql.Run)
 	}
-	run("forwards", func() error {
+	g.add("forwards", func(ctx context.Context) error {
 		// The forwards the log still has open come back where they were bound.
 		if _, err := fwd.Restore(ctx); err != nil {
 			log.Warn().Err(err).Str("part", "forwards").Msg("forwards not brought back")
@@ -502,9 +496,11 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 		return nil
 	})
 	if a.ns != nil && a.auth != nil && cfg.Data != "" {
-		run("revocations", func() error { return a.followRevocations(ctx, filepath.Join(cfg.Data, "auth"), log) })
+		g.add("revocations", func(ctx context.Context) error {
+			return a.followRevocations(ctx, filepath.Join(cfg.Data, "auth"), log)
+		})
 	}
-	run("reaper", func() error {
+	g.add("reaper", func(ctx context.Context) error {
 		// Views of the past (KV buckets, SQL tables) expire after
 		// --replay-ttl, and a crash mid-rebuild leaves a bucket: all are
 		// removed here.
@@ -529,18 +525,29 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 			}
 		}
 	})
-	run("http", func() error {
-		if err := a.hsrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
+	g.add("http", func(ctx context.Context) error {
+		served := make(chan error, 1)
+		go func() { served <- a.hsrv.Serve(ln) }()
+		select {
+		case err := <-served:
+			return err // never http.ErrServerClosed: only Shutdown below closes it
+		case <-ctx.Done():
 		}
-		return nil
-	})
-	run("shutdown", func() error {
-		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		return a.hsrv.Shutdown(sctx)
+		err := a.hsrv.Shutdown(sctx)
+		if serr := <-served; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+			err = serr
+		}
+		return err
 	})
+	var runCtx context.Context
+	runCtx, a.cancel = context.WithCancel(ctx)
+	a.done = make(chan struct{})
+	go func() {
+		defer close(a.done)
+		a.err = g.run(runCtx, log)
+	}()
 	return a, nil
 }
 
@@ -644,11 +651,23 @@ func (a *Node) Stop() error {
 	return a.Wait()
 }
 
-// Wait waits for every part to finish, then closes NATS.
+// Wait waits for every part to finish (they stop in the reverse order of
+// their start), then closes what they used, in the reverse order it was
+// opened: the view's follower, the sim, the NATS connection, the embedded
+// server, the SQL view's database.
 func (a *Node) Wait() error {
-	err := a.g.Wait()
-	a.close()
-	return err
+	<-a.done
+	a.closeOnce.Do(a.close)
+	return a.err
+}
+
+// Run starts a node of cfg and runs it until ctx ends (Start, then Wait).
+func Run(ctx context.Context, cfg Config, log zerolog.Logger) error {
+	n, err := Start(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	return n.Wait()
 }
 
 func (a *Node) close() {
@@ -814,6 +833,9 @@ func (a *Node) Conn() *nats.Conn { return a.nc }
 // Auth is the bus's operator and accounts when the node holds their keys
 // (<data>/auth), else nil.
 func (a *Node) Auth() *busauth.Auth { return a.auth }
+
+// Name is the node's name (the sandboxes it drives are on it).
+func (a *Node) Name() string { return a.name }
 
 // Data is the node's data directory.
 func (a *Node) Data() string { return a.data }

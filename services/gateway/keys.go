@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -23,30 +24,43 @@ import (
 // no effect, so deciding it again cannot cause a second one.
 const KeyTTL = 24 * time.Hour
 
-// kept says whether a sandbox keeps commandID: every id but a fresh one
-// (CommandID with no key: a uuid version 7), which is never retried.
-func kept(commandID string) bool {
+// keyOf is what a sandbox keeps of commandID: its 16 bytes (a name-based
+// uuid for an id that is not one), and false for a fresh id (CommandID with
+// no key: a uuid version 7), which is never retried, or none.
+func keyOf(commandID string) ([16]byte, bool) {
 	if commandID == "" {
-		return false
+		return [16]byte{}, false
 	}
 	u, err := uuid.Parse(commandID)
-	return err != nil || u.Version() != 7
+	if err != nil {
+		return uuid.NewSHA1(idempotent, []byte(commandID)), true
+	}
+	return u, u.Version() != 7
 }
 
 // keyed returns the sequence of the last event keyed command commandID
-// appended (0 while it is not yet stored), and whether it is in the log.
+// appended (0 while it is not yet stored), and whether the sandbox holds it.
 func (s *Sandbox) keyed(commandID string) (uint64, bool) {
-	if !kept(commandID) {
+	k, ok := keyOf(commandID)
+	if !ok {
 		return 0, false
 	}
-	seq, ok := s.keys[commandID]
-	return seq, ok
+	if seq, ok := s.keys[k]; ok {
+		return seq, true
+	}
+	return 0, slices.Contains(s.pending, k)
 }
 
 // note records what env tells about commands: a keyed command's own event
 // (one with no causation: the events a command appends; what sagas and
 // supervisors report about it is caused by them) marks the key with its
 // sequence; an intent names the command under way.
+//
+// The map of keys is shared by a state and the states cloned from it, so
+// that an append costs no copy of it: only facts of the log go into it (a
+// stored event's sequence), under the sandbox's lock. An event folded
+// before its append has no sequence yet: its key waits in pending, which
+// is the clone's own, until stamp (a failed append drops it with the clone).
 func (s *Sandbox) note(env events.Envelope) {
 	if env.CommandID == "" {
 		return
@@ -57,23 +71,33 @@ func (s *Sandbox) note(env events.Envelope) {
 	if env.CausationID != "" {
 		return
 	}
-	if kept(env.CommandID) {
-		if s.keys == nil {
-			s.keys = map[string]uint64{}
+	k, ok := keyOf(env.CommandID)
+	switch {
+	case !ok:
+	case env.Seq == 0:
+		if !slices.Contains(s.pending, k) {
+			s.pending = append(s.pending, k)
 		}
-		s.keys[env.CommandID] = env.Seq
+	default:
+		s.mark(k, env.Seq)
 	}
+}
+
+func (s *Sandbox) mark(k [16]byte, seq uint64) {
+	if s.keys == nil {
+		s.keys = map[[16]byte]uint64{}
+	}
+	s.keys[k] = seq
 }
 
 // stamp sets the stored sequence seq of an append into the state folded
 // from it without one: its Seq, its view's, and the keys it marked.
 func (s *Sandbox) stamp(seq uint64) {
 	s.Seq, s.View.Seq = seq, seq
-	for k, at := range s.keys {
-		if at == 0 {
-			s.keys[k] = seq
-		}
+	for _, k := range s.pending {
+		s.mark(k, seq)
 	}
+	s.pending = nil
 }
 
 // answer is what command c, decided on sb, answers. A keyed command that is

@@ -45,7 +45,10 @@ type Sandbox struct {
 	Entered time.Time
 	// keys are the keyed commands the sandbox's log holds, each with the
 	// sequence of its last own event (see keys.go): what a retry answers.
-	keys map[string]uint64
+	// Shared with the states cloned from this one; pending are the keys of
+	// events folded here and not yet stored.
+	keys    map[[16]byte]uint64
+	pending [][16]byte
 	// Intent is the command id of the newest intent (the command under
 	// way while the phase is transient): whom a twin joins (see joined).
 	Intent string

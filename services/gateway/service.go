@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"maps"
 	"net"
 	"regexp"
 	"slices"
@@ -342,7 +341,7 @@ func (s *Service) forget(id string) {
 
 func (sb *Sandbox) clone() *Sandbox {
 	c := *sb
-	c.keys = maps.Clone(sb.keys)
+	c.pending = slices.Clone(sb.pending) // keys is shared (see note)
 	return &c
 }
 

@@ -4,6 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -267,4 +271,64 @@ func TestTwinJoinsTheOneInFlight(t *testing.T) {
 		v := readySandbox(t, svc)
 		twin(t, VerbDelete, v.ID)
 	})
+}
+
+// fakeForwards binds nothing and records which forwards it serves.
+type fakeForwards struct {
+	mu     sync.Mutex
+	served map[string]bool
+}
+
+func (f *fakeForwards) Bind(_ context.Context, _, _, _ string, _ int, _ bool) (string, error) {
+	return "127.0.0.1:7", nil
+}
+func (f *fakeForwards) Serve(fid string) { f.mu.Lock(); f.served[fid] = true; f.mu.Unlock() }
+func (f *fakeForwards) Close(fid string) { f.mu.Lock(); delete(f.served, fid); f.mu.Unlock() }
+func (f *fakeForwards) serving(fid string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.served[fid]
+}
+
+// TestForwardRetriedAfterItClosed: a keyed forward, closed, then retried
+// with its key: the retry answers the first answer (201, the forward) and
+// leaves no listener serving a forward the log says is closed. It used to
+// answer ABORTED "retry" for ever: the retry was a no-op and the view
+// current.
+func TestForwardRetriedAfterItClosed(t *testing.T) {
+	r := newRig(t)
+	svc := r.service(t)
+	fw := &fakeForwards{served: map[string]bool{}}
+	h := NewHTTP(svc, blockingViews{}, nil, zerolog.Nop()).WithForwards(fw)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	v := readySandbox(t, svc)
+	open := func() (int, events.Forward) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/sandboxes/"+v.ID+"/forwards", strings.NewReader(`{"port":80}`))
+		req.Header.Set("Idempotency-Key", "fw")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var f events.Forward
+		_ = json.NewDecoder(resp.Body).Decode(&f)
+		return resp.StatusCode, f
+	}
+	code, first := open()
+	if code != http.StatusCreated || !fw.serving(first.ID) {
+		t.Fatalf("forward: %d %+v, serving %v", code, first, fw.serving(first.ID))
+	}
+	if code, _ := do(t, http.MethodDelete, srv.URL+"/v1/sandboxes/"+v.ID+"/forwards/"+first.ID, ""); code != http.StatusAccepted {
+		t.Fatalf("unforward: %d", code)
+	}
+	code, again := open()
+	if code != http.StatusCreated || again != first {
+		t.Fatalf("forward retried: %d %+v; want 201 %+v", code, again, first)
+	}
+	if fw.serving(first.ID) {
+		t.Fatal("the retry serves a forward the log says is closed")
+	}
 }

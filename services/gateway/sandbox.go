@@ -3,16 +3,11 @@ package gateway
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/services/compute"
 )
-
-// recentCommands is how many command ids a sandbox remembers, so that a retried
-// command is recognised after the bus's deduplication window has passed.
-const recentCommands = 32
 
 // Sandbox is the aggregate: the state folded from one sandbox's events, enough
 // to decide the next command. Its methods are pure; only apply moves it, and
@@ -51,9 +46,17 @@ type Sandbox struct {
 	Restored int64
 	// Entered is when the sandbox entered its phase (the time of the event
 	// that moved it there), what a passed deadline is measured from.
-	Entered  time.Time
-	Commands []string
-	View     events.View
+	Entered time.Time
+	// keys are the keyed commands the sandbox's log holds, each with the
+	// sequence of its last own event (see keys.go): what a retry answers.
+	// Shared with the states cloned from this one; pending are the keys of
+	// events folded here and not yet stored.
+	keys    map[[16]byte]uint64
+	pending [][16]byte
+	// Intent is the command id of the newest intent (the command under
+	// way while the phase is transient): whom a twin joins (see joined).
+	Intent string
+	View   events.View
 }
 
 // Exists reports whether the sandbox has been created.
@@ -64,7 +67,8 @@ func (s *Sandbox) Gone() bool { return s.Phase == events.PhaseDeleted }
 
 // seen reports whether the command id has already been applied.
 func (s *Sandbox) seen(commandID string) bool {
-	return commandID != "" && slices.Contains(s.Commands, commandID)
+	_, ok := s.keyed(commandID)
+	return ok
 }
 
 // apply folds one stored event into s, moving the phase through the table.
@@ -119,12 +123,7 @@ func (s *Sandbox) apply(env events.Envelope) error {
 	case *events.Exited:
 		s.Exited, s.Attached = true, 0
 	}
-	if env.CommandID != "" && !slices.Contains(s.Commands, env.CommandID) {
-		s.Commands = append(s.Commands, env.CommandID)
-		if len(s.Commands) > recentCommands {
-			s.Commands = s.Commands[len(s.Commands)-recentCommands:]
-		}
-	}
+	s.note(env)
 	env.Phase = to
 	s.View.Fold(env)
 	return nil
@@ -208,6 +207,8 @@ func decide(s *Sandbox, c Command, caps compute.Capabilities) ([]events.Event, e
 		return nil, events.Errorf(events.CodeNotFound, "sandbox %s not found", c.ID)
 	case Lost:
 		return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s is %s but holds no retained state; start it cold", s.ID, s.Phase)
+	case Busy:
+		return nil, events.Errorf(events.CodeAborted, "sandbox %s is %s: a resume is under way; retry the %s once it settles (ready: nothing to do; suspended: a cold start)", s.ID, s.Phase, c.Verb)
 	case NoForward:
 		return nil, events.Errorf(events.CodeNotFound, "sandbox %s has no forward %q", s.ID, c.Forward.ID)
 	}

@@ -341,7 +341,7 @@ func (s *Service) forget(id string) {
 
 func (sb *Sandbox) clone() *Sandbox {
 	c := *sb
-	c.Commands = append([]string(nil), sb.Commands...)
+	c.pending = slices.Clone(sb.pending) // keys is shared (see note)
 	return &c
 }
 
@@ -411,7 +411,7 @@ func (s *Service) handle(ctx context.Context, c Command) (events.View, error) {
 	if err != nil {
 		return events.View{}, err
 	}
-	return sb.View, nil
+	return s.answer(ctx, c, sb)
 }
 
 // Record appends events a saga or a supervisor reports about cause's sandbox,
@@ -530,7 +530,7 @@ func (s *Service) appendFrom(ctx context.Context, sb *Sandbox, verify bool, meta
 			// Stamp the stored sequence into the state and its view: the
 			// events were folded without one, and a sequence moves nothing
 			// else (apply and View.Fold only record the last).
-			next.Seq, next.View.Seq = seq, seq
+			next.stamp(seq)
 			s.put(next)
 			return next, nil
 		}
@@ -661,7 +661,7 @@ func (s *Service) create(ctx context.Context, c Command) (events.View, error) {
 		// did not frees it after NameGrace.
 		return events.View{}, err
 	}
-	return sb.View, nil
+	return s.answer(ctx, c, sb)
 }
 
 // reserve claims name for id, taking it over from a holder that is deleted,

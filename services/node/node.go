@@ -123,6 +123,10 @@ type Config struct {
 	// NATSURL with (--nats-creds, a service user: `torpor creds --role
 	// service`); empty: none, as the server wants it.
 	NATSCreds string
+	// wrapStore, when set, wraps the store the command service appends
+	// and reads through: the fault tests make appends fail. No flag sets
+	// it.
+	wrapStore func(events.Store) events.Store
 	// WrapDrivers, when set, may replace drivers of the registry before
 	// anything uses them: tests wrap a real driver to make it refuse a call.
 	// No flag sets it.
@@ -392,7 +396,11 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 			}}
 		}
 	}
-	svc, err := gateway.NewService(store, names, drivers, creds, gateway.Config{Node: cfg.Node, Nodes: cfg.RemoteNodes, HeartbeatLimit: cfg.HeartbeatLimit, Metrics: m}, log.With().Str("part", "gateway").Logger())
+	var appends events.Store = store
+	if cfg.wrapStore != nil {
+		appends = cfg.wrapStore(store)
+	}
+	svc, err := gateway.NewService(appends, names, drivers, creds, gateway.Config{Node: cfg.Node, Nodes: cfg.RemoteNodes, HeartbeatLimit: cfg.HeartbeatLimit, Metrics: m}, log.With().Str("part", "gateway").Logger())
 	if err != nil {
 		return nil, err
 	}

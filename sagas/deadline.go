@@ -26,11 +26,21 @@ import (
 //                            → retained_state_consumed{node: the target} + deadline_passed (error), or + exited{code}
 //                              when observed exited; then the target's driver.Stop cleans up (the restore ran there
 //                              while its answer was lost); else as below, observed on the sandbox's node
+//     a resume on another node, the target cannot tell (no answer to Observe): the state held on the sandbox's
+//     node proves nothing (the target may have consumed the moved copy), so below ends in error, unless this
+//     runner knows that every Resume it sent the target for this intent reached no driver
+//     (compute.ErrNotDelivered: NATS's no responders, or never sent) and none other may have: the target then
+//     consumed nothing, and below decides as for a resume on the sandbox's node (frozen behind the reference →
+//     suspended; the exported copy stays with the held state, as after a refusal: a later restore, discard or
+//     delete on that node removes it). That knowledge is the runner's memory (reach, resume.go), kept for
+//     intents appended after it first read the log to its head: after a restart (or a takeover) it is gone,
+//     and such a deadline ends in error
 //     observed gone          → resource_lost (error)
 //     observed running it, exited, or the state consumed for it (Observation.ConsumedGeneration, or the
 //     reference as Observation.Consumed)
 //                            → as above: the point of no return passed while the answer was lost
-//     observed frozen behind the reference (and, for a resume on another node, the target said it consumed nothing)
+//     observed frozen behind the reference (and, for a resume on another node, the target said it consumed
+//     nothing, or no resume ever reached it)
 //                            → resume_failed + deadline_passed (suspended, retryable, DeadlineExceeded)
 //     otherwise (nothing says the state is held) → deadline_passed (error); then driver.Stop cleans up; a
 //                              reference never consumed is invalidated by the delete
@@ -85,6 +95,7 @@ func (r *Runner) track(ctx context.Context, env events.Envelope, created *events
 			cur.timer.Stop()
 			delete(r.open, id)
 		}
+		delete(r.reached, id) // its resume, if any, settled
 		return
 	}
 	var prev events.Phase // none open: any transient phase is entered
@@ -188,10 +199,17 @@ func (r *Runner) settle(ctx context.Context, o *open) error {
 		// target from its consumption on.
 		moved := *s
 		moved.spec.Node = st.target
+		untouched := r.untouched(o.env)
 		switch o := r.observe(ctx, &moved); {
 		case o.State == compute.StateRunning && o.Generation == st.view.Generation, o.ConsumedGeneration == st.view.Generation:
 			s, obs = &moved, o
 			evs, cleanup, wait = r.restoredElsewhere(st, o)
+		case o.State == "" && untouched:
+			// The target cannot tell, but no resume of this intent ever
+			// reached it (each was compute.ErrNotDelivered): it consumed
+			// nothing, and the sandbox's own node decides, as for a
+			// resume there.
+			log.Info().Str("target", st.target).Msg("the target cannot tell, but no resume ever reached it")
 		case o.State == "":
 			unsure = true
 		}

@@ -2,6 +2,7 @@ package compute
 
 import (
 	"context"
+	"fmt"
 	"net"
 
 	"github.com/torpor/torpor/events"
@@ -24,6 +25,12 @@ var (
 	// sagas retry such a call until the phase's deadline: only an answer
 	// (a rejection, a failure) is an outcome.
 	ErrUnavailable error = &driverError{"driver unavailable", events.CodeUnavailable}
+	// ErrNotDelivered: the call reached no driver: nobody serves the node
+	// (on the bus, NATS answered that no one listens), or its time was up
+	// before it was sent. Unlike a call that got no answer, it provably had
+	// no effect. It is an ErrUnavailable (errors.Is holds for both), and
+	// retried as one.
+	ErrNotDelivered error = fmt.Errorf("%w: delivered to no driver", ErrUnavailable)
 )
 
 // driverError is a sentinel of the driver contract with its contract code.

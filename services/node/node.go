@@ -68,6 +68,11 @@ type Config struct {
 	// silent before it is recorded detached (gateway.Config.HeartbeatLimit);
 	// the process driver's supervisors beat three times within it.
 	HeartbeatLimit time.Duration
+	// LeaseTTL is how long the node's saga runner lease lasts unrenewed: a
+	// second process serving the same node takes the sagas over this long
+	// after the first dies (jsstore.LeaseConfig.TTL). No flag sets it;
+	// zero: jsstore.DefaultLeaseTTL.
+	LeaseTTL time.Duration
 	// VMKernel is the guest kernel of the vm driver (--vm-kernel); empty:
 	// $TORPOR_VM_KERNEL.
 	VMKernel string
@@ -404,7 +409,17 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 	// The sagas and the view follow the log through one shared reading: the
 	// server delivers each event once, the process decodes it once.
 	followed := sharedStore{Store: store, log: fanout.New(store)}
-	runner, err := sagas.New(followed, pos, svc, drivers, creds, sagas.Config{Node: cfg.Node, Nodes: cfg.RemoteNodes, Deadline: cfg.Deadline, Metrics: m}, log.With().Str("part", "sagas").Logger())
+	// One runner per node at a time, however many processes serve it: the
+	// one holding the node's lease; the others wait to take it over.
+	lease, err := store.Lease(ctx, sagas.PositionKey(cfg.Node), jsstore.LeaseConfig{TTL: cfg.LeaseTTL, Log: log.With().Str("part", "sagas").Logger()})
+	if err != nil {
+		return nil, err
+	}
+	sagasCfg := sagas.Config{Node: cfg.Node, Nodes: cfg.RemoteNodes, Deadline: cfg.Deadline, Metrics: m, Fence: lease.Held}
+	newRunner := func() (*sagas.Runner, error) {
+		return sagas.New(followed, pos, svc, drivers, creds, sagasCfg, log.With().Str("part", "sagas").Logger())
+	}
+	runner, err := newRunner()
 	if err != nil {
 		return nil, err
 	}
@@ -481,7 +496,19 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 		_ = ln.Close()
 		return nil, fmt.Errorf("bus: %w", err)
 	}
-	g.add("sagas", runner.Run)
+	g.add("sagas", func(ctx context.Context) error {
+		return lease.Run(ctx, func(ctx context.Context) error {
+			r := runner
+			runner = nil // a Runner runs once: the lease lost and taken again runs a new one
+			if r == nil {
+				var err error
+				if r, err = newRunner(); err != nil {
+					return err
+				}
+			}
+			return r.Run(ctx)
+		})
+	})
 	g.add("tokens", tokens.Run)
 	g.add("kvview", proj.Run)
 	if a.sql != nil {

@@ -35,7 +35,10 @@ type LeaseConfig struct {
 	// Default DefaultLeaseTTL.
 	TTL time.Duration
 	// Holder names this process in the key's value (host, pid and a random
-	// suffix by default).
+	// suffix by default). A process that finds the lease held under its own
+	// name takes it at once: the name is its own from an earlier run (the
+	// node names its holder by host and data directory, which one process
+	// at a time uses), which ended without releasing it.
 	Holder string
 	// Log hears of the lease taken, waited for, lost and released.
 	Log zerolog.Logger
@@ -248,6 +251,16 @@ func (l *Lease) acquire(ctx context.Context) error {
 			holder := ""
 			if e, err := l.kv.Get(ctx, l.key); err == nil {
 				holder = string(e.Value())
+				if holder == string(l.value) {
+					// Held under our own name: by an earlier run of ours.
+					sent := time.Now()
+					if rev, err := l.kv.Update(ctx, l.key, l.value, e.Revision()); err == nil {
+						l.set(rev, sent)
+						l.log.Info().Uint64("revision", e.Revision()).Msg("lease taken back from an earlier run of this holder")
+						return nil
+					}
+					continue
+				}
 			}
 			l.log.Info().Str("holder", holder).Dur("ttl", l.ttl).Msg("lease held by another process: waiting for it")
 		}

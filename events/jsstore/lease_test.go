@@ -29,11 +29,16 @@ type holder struct {
 
 func startHolder(t *testing.T, js jetstream.JetStream, ttl time.Duration, other *holder) *holder {
 	t.Helper()
+	return startNamed(t, js, "", ttl, other)
+}
+
+func startNamed(t *testing.T, js jetstream.JetStream, name string, ttl time.Duration, other *holder) *holder {
+	t.Helper()
 	s, err := jsstore.New(context.Background(), js, jsstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := s.Lease(context.Background(), "sagas.n1", jsstore.LeaseConfig{TTL: ttl, Log: zerolog.New(zerolog.NewTestWriter(t))})
+	l, err := s.Lease(context.Background(), "sagas.n1", jsstore.LeaseConfig{TTL: ttl, Holder: name, Log: zerolog.New(zerolog.NewTestWriter(t))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,5 +140,33 @@ func TestLeaseOneHolderAtATime(t *testing.T) {
 	case <-b.ended:
 	default:
 		t.Error("the crashed holder's run was still going when the next one began")
+	}
+}
+
+// TestLeaseTakenBackByItsHolder: a process that crashed holding the lease
+// and starts again under the same holder name (a node's host and data
+// directory) takes it back at once, not after the TTL.
+func TestLeaseTakenBackByItsHolder(t *testing.T) {
+	const ttl = time.Minute
+	srv := natstest.Start(t)
+	conn := srv.Connect(t)
+	js, err := jetstream.New(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startNamed(t, js, "host /data", ttl, nil)
+	within(t, a.running, 5*time.Second, "the first run holds the lease")
+	conn.Close() // the crash: nothing released
+	js2, err := jetstream.New(srv.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := startNamed(t, js2, "other /data", ttl, nil)
+	again := startNamed(t, js2, "host /data", ttl, nil)
+	within(t, again.running, 5*time.Second, "the same holder starting again takes its lease back")
+	select {
+	case <-other.running:
+		t.Error("another holder took the lease before its TTL passed")
+	default:
 	}
 }

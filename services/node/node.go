@@ -411,7 +411,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 	followed := sharedStore{Store: store, log: fanout.New(store)}
 	// One runner per node at a time, however many processes serve it: the
 	// one holding the node's lease; the others wait to take it over.
-	lease, err := store.Lease(ctx, sagas.PositionKey(cfg.Node), jsstore.LeaseConfig{TTL: cfg.LeaseTTL, Log: log.With().Str("part", "sagas").Logger()})
+	lease, err := store.Lease(ctx, sagas.PositionKey(cfg.Node), jsstore.LeaseConfig{TTL: cfg.LeaseTTL, Holder: leaseHolder(cfg.Data), Log: log.With().Str("part", "sagas").Logger()})
 	if err != nil {
 		return nil, err
 	}
@@ -576,6 +576,21 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 		a.err = g.run(runCtx, log)
 	}()
 	return a, nil
+}
+
+// leaseHolder names this process as the holder of its node's lease: by
+// host and data directory, which one process at a time uses, so that a
+// restart after a crash takes the lease back at once; without a data
+// directory, at random (jsstore.LeaseConfig.Holder).
+func leaseHolder(data string) string {
+	if data == "" {
+		return ""
+	}
+	host, _ := os.Hostname()
+	if abs, err := filepath.Abs(data); err == nil {
+		data = abs
+	}
+	return host + " " + data
 }
 
 // bootstrapAdmin makes sure the operator of this machine can reach the

@@ -1,15 +1,22 @@
 package node
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/check"
 	"github.com/torpor/torpor/internal/busauth"
+	"github.com/torpor/torpor/services/compute/remote"
 	torpor "github.com/torpor/torpor/sdk/go"
 )
 
@@ -109,5 +116,94 @@ func TestOneRunnerPerNode(t *testing.T) {
 	}
 	for _, v := range vs {
 		t.Errorf("the log breaks an invariant: %v", v)
+	}
+}
+
+// TestOneRunnerPerRemoteNode: two processes serving nodes n1 and n2 both
+// drive the worker node w1 (--remote-nodes w1, its drivers served on the
+// bus by `torpor driver --node w1`): a sandbox made on w1 is started there
+// once, by the one holding w1's lease; when that one stops, the other
+// drives w1's next sandbox.
+func TestOneRunnerPerRemoteNode(t *testing.T) {
+	hub := startNode(t, testConfig(t, "n0"))
+	file := serviceCreds(t, hub)
+	u, err := hub.Auth().User("w1 driver", time.Hour, busauth.Grant{Role: busauth.Driver, Node: "w1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dcreds, err := u.Creds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dfile := filepath.Join(t.TempDir(), "driver.creds")
+	if err := os.WriteFile(dfile, dcreds, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dctx, stopDriver := context.WithCancel(context.Background())
+	driverDone := make(chan error, 1)
+	up, upw := io.Pipe()
+	go func() {
+		driverDone <- RunDriver(dctx, DriverConfig{Node: "w1", Drivers: []string{"sim"}, NATSURL: hub.NATSURL(), NATSCreds: dfile, Data: t.TempDir(), Heartbeat: time.Second}, upw, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+		_ = upw.Close()
+	}()
+	t.Cleanup(func() { stopDriver(); <-driverDone })
+	if _, err := bufio.NewReader(up).ReadString('\n'); err != nil {
+		t.Fatalf("torpor driver w1 did not come up: %v", err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, up) }()
+
+	// Every start asked of w1's drivers, counted on the bus.
+	var mu sync.Mutex
+	starts := 0
+	sub, err := hub.Conn().Subscribe(remote.Subject("w1", "start"), func(*nats.Msg) {
+		mu.Lock()
+		starts++
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := hub.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	started := func() int { mu.Lock(); defer mu.Unlock(); return starts }
+
+	join := func(name string) *Node {
+		cfg := testConfig(t, name)
+		cfg.NATSURL, cfg.NATSCreds, cfg.NATSListen = hub.NATSURL(), file, ""
+		cfg.RemoteNodes, cfg.LeaseTTL = []string{"w1"}, 3*time.Second
+		return startNode(t, cfg)
+	}
+	n1, n2 := join("n1"), join("n2")
+	ctx := context.Background()
+	create := func(through *Node, within time.Duration) {
+		t.Helper()
+		c := torpor.New(through.HTTPURL(), nil).WithToken(hub.AdminToken())
+		v, err := c.Create(ctx, torpor.CreateRequest{Driver: "sim", Node: "w1"}, "")
+		if err != nil {
+			t.Fatalf("create on w1 through %s: %v", through.Name(), err)
+		}
+		if _, err := c.Wait(ctx, v.ID, events.PhaseReady, within); err != nil {
+			t.Fatalf("sandbox %s on w1 not ready within %s: %v", v.ID, within, err)
+		}
+	}
+	create(n1, 10*time.Second)
+	if err := hub.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := started(); got != 1 {
+		t.Fatalf("a sandbox on w1 was started %d times by the runners of n1 and n2, want once", got)
+	}
+	// Whichever holds w1's lease stops; the other drives w1 at once.
+	if err := n1.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	create(n2, 1500*time.Millisecond)
+	if err := n2.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := started(); got != 2 {
+		t.Errorf("two sandboxes on w1 were started %d times, want twice", got)
 	}
 }

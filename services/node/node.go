@@ -402,26 +402,20 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 		return nil, err
 	}
 	a.svc = svc
-	pos, err := store.Position(ctx, sagas.PositionKey(cfg.Node))
-	if err != nil {
-		return nil, err
-	}
 	// The sagas and the view follow the log through one shared reading: the
 	// server delivers each event once, the process decodes it once.
 	followed := sharedStore{Store: store, log: fanout.New(store)}
-	// One runner per node at a time, however many processes serve it: the
-	// one holding the node's lease; the others wait to take it over.
-	lease, err := store.Lease(ctx, sagas.PositionKey(cfg.Node), jsstore.LeaseConfig{TTL: cfg.LeaseTTL, Holder: leaseHolder(cfg.Data), Log: log.With().Str("part", "sagas").Logger()})
-	if err != nil {
-		return nil, err
-	}
-	sagasCfg := sagas.Config{Node: cfg.Node, Nodes: cfg.RemoteNodes, Deadline: cfg.Deadline, Metrics: m, Fence: lease.Held}
-	newRunner := func() (*sagas.Runner, error) {
-		return sagas.New(followed, pos, svc, drivers, creds, sagasCfg, log.With().Str("part", "sagas").Logger())
-	}
-	runner, err := newRunner()
-	if err != nil {
-		return nil, err
+	// A runner per node this service drives (its own and --remote-nodes),
+	// each with its own position and under its own lease: one runner per
+	// node at a time, however many processes serve or drive it; the others
+	// wait to take it over.
+	var sagaRuns []func(ctx context.Context) error
+	for _, n := range append([]string{cfg.Node}, cfg.RemoteNodes...) {
+		run, err := leasedSagas(ctx, store, followed, svc, drivers, creds, cfg, n, m, log)
+		if err != nil {
+			return nil, err
+		}
+		sagaRuns = append(sagaRuns, run)
 	}
 	// The view never goes back in seq, so a projection must not skip past an
 	// event it failed to apply: it retries (with backoff) until it lands.
@@ -496,19 +490,13 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 		_ = ln.Close()
 		return nil, fmt.Errorf("bus: %w", err)
 	}
-	g.add("sagas", func(ctx context.Context) error {
-		return lease.Run(ctx, func(ctx context.Context) error {
-			r := runner
-			runner = nil // a Runner runs once: the lease lost and taken again runs a new one
-			if r == nil {
-				var err error
-				if r, err = newRunner(); err != nil {
-					return err
-				}
-			}
-			return r.Run(ctx)
-		})
-	})
+	for i, run := range sagaRuns {
+		name := "sagas"
+		if i > 0 {
+			name += " " + cfg.RemoteNodes[i-1]
+		}
+		g.add(name, run)
+	}
 	g.add("tokens", tokens.Run)
 	g.add("kvview", proj.Run)
 	if a.sql != nil {
@@ -576,6 +564,41 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 		a.err = g.run(runCtx, log)
 	}()
 	return a, nil
+}
+
+// leasedSagas builds the saga runner of node n, with its own position, and
+// returns its run: under n's lease (sagas.PositionKey(n) in
+// jsstore.LeaseBucket), waiting for it while another process holds it, and
+// fenced by it.
+func leasedSagas(ctx context.Context, store *jsstore.Store, followed sagas.Source, svc *gateway.Service, drivers compute.Registry, creds *compute.Credentials, cfg Config, n string, m *metrics.Set, log zerolog.Logger) (func(context.Context) error, error) {
+	log = log.With().Str("part", "sagas").Str("node", n).Logger()
+	pos, err := store.Position(ctx, sagas.PositionKey(n))
+	if err != nil {
+		return nil, err
+	}
+	lease, err := store.Lease(ctx, sagas.PositionKey(n), jsstore.LeaseConfig{TTL: cfg.LeaseTTL, Holder: leaseHolder(cfg.Data), Log: log})
+	if err != nil {
+		return nil, err
+	}
+	sc := sagas.Config{Node: n, Deadline: cfg.Deadline, Metrics: m, Fence: lease.Held}
+	newRunner := func() (*sagas.Runner, error) { return sagas.New(followed, pos, svc, drivers, creds, sc, log) }
+	runner, err := newRunner() // the config's problems now, not once the lease is held
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		return lease.Run(ctx, func(ctx context.Context) error {
+			r := runner
+			runner = nil // a Runner runs once: the lease lost and taken again runs a new one
+			if r == nil {
+				var err error
+				if r, err = newRunner(); err != nil {
+					return err
+				}
+			}
+			return r.Run(ctx)
+		})
+	}, nil
 }
 
 // leaseHolder names this process as the holder of its node's lease: by

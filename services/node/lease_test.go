@@ -16,8 +16,8 @@ import (
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/check"
 	"github.com/torpor/torpor/internal/busauth"
-	"github.com/torpor/torpor/services/compute/remote"
 	torpor "github.com/torpor/torpor/sdk/go"
+	"github.com/torpor/torpor/services/compute/remote"
 )
 
 // serviceCreds writes a service user's credentials for first's NATS to a

@@ -317,7 +317,9 @@ func (l *Lease) await(ctx context.Context) (took bool, err error) {
 			case ctx.Err() != nil:
 				return false, ctx.Err()
 			case wrongLast(err):
-				// Renewed or taken meanwhile: the watch brings the new revision.
+				// Renewed or taken meanwhile, and the watch missed it: watch
+				// afresh.
+				return false, nil
 			default:
 				l.log.Warn().Err(err).Msg("lease not taken over; trying again")
 				end.Reset(l.ttl / 4)

@@ -35,6 +35,11 @@ type Config struct {
 	// Metrics records the steps, the driver calls and the deadlines that
 	// fire; nil records nothing.
 	Metrics *metrics.Set
+	// Fence, when set, says whether this runner may still act: it is asked
+	// before each step, each record and each save of the position, and an
+	// error keeps the runner from acting (the runner lost its node's lease,
+	// another may be driving the node: jsstore.Lease.Held).
+	Fence func() error
 }
 
 // Default values of Config.

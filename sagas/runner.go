@@ -127,6 +127,9 @@ func New(src Source, pos Position, rec Recorder, drv Drivers, creds *compute.Cre
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	if cfg.Fence != nil {
+		rec, pos = fencedRecorder{rec, cfg.Fence}, fencedPosition{pos, cfg.Fence}
+	}
 	return &Runner{
 		src:    src,
 		pos:    pos,
@@ -415,9 +418,11 @@ func (r *Runner) work(ctx context.Context, id string) {
 			var err error
 			select {
 			case r.sem <- struct{}{}:
-				if j.deadline != nil {
+				switch err = r.fenced(); {
+				case err != nil: // not ours to drive any more: the runner is ending
+				case j.deadline != nil:
 					err = r.settle(ctx, j.deadline)
-				} else {
+				default:
 					err = r.step(ctx, j, later, seen)
 				}
 				<-r.sem
@@ -445,6 +450,14 @@ func (r *Runner) work(ctx context.Context, id string) {
 		r.freed = make(chan struct{})
 		r.mu.Unlock()
 	}
+}
+
+// fenced is Config.Fence's answer, nil without one.
+func (r *Runner) fenced() error {
+	if r.cfg.Fence == nil {
+		return nil
+	}
+	return r.cfg.Fence()
 }
 
 // sleep waits d; false if ctx ended first.

@@ -122,7 +122,8 @@ func TestDriverVerbServesASimSandbox(t *testing.T) {
 }
 
 // TestDriverVerbFlagsRefused: `torpor driver` refuses bad flags with
-// INVALID_ARGUMENT naming the flag, and a driver it cannot build yet with
+// INVALID_ARGUMENT naming the flag (both flags for --vm-kernel without vm in
+// --drivers), and a driver it cannot build yet with
 // UNIMPLEMENTED; nothing is served.
 func TestDriverVerbFlagsRefused(t *testing.T) {
 	srv := natstest.StartWith(t, natstest.Options{Listen: true})
@@ -141,10 +142,15 @@ func TestDriverVerbFlagsRefused(t *testing.T) {
 		{[]string{"--node", "n1", "--nats-url", url, "--data", dir, "--heartbeat", "0s"}, "INVALID_ARGUMENT: --heartbeat"},
 		{[]string{"--node", "n1", "--nats-url", url, "--data", dir, "extra"}, "INVALID_ARGUMENT: "},
 		{[]string{"--node", "n1", "--nats-url", url, "--data", dir, "--run-as", "no-such-user-torpor"}, "INVALID_ARGUMENT: --run-as: run as \"no-such-user-torpor\": unknown user"},
+		{[]string{"--node", "n1", "--nats-url", url, "--data", dir, "--drivers", "sim", "--vm-kernel", "/k"}, "INVALID_ARGUMENT: --vm-kernel /k without vm in --drivers (sim)"},
+		{[]string{"--node", "n1", "--nats-url", url, "--data", dir, "--vm-kernel", "/k"}, "INVALID_ARGUMENT: --vm-kernel /k without vm in --drivers (sim,process)"},
 		{[]string{"--node", "n1", "--nats-url", url, "--data", dir, "--drivers", "sim,vm", "--vm-kernel", "/nowhere"}, "FAILED_PRECONDITION: the vm driver cannot run here: missing the guest kernel"},
 	} {
 		var out, errb bytes.Buffer
-		code := run(context.Background(), append([]string{"driver"}, tc.args...), &out, &errb)
+		// A combination let through would serve until the context ends.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		code := run(ctx, append([]string{"driver"}, tc.args...), &out, &errb)
+		cancel()
 		// The exit statuses of the CLI's table (README): 2 INVALID_ARGUMENT,
 		// 4 FAILED_PRECONDITION.
 		want := 2

@@ -75,6 +75,11 @@ func (c DriverConfig) Validate() error {
 			return fmt.Errorf("--drivers: %q named twice", name)
 		}
 	}
+	if c.VMKernel != "" && !slices.Contains(c.Drivers, "vm") {
+		// Else the node would serve no vm driver, silently, and each resume
+		// or create there fail with "no driver vm".
+		return fmt.Errorf("--vm-kernel %s without vm in --drivers (%s): add vm to --drivers, or leave --vm-kernel out", c.VMKernel, strings.Join(c.Drivers, ","))
+	}
 	return nil
 }
 

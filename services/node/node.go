@@ -68,6 +68,11 @@ type Config struct {
 	// silent before it is recorded detached (gateway.Config.HeartbeatLimit);
 	// the process driver's supervisors beat three times within it.
 	HeartbeatLimit time.Duration
+	// LeaseTTL is how long the node's saga runner lease lasts unrenewed: a
+	// second process serving the same node takes the sagas over this long
+	// after the first dies (jsstore.LeaseConfig.TTL). No flag sets it;
+	// zero: jsstore.DefaultLeaseTTL.
+	LeaseTTL time.Duration
 	// VMKernel is the guest kernel of the vm driver (--vm-kernel); empty:
 	// $TORPOR_VM_KERNEL.
 	VMKernel string
@@ -405,16 +410,20 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 		return nil, err
 	}
 	a.svc = svc
-	pos, err := store.Position(ctx, sagas.PositionKey(cfg.Node))
-	if err != nil {
-		return nil, err
-	}
 	// The sagas and the view follow the log through one shared reading: the
 	// server delivers each event once, the process decodes it once.
 	followed := sharedStore{Store: store, log: fanout.New(store)}
-	runner, err := sagas.New(followed, pos, svc, drivers, creds, sagas.Config{Node: cfg.Node, Nodes: cfg.RemoteNodes, Deadline: cfg.Deadline, Metrics: m}, log.With().Str("part", "sagas").Logger())
-	if err != nil {
-		return nil, err
+	// A runner per node this service drives (its own and --remote-nodes),
+	// each with its own position and under its own lease: one runner per
+	// node at a time, however many processes serve or drive it; the others
+	// wait to take it over.
+	var sagaRuns []func(ctx context.Context) error
+	for _, n := range append([]string{cfg.Node}, cfg.RemoteNodes...) {
+		run, err := leasedSagas(ctx, store, followed, svc, drivers, creds, cfg, n, m, log)
+		if err != nil {
+			return nil, err
+		}
+		sagaRuns = append(sagaRuns, run)
 	}
 	// The view never goes back in seq, so a projection must not skip past an
 	// event it failed to apply: it retries (with backoff) until it lands.
@@ -489,7 +498,13 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 		_ = ln.Close()
 		return nil, fmt.Errorf("bus: %w", err)
 	}
-	g.add("sagas", runner.Run)
+	for i, run := range sagaRuns {
+		name := "sagas"
+		if i > 0 {
+			name += " " + cfg.RemoteNodes[i-1]
+		}
+		g.add(name, run)
+	}
 	g.add("tokens", tokens.Run)
 	g.add("kvview", proj.Run)
 	if a.sql != nil {
@@ -557,6 +572,56 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 		a.err = g.run(runCtx, log)
 	}()
 	return a, nil
+}
+
+// leasedSagas builds the saga runner of node n, with its own position, and
+// returns its run: under n's lease (sagas.PositionKey(n) in
+// jsstore.LeaseBucket), waiting for it while another process holds it, and
+// fenced by it.
+func leasedSagas(ctx context.Context, store *jsstore.Store, followed sagas.Source, svc *gateway.Service, drivers compute.Registry, creds *compute.Credentials, cfg Config, n string, m *metrics.Set, log zerolog.Logger) (func(context.Context) error, error) {
+	log = log.With().Str("part", "sagas").Str("node", n).Logger()
+	pos, err := store.Position(ctx, sagas.PositionKey(n))
+	if err != nil {
+		return nil, err
+	}
+	lease, err := store.Lease(ctx, sagas.PositionKey(n), jsstore.LeaseConfig{TTL: cfg.LeaseTTL, Holder: leaseHolder(cfg.Data), Log: log})
+	if err != nil {
+		return nil, err
+	}
+	sc := sagas.Config{Node: n, Deadline: cfg.Deadline, Metrics: m, Fence: lease.Held}
+	newRunner := func() (*sagas.Runner, error) { return sagas.New(followed, pos, svc, drivers, creds, sc, log) }
+	runner, err := newRunner() // the config's problems now, not once the lease is held
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		return lease.Run(ctx, func(ctx context.Context) error {
+			r := runner
+			runner = nil // a Runner runs once: the lease lost and taken again runs a new one
+			if r == nil {
+				var err error
+				if r, err = newRunner(); err != nil {
+					return err
+				}
+			}
+			return r.Run(ctx)
+		})
+	}, nil
+}
+
+// leaseHolder names this process as the holder of its node's lease: by
+// host and data directory, which one process at a time uses, so that a
+// restart after a crash takes the lease back at once; without a data
+// directory, at random (jsstore.LeaseConfig.Holder).
+func leaseHolder(data string) string {
+	if data == "" {
+		return ""
+	}
+	host, _ := os.Hostname()
+	if abs, err := filepath.Abs(data); err == nil {
+		data = abs
+	}
+	return host + " " + data
 }
 
 // bootstrapAdmin makes sure the operator of this machine can reach the

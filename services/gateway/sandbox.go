@@ -46,6 +46,11 @@ type Sandbox struct {
 	// Restored is the newest generation whose restore is recorded
 	// (sandbox.resumed, the resume saga's); 0 for none.
 	Restored int64
+	// Started is the newest generation whose start is recorded
+	// (sandbox.started, the start saga's), or whose supervisor attached (a
+	// log written before attaches waited for the saga's record); 0 for
+	// none.
+	Started int64
 	// Entered is when the sandbox entered its phase (the time of the event
 	// that moved it there), what a passed deadline is measured from.
 	Entered  time.Time
@@ -101,6 +106,8 @@ func (s *Sandbox) apply(env events.Envelope) error {
 		s.Resuming = false
 	case *events.Resumed:
 		s.Restored = e.Generation
+	case *events.Started:
+		s.Started = e.Generation
 	case *events.RetainedStateConsumed:
 		s.RestoreRef = ""
 		if e.Node != "" {
@@ -109,7 +116,7 @@ func (s *Sandbox) apply(env events.Envelope) error {
 	case *events.RetainedStateDiscarded, *events.RetainedStateInvalidated:
 		s.RestoreRef = ""
 	case *events.SupervisorAttached:
-		s.Attached = e.Generation
+		s.Attached, s.Started = e.Generation, max(s.Started, e.Generation)
 	case *events.SupervisorDetached, *events.Stopped:
 		s.Attached = 0
 	case *events.Exited:
@@ -418,20 +425,31 @@ func passed(s *Sandbox, e *events.DeadlinePassed, now time.Time) error {
 }
 
 // awaits says why a supervisor's report of generation gen must wait for
-// the runner's record, "" when it need not: a resume of gen is under way
-// and its outcome is not recorded (no sandbox.resumed of gen). The
-// consumption and the restore are the resume saga's facts (one writer per
-// fact, sagas/resume.go); a restored workload's supervisor that attaches,
-// or exits, before the saga heard the driver's answer is taken after the
-// saga's record, so the log always reads consumed, resumed, attached, and
+// the runner's record, "" when it need not: gen is the generation a start
+// or a resume under way minted, and that saga's outcome is not recorded
+// (no sandbox.started, or no sandbox.resumed, of gen). One fact, one
+// writer: the driver's answer is the saga's to record (sandbox.started;
+// the consumption and the restore, sagas/resume.go), what the supervisor
+// saw is the supervisor's (supervisor.attached, sandbox.exited). A
+// supervisor that reports before the saga heard the driver's answer (the
+// workload runs before the driver's call returns) is taken after the
+// saga's record, so the log always reads started, attached, and consumed,
+// resumed, attached: never a ready sandbox that a late started follows,
 // never a held reference under a ready sandbox (the table takes no
-// consumption in ready) nor an exit that invalidates a state the driver
-// consumed. Should the saga never record the restore (the resume failed,
-// its deadline passed), the sandbox moves on and the report is refused for
-// good there.
+// consumption in ready), never an exit that moves the sandbox to error
+// before the saga's record, which the table would then refuse and the saga
+// drop. Should the saga never record (the driver never answered, the
+// resume failed), the sandbox moves on (its deadline, the saga's other
+// outcome) and the report is then refused for good, or taken, there.
 func awaits(s *Sandbox, gen int64) string {
-	if s.Phase == events.PhaseStarting && s.Resuming && s.Generation == gen && s.Restored != gen {
+	if s.Generation != gen {
+		return ""
+	}
+	switch {
+	case s.Phase == events.PhaseStarting && s.Resuming && s.Restored != gen:
 		return fmt.Sprintf("the resume of generation %d has no outcome recorded yet", gen)
+	case (s.Phase == events.PhaseProvisioning || s.Phase == events.PhaseStarting) && !s.Resuming && s.Started != gen:
+		return fmt.Sprintf("the start of generation %d has no outcome recorded yet", gen)
 	}
 	return ""
 }

@@ -181,11 +181,11 @@ func TestViewFollowsTheAggregate(t *testing.T) {
 	}
 }
 
-// TestAttachAwaitsTheResume: the resumed generation's supervisor may
-// report before the saga records the restore; its attach and exit wait for
-// the saga's record (one writer per fact: the consumption and the restore
-// are the saga's), and are taken once the restore is recorded. A saga
-// re-driven after its records adds nothing.
+// TestAttachAwaitsTheResume: a started or resumed generation's supervisor
+// may report before the saga records the driver's answer; its attach and
+// exit wait for the saga's record (one writer per fact: the start, the
+// consumption and the restore are the saga's), and are taken once it is
+// recorded. A saga re-driven after its records adds nothing.
 func TestAttachAwaitsTheResume(t *testing.T) {
 	consumed := &events.RetainedStateConsumed{Generation: 2, RestoreRef: "ref-1"}
 	restored := &events.Resumed{Generation: 2, Outcome: events.OutcomeRestored}
@@ -199,7 +199,10 @@ func TestAttachAwaitsTheResume(t *testing.T) {
 		{"consumed, not restored", append(resuming[:6:6], consumed), 2, true},
 		{"restored", append(resuming[:6:6], consumed, restored), 2, false},
 		{"another generation", resuming, 1, false},
-		{"a cold start", append(stopped[:5:5], &events.StartRequested{Generation: 2}), 2, false},
+		{"created", ready[:1], 1, true},
+		{"started", ready[:2], 1, false},
+		{"a cold start", append(stopped[:5:5], &events.StartRequested{Generation: 2}), 2, true},
+		{"a cold start, started", append(stopped[:5:5], &events.StartRequested{Generation: 2}, &events.Started{Generation: 2}), 2, false},
 		{"the resume failed", append(resuming[:6:6], &events.ResumeFailed{Generation: 2}), 2, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -157,7 +158,7 @@ func TestOneWriterPerFact(t *testing.T) {
 		t.Fatal(err)
 	}
 	// log is the sandbox's log as "type by actor", once it holds every
-	// one of want.
+	// one of want (an entry that starts so).
 	log := func(want ...string) []string {
 		t.Helper()
 		deadline := time.Now().Add(wait)
@@ -170,7 +171,9 @@ func TestOneWriterPerFact(t *testing.T) {
 			for _, e := range envs {
 				out = append(out, e.Type+" by "+e.Actor)
 			}
-			missing := slices.DeleteFunc(slices.Clone(want), func(w string) bool { return slices.Contains(out, w) })
+			missing := slices.DeleteFunc(slices.Clone(want), func(w string) bool {
+				return slices.ContainsFunc(out, func(o string) bool { return strings.HasPrefix(o, w) })
+			})
 			if len(missing) == 0 {
 				return out
 			}
@@ -181,8 +184,9 @@ func TestOneWriterPerFact(t *testing.T) {
 		}
 	}
 	created := []string{events.TypeCreated + " by ", events.TypeStarted + " by sagas", events.TypeSupervisorAttached + " by supervisor:1"}
-	if got := log(created[1:]...); !slices.Equal(got, created) {
-		t.Fatalf("after the create the log reads %q, want %q", got, created)
+	got := log(created[1:]...)
+	if !slices.Equal(got, created) {
+		t.Errorf("after the create the log reads %q, want %q", got, created)
 	}
 	if _, err := svc.Handle(ctx, gateway.Command{Verb: gateway.VerbSuspend, ID: v.ID}); err != nil {
 		t.Fatal(err)
@@ -191,15 +195,55 @@ func TestOneWriterPerFact(t *testing.T) {
 	if _, err := svc.Handle(ctx, gateway.Command{Verb: gateway.VerbResume, ID: v.ID}); err != nil {
 		t.Fatal(err)
 	}
-	resumed := append(created,
+	resumed := append(slices.Clone(got[:3]),
 		events.TypeSuspendRequested+" by ", events.TypeSuspended+" by sagas",
 		events.TypeResumeRequested+" by ", events.TypeRetainedStateConsumed+" by sagas",
 		events.TypeResumed+" by sagas", events.TypeSupervisorAttached+" by supervisor:2")
-	if got := log(events.TypeSupervisorAttached+" by supervisor:2", events.TypeResumed+" by sagas"); !slices.Equal(got, resumed) {
-		t.Fatalf("after the resume the log reads %q, want %q", got, resumed)
+	if got := log(events.TypeSupervisorAttached+" by supervisor:2", events.TypeResumed); !slices.Equal(got, resumed) {
+		t.Errorf("after the resume the log reads %q, want %q", got, resumed)
 	}
 	sb, err := svc.Sandbox(ctx, v.ID)
 	if err != nil || sb.Phase != events.PhaseReady || sb.Attached != 2 || sb.RestoreRef != "" || sb.View.LastOutcome != events.OutcomeRestored {
 		t.Fatalf("after the resume: %+v, %v; want ready, generation 2 attached, restored, nothing held", sb, err)
+	}
+}
+
+// TestLostAnswerHeldAttach (issue 24, hole 13): the driver's answers come
+// after the deadline (the sim's answer_delay=1s under a 300 ms deadline)
+// while each generation's supervisor attaches at once. The attach waits
+// at the gateway for the saga's record, which never comes: the deadline
+// finds the workload running, records what the driver's answer would have
+// said (started; the consumption and the restore), as the saga, and gives
+// the held attach the grace; the sandbox is ready, restored, each fact
+// written once by its one writer. Without the grace the healthy sandbox
+// went to error; before the attach waited, it wrote the restore itself.
+func TestLostAnswerHeldAttach(t *testing.T) {
+	s := newStack(t, 300*time.Millisecond)
+	v := s.suspended(map[string]string{"answer_delay": "1s"})
+	acc, err := s.do(gateway.Command{Verb: gateway.VerbResume, ID: v.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.await(v.ID, acc.Seq, events.PhaseStarting)
+	if got.Phase != events.PhaseReady || got.Generation != 2 || got.LastOutcome != events.OutcomeRestored || got.Restore.Held {
+		t.Fatalf("after the resume: %+v; want ready, generation 2, restored, nothing held", got)
+	}
+	envs, err := s.store.Load(context.Background(), v.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writers := map[string][]string{}
+	for _, e := range envs {
+		writers[e.Type] = append(writers[e.Type], e.Actor)
+	}
+	for typ, want := range map[string][]string{
+		events.TypeStarted:               {"sagas"},
+		events.TypeRetainedStateConsumed: {"sagas"},
+		events.TypeResumed:               {"sagas"},
+		events.TypeSupervisorAttached:    {"supervisor:1", "supervisor:2"},
+	} {
+		if !slices.Equal(writers[typ], want) {
+			t.Errorf("%s written by %q, want %q", typ, writers[typ], want)
+		}
 	}
 }

@@ -402,22 +402,32 @@ func (s *Service) recordReport(ctx context.Context, id, actor string, e events.E
 	defer hold.Stop()
 	poll := 2 * time.Millisecond
 	for {
-		moved := s.movedCh()
 		err := s.record(ctx, events.Envelope{SandboxID: id}, actor, gate, e)
 		if !errors.Is(err, errEarly) {
 			return err
 		}
+		// Judged on the head, seq: woken by another sandbox's state, it
+		// waits on without reading the log again.
+		seq := s.cachedSeq(id)
 		t := time.NewTimer(poll)
-		select {
-		case <-moved:
-		case <-t.C:
-			poll = min(2*poll, 100*time.Millisecond)
-		case <-hold.C:
-			t.Stop()
-			return err
-		case <-ctx.Done():
-			t.Stop()
-			return err
+	wait:
+		for {
+			moved := s.movedCh()
+			if s.cachedSeq(id) != seq {
+				break
+			}
+			select {
+			case <-moved:
+			case <-t.C:
+				poll = min(2*poll, 100*time.Millisecond)
+				break wait
+			case <-hold.C:
+				t.Stop()
+				return err
+			case <-ctx.Done():
+				t.Stop()
+				return err
+			}
 		}
 		t.Stop()
 	}

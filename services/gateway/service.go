@@ -469,6 +469,16 @@ func (s *Service) record(ctx context.Context, cause events.Envelope, actor strin
 	return err
 }
 
+// cachedSeq is the sequence of the state of id in the cache, 0 when none.
+func (s *Service) cachedSeq(id string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sb, ok := s.cache[id]; ok {
+		return sb.Seq
+	}
+	return 0
+}
+
 // movedCh is a channel closed when a state is next cached (an append of
 // this instance, or a read that found the log moved).
 func (s *Service) movedCh() <-chan struct{} {

@@ -29,7 +29,8 @@ import (
 //   starting (a resume, the retained state held in the log)
 //     a resume on another node, the target observed running it or having consumed the state for it
 //                            → retained_state_consumed{node: the target} + deadline_passed (error), or + exited{code}
-//                              when observed exited; then the target's driver.Stop cleans up (the restore ran there
+//                              when observed exited, or + resumed{restored} and the attach's grace as above when
+//                              observed running it; then the target's driver.Stop cleans up (the restore ran there
 //                              while its answer was lost); else as below, observed on the sandbox's node
 //     observed gone          → resource_lost (error)
 //     observed running it, exited, or the state consumed for it (Observation.ConsumedGeneration, or the
@@ -392,6 +393,10 @@ func (r *Runner) restoredElsewhere(st state, obs compute.Observation) ([]events.
 		if grace := time.Until(r.began.Add(r.cfg.Grace)); grace > 0 {
 			return nil, "", grace
 		}
+		// The restore ran there and its answer never came: recorded as
+		// the saga would have, then the grace for the held attach (see
+		// compensation).
+		return []events.Event{consumed, &events.Resumed{Generation: gen, Outcome: events.OutcomeRestored}}, "", r.cfg.Grace
 	}
 	passed := &events.DeadlinePassed{Phase: st.view.Phase, Deadline: r.cfg.Deadline.String()}
 	return []events.Event{consumed, passed}, cleanStop, 0

@@ -309,7 +309,9 @@ func (b *Bus) report(ctx context.Context, m *nats.Msg) {
 
 // ReportsRefused is how many supervisor reports this gateway did not take:
 // stale generations, bad credentials, malformed or misaddressed reports,
-// reports the sandbox's phase does not take (and any it failed to record).
+// reports the sandbox's phase does not take (and any it failed to record),
+// not those answered ABORTED after waiting for a saga's record, which
+// their supervisors send again.
 func (s *Service) ReportsRefused() uint64 { return s.reportsRefused.Load() }
 
 // Report records a supervisor report on sandbox id (the JSON of a
@@ -318,7 +320,7 @@ func (s *Service) ReportsRefused() uint64 { return s.reportsRefused.Load() }
 // nothing; it is taken when its generation's supervisor is the attached one.
 func (s *Service) Report(ctx context.Context, id string, data []byte) (r compute.Report, err error) {
 	defer func() {
-		if err == nil {
+		if err == nil || errors.Is(err, errEarly) {
 			return
 		}
 		s.reportsRefused.Add(1)

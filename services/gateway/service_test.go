@@ -655,6 +655,54 @@ func TestEarlyAttachWaitsForTheSaga(t *testing.T) {
 	}
 }
 
+// TestEarlyExitWaitsForTheStart: a workload that exits at once is
+// reported exited by its supervisor before the create saga recorded
+// sandbox.started: the exit is not taken before the saga's record (past
+// the hold, ABORTED: its supervisor sends it again) and is taken after
+// it, its code kept. The exit moved the sandbox to error first, and the
+// saga's started was refused there and dropped.
+func TestEarlyExitWaitsForTheStart(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	saga := r.service(t)
+	brief, err := NewService(r.store, r.names, fakeDrivers{}, r.creds, Config{ReportHold: time.Millisecond}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := saga.Handle(ctx, Command{Verb: VerbCreate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exit, _ := json.Marshal(compute.Report{SandboxID: v.ID, Generation: 1, Credential: r.creds.Mint(v.ID, 1), Kind: compute.ReportExited, ExitCode: 7})
+	if _, err := brief.Report(ctx, v.ID, exit); events.CodeOf(err) != events.CodeAborted {
+		t.Fatalf("an exit before the saga's started, past the hold: %v, want ABORTED", err)
+	}
+	envs, err := r.store.Load(ctx, v.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := saga.Record(ctx, envs[0], "sagas", &events.Started{Generation: 1}); err != nil {
+		t.Fatalf("the create saga's started: %v", err)
+	}
+	if _, err := brief.Report(ctx, v.ID, exit); err != nil {
+		t.Fatalf("the exit sent again: %v", err)
+	}
+	envs, err = r.store.Load(ctx, v.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range envs {
+		got = append(got, e.Type)
+	}
+	if want := []string{events.TypeCreated, events.TypeStarted, events.TypeExited}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("log %v, want %v", got, want)
+	}
+	if sb, err := r.service(t).Sandbox(ctx, v.ID); err != nil || sb.Phase != events.PhaseError || sb.View.ExitCode == nil || *sb.View.ExitCode != 7 {
+		t.Fatalf("after the exit: %+v, %v; want error, exit code 7", sb, err)
+	}
+}
+
 // TestNameEntryTrustedOnlyIfTheLogAgrees (issue 23, attack 8): torpor_names
 // is on the bus. An entry pointing a name at another sandbox, or at
 // nothing, resolves to NOT_FOUND, so `delete c1` can never delete c2.

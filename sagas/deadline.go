@@ -19,12 +19,18 @@ import (
 //     observed exited        → exited{code} (error, the exit code kept)
 //     observed running, and the deadline passed while the service was down → wait Config.Grace from the
 //                              runner's start for the supervisor's attach, retried across the restart, then as below
+//     observed running, the saga's outcome not recorded (the driver's answer never came)
+//                            → what the driver's answer would have said, as the saga records it: started{generation},
+//                              or for a resume retained_state_consumed (if held) + resumed{restored}; then wait
+//                              Config.Grace for the supervisor, whose attach the gateway holds until that record
+//                              (one writer per fact), then as below
 //     otherwise              → deadline_passed (error, DeadlineExceeded); then driver.Stop cleans up
 //                              (after a consumption the driver proved: retained_state_consumed first)
 //   starting (a resume, the retained state held in the log)
 //     a resume on another node, the target observed running it or having consumed the state for it
 //                            → retained_state_consumed{node: the target} + deadline_passed (error), or + exited{code}
-//                              when observed exited; then the target's driver.Stop cleans up (the restore ran there
+//                              when observed exited, or + resumed{restored} and the attach's grace as above when
+//                              observed running it; then the target's driver.Stop cleans up (the restore ran there
 //                              while its answer was lost); else as below, observed on the sandbox's node
 //     a resume on another node, the target cannot tell (no answer to Observe): the state held on the sandbox's
 //     node proves nothing (the target may have consumed the moved copy), so below ends in error, unless this
@@ -38,7 +44,8 @@ import (
 //     observed gone          → resource_lost (error)
 //     observed running it, exited, or the state consumed for it (Observation.ConsumedGeneration, or the
 //     reference as Observation.Consumed)
-//                            → as above: the point of no return passed while the answer was lost
+//                            → as above: the point of no return passed while the answer was lost (running it:
+//                              the restore ran, recorded as the saga would, and the attach waited for)
 //     observed frozen behind the reference (and, for a resume on another node, the target said it consumed
 //     nothing, or no resume ever reached it)
 //                            → resume_failed + deadline_passed (suspended, retryable, DeadlineExceeded)
@@ -218,12 +225,12 @@ func (r *Runner) settle(ctx context.Context, o *open) error {
 		obs = r.observe(ctx, s)
 		evs, cleanup, wait = r.compensation(st, obs, unsure)
 	}
-	if wait > 0 {
+	if wait > 0 && len(evs) == 0 {
 		log.Info().Dur("grace", wait).Msg("deadline passed while the service was down; waiting for the supervisor")
 		r.rearm(o, wait)
 		return nil
 	}
-	log.Warn().Str("observed", string(obs.State)).Str("outcome", evs[0].Type()).Msg("deadline passed")
+	log.Warn().Str("observed", string(obs.State)).Str("outcome", evs[len(evs)-1].Type()).Msg("deadline passed")
 	err = r.record(ctx, s, evs...)
 	switch {
 	case errors.Is(err, errRefused):
@@ -234,6 +241,14 @@ func (r *Runner) settle(ctx context.Context, o *open) error {
 		return nil
 	case err != nil:
 		return err
+	}
+	if wait > 0 {
+		// The start or the restore the driver observed is recorded, the
+		// phase goes on: its supervisor's attach, held at the gateway
+		// until this record, is given the grace.
+		log.Info().Dur("grace", wait).Msg("the driver's answer never came; its outcome recorded as observed, waiting for the supervisor")
+		r.rearm(o, wait)
+		return nil
 	}
 	r.cfg.Metrics.DeadlineFired(string(st.view.Phase))
 	if cleanup != "" && s.driver != nil {
@@ -304,6 +319,16 @@ func (r *Runner) compensation(st state, obs compute.Observation, unsure bool) (e
 			return append(consumed, &events.Exited{Generation: gen, Code: obs.ExitCode}), "", 0
 		case is(compute.StateRunning) && grace > 0:
 			return nil, "", grace
+		case is(compute.StateRunning) && st.outcome != gen:
+			// The driver's answer never came, but the workload runs: the
+			// start, or the restore, happened. Recorded as the saga would
+			// have (one writer per fact: the runner), and its supervisor,
+			// whose attach the gateway holds until this record, is given
+			// the grace before the deadline is recorded.
+			if st.resuming {
+				return append(consumed, &events.Resumed{Generation: gen, Outcome: events.OutcomeRestored}), "", r.cfg.Grace
+			}
+			return []events.Event{&events.Started{Generation: gen}}, "", r.cfg.Grace
 		case resuming && !is(compute.StateRunning) && !consumedFor(obs, gen, st.held):
 			if !unsure && stillHeld(obs, st.held) {
 				// Back to suspended only on the driver's word that the
@@ -386,6 +411,10 @@ func (r *Runner) restoredElsewhere(st state, obs compute.Observation) ([]events.
 		if grace := time.Until(r.began.Add(r.cfg.Grace)); grace > 0 {
 			return nil, "", grace
 		}
+		// The restore ran there and its answer never came: recorded as
+		// the saga would have, then the grace for the held attach (see
+		// compensation).
+		return []events.Event{consumed, &events.Resumed{Generation: gen, Outcome: events.OutcomeRestored}}, "", r.cfg.Grace
 	}
 	passed := &events.DeadlinePassed{Phase: st.view.Phase, Deadline: r.cfg.Deadline.String()}
 	return []events.Event{consumed, passed}, cleanStop, 0
@@ -401,6 +430,11 @@ type state struct {
 	// target is the node the newest resume request moves the sandbox to,
 	// when it names another than the sandbox's.
 	target string
+	// resuming says that the newest intent that minted a generation is a
+	// resume (not a create or a start); outcome is the newest generation
+	// whose start or restore is recorded (sandbox.started, sandbox.resumed).
+	resuming bool
+	outcome  int64
 }
 
 // fold reads a sandbox's log into a state; a phase is entered as track
@@ -422,6 +456,16 @@ func fold(log []events.Envelope) state {
 		}
 		if node := movedTo(env); node != "" && st.created != nil {
 			st.created = onNode(st.created, node)
+		}
+		switch env.Type {
+		case events.TypeCreated, events.TypeStartRequested:
+			st.resuming = false
+		case events.TypeResumeRequested:
+			st.resuming = true
+		case events.TypeStarted, events.TypeResumed:
+			if e, err := env.Decode(); err == nil {
+				st.outcome = e.(interface{ SpeaksFor() int64 }).SpeaksFor()
+			}
 		}
 		if env.Type == events.TypeResumeRequested {
 			st.target = ""

@@ -213,9 +213,10 @@ func TestDeleteWithAFormerNodeDown(t *testing.T) {
 // TestMoveDeadlineAsksTheTarget: a resume on another node that restored
 // there while every answer of it was lost is, at its deadline, what the
 // target says: the state consumed there (the sandbox on the target from
-// then on), the deadline passed, and the target's copy that never
-// attached stopped; not a resume failure that would hold the state for a
-// second restore.
+// then on) and restored, recorded as the saga would have; then, its
+// supervisor given the grace and never attached (this harness records no
+// report), the deadline passed, and the target's copy stopped; not a
+// resume failure that would hold the state for a second restore.
 func TestMoveDeadlineAsksTheTarget(t *testing.T) {
 	h := newHarness(t, sagas.Config{Nodes: []string{"n2"}, Deadline: short})
 	sb, ref := h.suspended(nil)
@@ -223,8 +224,9 @@ func TestMoveDeadlineAsksTheTarget(t *testing.T) {
 	m.lost = true
 	h.run(m)
 	in := sb.when(&events.ResumeRequested{Generation: 2, RestoreRef: ref, Node: "n2"})
-	sb.then(sb.outcome(in, 2),
+	sb.then(sb.outcome(in, 3),
 		&events.RetainedStateConsumed{Generation: 2, RestoreRef: ref, Node: "n2"},
+		&events.Resumed{Generation: 2, Outcome: events.OutcomeRestored},
 		passed(events.PhaseStarting))
 	h.store.waitUntil(t, "the clean-up stop on n2", func() bool { return slices.Contains(m.answered(), "stop n2 2") })
 }

@@ -14,6 +14,9 @@ import (
 //   sandbox.resume_requested{generation, restore_ref, restart_if_restore_fails}
 //     → driver.Resume(spec, generation, credential minted for it, ref), called again while it gets no answer
 //     ok                       → record sandbox.retained_state_consumed{generation, ref}, then sandbox.resumed{generation, restored}
+//                                (this saga is their one writer: the resumed generation's supervisor records only its
+//                                attach, which the gateway holds until sandbox.resumed is in the log; at a passed
+//                                deadline the runner records them as the driver observed, deadline.go)
 //     failed, not consumed     → record sandbox.resume_failed{generation}   (suspended again, retryable; the gateway turns it
 //                                into the failure after the consumption when the log holds the consumption)
 //     the reference unknown    → as failed after consuming: the driver holds nothing behind it (consumed by an earlier

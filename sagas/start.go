@@ -14,6 +14,8 @@ import (
 //     → driver.Discard(ref) for each retained_state_discarded appended with the intent (explicit start of a suspended sandbox)
 //     → driver.Start(spec, generation, credential minted for it), called again while it gets no answer
 //     ok       → record sandbox.started{generation}            | the sandbox is ready when its supervisor attaches
+//                (this saga is its one writer; the supervisor's attach is held at the gateway until it is in the log,
+//                so started always comes before attached; at a passed deadline the runner records it as observed)
 //     error    → record sandbox.start_failed{generation, message}
 //     deadline → nothing here: the phase's deadline settles it (deadline.go: error, the driver told to stop it)
 

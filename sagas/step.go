@@ -153,9 +153,9 @@ func (r *Runner) step(ctx context.Context, j *job, later []events.Envelope, seen
 }
 
 // settled says why the intent needs no step, or "" if it does: an event it
-// caused is in the log (its outcome is recorded: by the saga, or, for a
-// resume, by the resumed generation's attach, which records the restore as
-// caused by the request) or a later intent supersedes it.
+// caused is in the log (its outcome is recorded, by the saga or by its
+// deadline: the sagas are the one writer of a driver's answer) or a later
+// intent supersedes it.
 func settled(intent events.Envelope, later []events.Envelope) string {
 	for _, e := range later {
 		switch {

@@ -262,11 +262,11 @@ func TestKillDuringSuspendAndResume(t *testing.T) {
 		// The state is consumed in the driver; nothing recorded, and the
 		// restored supervisor not attached yet.
 		{"resume", step{"after the driver consumed the state, nothing recorded", map[string]string{"answer_delay": "3s", "attach": "4s"}, afterEffect("resume", 2)}},
-		// The restored supervisor's attach recorded the consumption and the
-		// restore it proves (past the point of no return); the driver's
-		// answer to the saga has not come. The restarted saga must take
-		// the resume as settled: no second effect.
-		{"resume", step{"after the attach recorded the restore, before the driver's answer", map[string]string{"answer_delay": "3s"}, afterIntent(events.TypeRetainedStateConsumed)}},
+		// The saga recorded the consumption (past the point of no return),
+		// not yet the restore; the restored supervisor's attach waits for
+		// it at the gateway. The restarted saga must record the restore
+		// with no second effect.
+		{"resume", step{"after the saga recorded the consumption, before the restore", map[string]string{"answer_delay": "3s"}, afterIntent(events.TypeRetainedStateConsumed)}},
 	} {
 		t.Run(c.verb+" "+c.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -298,8 +298,7 @@ func TestKillDuringSuspendAndResume(t *testing.T) {
 			a.kill()
 
 			b := serveProcess(t, dir, "--deadline", "30s")
-			// The re-driven step's outcome, not only the phase (a restored
-			// supervisor's attach makes it ready before the saga's record).
+			// The re-driven step's outcome, not only the phase.
 			outcome := map[string]string{"suspend": events.TypeSuspended, "resume": events.TypeResumed}[c.verb]
 			awaitHistory(t, b, v.ID, outcome)
 			got := converged(t, b, dir, v.ID, want)

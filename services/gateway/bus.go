@@ -309,7 +309,9 @@ func (b *Bus) report(ctx context.Context, m *nats.Msg) {
 
 // ReportsRefused is how many supervisor reports this gateway did not take:
 // stale generations, bad credentials, malformed or misaddressed reports,
-// reports the sandbox's phase does not take (and any it failed to record).
+// reports the sandbox's phase does not take (and any it failed to record),
+// not those answered ABORTED after waiting for a saga's record, which
+// their supervisors send again.
 func (s *Service) ReportsRefused() uint64 { return s.reportsRefused.Load() }
 
 // Report records a supervisor report on sandbox id (the JSON of a
@@ -318,7 +320,7 @@ func (s *Service) ReportsRefused() uint64 { return s.reportsRefused.Load() }
 // nothing; it is taken when its generation's supervisor is the attached one.
 func (s *Service) Report(ctx context.Context, id string, data []byte) (r compute.Report, err error) {
 	defer func() {
-		if err == nil {
+		if err == nil || errors.Is(err, errEarly) {
 			return
 		}
 		s.reportsRefused.Add(1)
@@ -369,17 +371,66 @@ func (s *Service) report(ctx context.Context, id string, r compute.Report) error
 		return events.Errorf(events.CodeInvalidArgument, "unknown report kind %q", r.Kind)
 	}
 	actor := fmt.Sprintf("supervisor:%d", r.Generation)
-	if r.Kind == compute.ReportAttached {
-		// Two appends, not one atomic batch: each stands alone, and an atomic
-		// batch costs far more than two appends (see jsstore.Store.Append).
-		if err := s.recordProof(ctx, id, actor, r.Generation); err != nil {
-			return err
-		}
-	}
-	err := s.Record(ctx, events.Envelope{SandboxID: id}, actor, e)
+	err := s.recordReport(ctx, id, actor, e)
 	var te *TransitionError
 	if errors.As(err, &te) {
 		return events.Errorf(events.CodeFailedPrecondition, "sandbox %s: %v", id, err)
 	}
 	return err
+}
+
+// recordReport records a supervisor's attach, detach or exit e. One fact,
+// one writer: the consumption of a retained state and the restore
+// (sandbox.retained_state_consumed, sandbox.resumed) are the resume saga's
+// to record, as the driver answered (sagas/resume.go; at a passed deadline,
+// as the driver observed), and a supervisor records only what it saw
+// itself. A report of a resumed generation that comes before the saga's
+// record (awaits) waits for it here, woken by every state this instance
+// caches and reading the subject's head at a growing interval (another
+// instance may record it), for at most Config.ReportHold; then it is
+// answered ABORTED, which is no final answer: the supervisor asks again
+// (compute/supervisor.Final), so the report is taken once the saga's
+// record is in the log, after it, or refused for good once the sandbox
+// moved on (the resume failed, or its deadline passed).
+func (s *Service) recordReport(ctx context.Context, id, actor string, e events.Event) error {
+	gen := e.(report).SpeaksFor()
+	gate := func(sb *Sandbox) error {
+		if why := awaits(sb, gen); why != "" {
+			return early(events.Errorf(events.CodeAborted, "sandbox %s: %s; report it again", id, why))
+		}
+		return nil
+	}
+	hold := time.NewTimer(s.cfg.ReportHold)
+	defer hold.Stop()
+	poll := 2 * time.Millisecond
+	for {
+		err := s.record(ctx, events.Envelope{SandboxID: id}, actor, gate, e)
+		if !errors.Is(err, errEarly) {
+			return err
+		}
+		// Judged on the head, seq: woken by another sandbox's state, it
+		// waits on without reading the log again.
+		seq := s.cachedSeq(id)
+		t := time.NewTimer(poll)
+	wait:
+		for {
+			moved := s.movedCh()
+			if s.cachedSeq(id) != seq {
+				break
+			}
+			select {
+			case <-moved:
+			case <-t.C:
+				poll = min(2*poll, 100*time.Millisecond)
+				break wait
+			case <-hold.C:
+				t.Stop()
+				return err
+			case <-ctx.Done():
+				t.Stop()
+				return err
+			}
+		}
+		t.Stop()
+	}
 }

@@ -107,9 +107,8 @@ func (l *logged) outcome(a action, caps compute.Capabilities) []events.Event {
 		return evs
 	}
 	evs := a.evs
-	if _, ok := evs[0].(*events.SupervisorAttached); ok && l.sb.Exists() {
-		// A supervisor's attach records what it proves first.
-		evs = append(consumedByAttach(l.sb, evs[0].(*events.SupervisorAttached).Generation), evs...)
+	if a, ok := evs[0].(*events.SupervisorAttached); ok && l.sb.Exists() && awaits(l.sb, a.Generation) != "" {
+		return nil // held until the resume saga's record (recordReport)
 	}
 	evs, err := reported(l.sb, evs, l.now)
 	if err != nil {

@@ -38,12 +38,14 @@ type Sandbox struct {
 	// ResumeNode is the newest resume request's target node, when it moves
 	// the sandbox to another node.
 	ResumeNode string
-	// ResumeCause is the newest resume request (its id and causal
-	// metadata): what a restore the attach proves was caused by.
-	ResumeCause events.Envelope
 	// Restored is the newest generation whose restore is recorded
-	// (sandbox.resumed); 0 for none.
+	// (sandbox.resumed, the resume saga's); 0 for none.
 	Restored int64
+	// Started is the newest generation whose start is recorded
+	// (sandbox.started, the start saga's), or whose supervisor attached (a
+	// log written before attaches waited for the saga's record); 0 for
+	// none.
+	Started int64
 	// Entered is when the sandbox entered its phase (the time of the event
 	// that moved it there), what a passed deadline is measured from.
 	Entered time.Time
@@ -104,11 +106,12 @@ func (s *Sandbox) apply(env events.Envelope) error {
 		s.RestoreRef, s.Retained = e.RestoreRef, e.Generation
 	case *events.ResumeRequested:
 		s.Generation, s.Resuming, s.Exited, s.Fallback, s.ResumeNode = e.Generation, true, false, e.RestartIfRestoreFails, e.Node
-		s.ResumeCause = events.Envelope{ID: env.ID, SandboxID: env.SandboxID, CommandID: env.CommandID, CorrelationID: env.CorrelationID}
 	case *events.ResumeFailed:
 		s.Resuming = false
 	case *events.Resumed:
 		s.Restored = e.Generation
+	case *events.Started:
+		s.Started = e.Generation
 	case *events.RetainedStateConsumed:
 		s.RestoreRef = ""
 		if e.Node != "" {
@@ -117,7 +120,7 @@ func (s *Sandbox) apply(env events.Envelope) error {
 	case *events.RetainedStateDiscarded, *events.RetainedStateInvalidated:
 		s.RestoreRef = ""
 	case *events.SupervisorAttached:
-		s.Attached = e.Generation
+		s.Attached, s.Started = e.Generation, max(s.Started, e.Generation)
 	case *events.SupervisorDetached, *events.Stopped:
 		s.Attached = 0
 	case *events.Exited:
@@ -321,8 +324,8 @@ func fenced(e *events.Error) *events.Error {
 // state before the report:
 //   - every event must speak for the current generation (fence);
 //   - a fact the log already holds is left out: a consumption or a restore
-//     the attach of a resumed generation recorded before the saga did (see
-//     consumedByAttach), an attach repeated by a supervisor attached already;
+//     a re-driven resume saga records again (after a crash between its two
+//     records, say), an attach repeated by a supervisor attached already;
 //   - a restore failure "before the consumption" when the consumption is
 //     recorded is a lie the log disproves (a driver that forgot, say): it
 //     becomes the failure after the consumption, a cold start when the
@@ -363,7 +366,7 @@ func reported(s *Sandbox, evs []events.Event, now time.Time) ([]events.Event, er
 			}
 		case *events.Resumed:
 			if s.Restored == e.Generation {
-				continue // recorded already, by the resumed generation's attach
+				continue // recorded already, by this resume's saga before it was re-driven
 			}
 		case *events.ResumeFailed:
 			if !s.Resuming {
@@ -422,20 +425,42 @@ func passed(s *Sandbox, e *events.DeadlinePassed, now time.Time) error {
 	return nil
 }
 
-// consumedByAttach is what the attach of generation gen records before the
-// attach itself: while a resume of gen is under way and its retained state is
-// still held, a restored workload's supervisor running is proof that the
-// state was consumed, and a ready view must never show it held. The saga's
-// own record of the consumption, arriving later, is then a fact already held.
-// In a phase where the table refuses the consumption (the resume failed or
-// timed out first), nothing is appended and the attach is refused too.
-func consumedByAttach(s *Sandbox, gen int64) []events.Event {
-	if !s.Resuming || s.Generation != gen || s.Restored == gen {
-		return nil
+// awaits says why a supervisor's report of generation gen must wait for
+// the runner's record, "" when it need not: gen is the generation a start
+// or a resume under way minted, and that saga's outcome is not recorded
+// (no sandbox.started, or no sandbox.resumed, of gen). One fact, one
+// writer: the driver's answer is the saga's to record (sandbox.started;
+// the consumption and the restore, sagas/resume.go), what the supervisor
+// saw is the supervisor's (supervisor.attached, sandbox.exited). A
+// supervisor that reports before the saga heard the driver's answer (the
+// workload runs before the driver's call returns) is taken after the
+// saga's record, so the log always reads started, attached, and consumed,
+// resumed, attached: never a ready sandbox that a late started follows,
+// never a held reference under a ready sandbox (the table takes no
+// consumption in ready), never an exit that moves the sandbox to error
+// before the saga's record, which the table would then refuse and the saga
+// drop. Should the saga never record (the driver never answered, the
+// resume failed), the sandbox moves on (its deadline, the saga's other
+// outcome) and the report is then refused for good, or taken, there.
+func awaits(s *Sandbox, gen int64) string {
+	if s.Generation != gen {
+		return ""
 	}
-	var out []events.Event
-	if s.RestoreRef != "" {
-		out = append(out, &events.RetainedStateConsumed{Generation: gen, RestoreRef: s.RestoreRef, Node: s.ResumeNode})
+	switch {
+	case s.Phase == events.PhaseStarting && s.Resuming && s.Restored != gen:
+		return fmt.Sprintf("the resume of generation %d has no outcome recorded yet", gen)
+	case (s.Phase == events.PhaseProvisioning || s.Phase == events.PhaseStarting) && !s.Resuming && s.Started != gen:
+		return fmt.Sprintf("the start of generation %d has no outcome recorded yet", gen)
 	}
-	return append(out, &events.Resumed{Generation: gen, Outcome: events.OutcomeRestored})
+	return ""
+}
+
+// errEarly marks the answer to a report that came before the record it
+// waits for (awaits): ABORTED, to be sent again.
+var errEarly = errors.New("early")
+
+// early is e marked errEarly; its code and message stay.
+func early(e *events.Error) *events.Error {
+	e.Err = errEarly
+	return e
 }

@@ -181,47 +181,43 @@ func TestViewFollowsTheAggregate(t *testing.T) {
 	}
 }
 
-// TestReportedAttachBeforeOutcome: the resumed generation's supervisor may
-// attach before the saga records the restore; the attach records the
-// consumption and the restore first (a restored workload running is proof
-// of both), so the ready view says restored, and the saga's later outcome
-// adds nothing. Where the saga recorded the consumption but not yet the
-// restore, the attach records the restore alone.
-func TestReportedAttachBeforeOutcome(t *testing.T) {
-	sb := given(t, resuming...)
-	proof := consumedByAttach(sb, 2)
-	want := []events.Event{&events.RetainedStateConsumed{Generation: 2, RestoreRef: "ref-1"}, &events.Resumed{Generation: 2, Outcome: events.OutcomeRestored}}
-	if !reflect.DeepEqual(proof, want) {
-		t.Fatalf("attach while resuming records %#v; want %#v", proof, want)
+// TestAttachAwaitsTheResume: a started or resumed generation's supervisor
+// may report before the saga records the driver's answer; its attach and
+// exit wait for the saga's record (one writer per fact: the start, the
+// consumption and the restore are the saga's), and are taken once it is
+// recorded. A saga re-driven after its records adds nothing.
+func TestAttachAwaitsTheResume(t *testing.T) {
+	consumed := &events.RetainedStateConsumed{Generation: 2, RestoreRef: "ref-1"}
+	restored := &events.Resumed{Generation: 2, Outcome: events.OutcomeRestored}
+	for _, tc := range []struct {
+		name  string
+		log   []events.Event
+		gen   int64
+		await bool
+	}{
+		{"resuming", resuming, 2, true},
+		{"consumed, not restored", append(resuming[:6:6], consumed), 2, true},
+		{"restored", append(resuming[:6:6], consumed, restored), 2, false},
+		{"another generation", resuming, 1, false},
+		{"created", ready[:1], 1, true},
+		{"started", ready[:2], 1, false},
+		{"a cold start", append(stopped[:5:5], &events.StartRequested{Generation: 2}), 2, true},
+		{"a cold start, started", append(stopped[:5:5], &events.StartRequested{Generation: 2}, &events.Started{Generation: 2}), 2, false},
+		{"the resume failed", append(resuming[:6:6], &events.ResumeFailed{Generation: 2}), 2, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := awaits(given(t, tc.log...), tc.gen) != ""; got != tc.await {
+				t.Fatalf("awaits = %v, want %v", got, tc.await)
+			}
+		})
 	}
-	if got := consumedByAttach(sb, 1); got != nil {
-		t.Fatalf("an attach of another generation records %#v", got)
-	}
-	sb = given(t, append(resuming[:6:6], proof[0], proof[1], &events.SupervisorAttached{Generation: 2})...)
+	sb := given(t, append(resuming[:6:6], consumed, restored, &events.SupervisorAttached{Generation: 2})...)
 	if v := sb.View; v.Phase != events.PhaseReady || v.Restore.Held || !v.Restore.Consumed || v.LastOutcome != events.OutcomeRestored {
 		t.Fatalf("after the attach: %+v", v)
 	}
-	if got := consumedByAttach(sb, 2); got != nil {
-		t.Fatalf("a repeated attach records %#v", got)
-	}
-	got, err := reported(sb, []events.Event{&events.RetainedStateConsumed{Generation: 2, RestoreRef: "ref-1"}}, time.Now())
+	got, err := reported(sb, []events.Event{consumed, restored}, time.Now())
 	if err != nil || len(got) != 0 {
-		t.Fatalf("the saga's late consumption: %#v, %v; want nothing (held already)", got, err)
-	}
-	got, err = reported(sb, []events.Event{&events.Resumed{Generation: 2, Outcome: events.OutcomeRestored}}, time.Now())
-	if err != nil || len(got) != 0 {
-		t.Fatalf("the saga's late outcome: %#v, %v; want nothing (held already)", got, err)
-	}
-	// The saga recorded the consumption, not yet the restore: the attach
-	// records the restore.
-	sb = given(t, append(resuming[:6:6], proof[0])...)
-	if got := consumedByAttach(sb, 2); !reflect.DeepEqual(got, want[1:]) {
-		t.Fatalf("attach after the saga's consumption records %#v; want %#v", got, want[1:])
-	}
-	// A cold start's attach records nothing more.
-	sb = given(t, append(stopped[:5:5], &events.StartRequested{Generation: 2})...)
-	if got := consumedByAttach(sb, 2); got != nil {
-		t.Fatalf("cold attach: %#v", got)
+		t.Fatalf("the re-driven saga's records: %#v, %v; want nothing (held already)", got, err)
 	}
 }
 

@@ -91,6 +91,12 @@ type Config struct {
 	// silent before it is recorded detached (default 15s: three of
 	// torpor supervise's beats).
 	HeartbeatLimit time.Duration
+	// ReportHold is how long a supervisor's report that comes before the
+	// runner recorded its generation's resume (see awaits) waits at the
+	// gateway for that record before it is answered ABORTED, which the
+	// supervisor takes for "ask again" (default 1s, under a supervisor's
+	// 2 s request timeout).
+	ReportHold time.Duration
 	// Metrics records the commands, appends and fenced reports; nil
 	// records nothing.
 	Metrics *metrics.Set
@@ -124,6 +130,9 @@ func (c *Config) Defaults() {
 	if c.HeartbeatLimit == 0 {
 		c.HeartbeatLimit = 15 * time.Second
 	}
+	if c.ReportHold == 0 {
+		c.ReportHold = time.Second
+	}
 	c.Limits.defaults()
 }
 
@@ -140,6 +149,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway: create timeout %s, want a positive duration", c.CreateTimeout)
 	case c.HeartbeatLimit <= 0:
 		return fmt.Errorf("gateway: heartbeat limit %s, want a positive duration", c.HeartbeatLimit)
+	case c.ReportHold < 0:
+		return fmt.Errorf("gateway: report hold %s, want a positive duration", c.ReportHold)
 	case c.NameGrace < 2*c.CreateTimeout:
 		return fmt.Errorf("gateway: name grace %s, want at least twice the create timeout %s", c.NameGrace, c.CreateTimeout)
 	case !validName.MatchString(c.Node):
@@ -175,9 +186,12 @@ type Service struct {
 	log     zerolog.Logger
 	now     func() time.Time
 
-	locks   [4096]fifoLock // striped by sandbox id
-	mu      sync.Mutex
-	cache   map[string]*Sandbox
+	locks [4096]fifoLock // striped by sandbox id
+	mu    sync.Mutex
+	cache map[string]*Sandbox
+	// moved is closed (and dropped) whenever a state is cached: it wakes
+	// the reports waiting for a record (waitMove).
+	moved   chan struct{}
 	refused refusedLog
 	// reportsRefused counts supervisor reports refused (ReportsRefused).
 	reportsRefused atomic.Uint64
@@ -324,6 +338,10 @@ func (s *Service) refresh(ctx context.Context, sb *Sandbox) (*Sandbox, error) {
 func (s *Service) put(sb *Sandbox) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.moved != nil {
+		close(s.moved)
+		s.moved = nil
+	}
 	if _, ok := s.cache[sb.ID]; !ok && len(s.cache) >= s.cfg.CacheSize {
 		for k := range s.cache { // evict one at random
 			delete(s.cache, k)
@@ -423,11 +441,23 @@ func (s *Service) handle(ctx context.Context, c Command) (events.View, error) {
 // reaching an instance that still caches ready, say), and a report that
 // saga or supervisor takes as final must not be refused on a stale cache.
 func (s *Service) Record(ctx context.Context, cause events.Envelope, actor string, evs ...events.Event) error {
+	return s.record(ctx, cause, actor, nil, evs...)
+}
+
+// record is Record, with gate, when set, judging the state first: an
+// error it returns refuses the report as decide's would (and is judged
+// again at the head when the state was cached).
+func (s *Service) record(ctx context.Context, cause events.Envelope, actor string, gate func(*Sandbox) error, evs ...events.Event) error {
 	if err := ParseID(cause.SandboxID); err != nil {
 		return err
 	}
 	defer s.lock(cause.SandboxID)()
 	sb, err := s.append(ctx, cause.SandboxID, true, cause.Caused(actor), dedupOf(cause), func(sb *Sandbox) ([]events.Event, error) {
+		if gate != nil && sb.Exists() {
+			if err := gate(sb); err != nil {
+				return nil, err
+			}
+		}
 		return reported(sb, evs, s.now())
 	})
 	if err == nil && sb.Gone() {
@@ -439,6 +469,27 @@ func (s *Service) Record(ctx context.Context, cause events.Envelope, actor strin
 	return err
 }
 
+// cachedSeq is the sequence of the state of id in the cache, 0 when none.
+func (s *Service) cachedSeq(id string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sb, ok := s.cache[id]; ok {
+		return sb.Seq
+	}
+	return 0
+}
+
+// movedCh is a channel closed when a state is next cached (an append of
+// this instance, or a read that found the log moved).
+func (s *Service) movedCh() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.moved == nil {
+		s.moved = make(chan struct{})
+	}
+	return s.moved
+}
+
 // dedupOf is what derives the message ids of the events a report caused by
 // cause appends (none for a cause without an id): the same fact reported
 // twice for one cause lands once.
@@ -447,36 +498,6 @@ func dedupOf(cause events.Envelope) string {
 		return ""
 	}
 	return "r:" + cause.ID
-}
-
-// recordProof appends what the attach of generation gen of sandbox id
-// proves before the attach itself (consumedByAttach), as a report of actor's
-// caused by the resume request under way, so that it carries the request's
-// command, correlation and causation like the resume saga's own records.
-// It reads the resume under way at the subject's head (one read of its last
-// sequence when the state is cached): an instance whose cache predates the
-// resume would find nothing to prove.
-func (s *Service) recordProof(ctx context.Context, id, actor string, gen int64) error {
-	if err := ParseID(id); err != nil {
-		return err
-	}
-	defer s.lock(id)()
-	sb, cached, err := s.load(ctx, id)
-	if err == nil && cached {
-		sb, err = s.refresh(ctx, sb)
-	}
-	if err != nil {
-		return err
-	}
-	cause := sb.ResumeCause
-	_, err = s.appendFrom(ctx, sb, false, cause.Caused(actor), dedupOf(cause), func(sb *Sandbox) ([]events.Event, error) {
-		evs := consumedByAttach(sb, gen)
-		if len(evs) == 0 || sb.ResumeCause.ID != cause.ID {
-			return nil, nil // nothing to prove, or of another resume than the cause stamped
-		}
-		return reported(sb, evs, s.now())
-	})
-	return err
 }
 
 // append runs decide against the current state and appends what it returns,

@@ -443,6 +443,10 @@ func TestAnswersWithoutAppendAreCurrent(t *testing.T) {
 		if _, err := b.Handle(ctx, Command{Verb: VerbResume, ID: v.ID}); err != nil {
 			t.Fatal(err)
 		}
+		if err := b.Record(ctx, events.Envelope{SandboxID: v.ID}, "test",
+			&events.RetainedStateConsumed{Generation: 2, RestoreRef: "r1"}, &events.Resumed{Generation: 2, Outcome: events.OutcomeRestored}); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := b.Report(ctx, v.ID, attachReport(t, r, v.ID, 2)); err != nil {
 			t.Fatal(err)
 		}
@@ -573,54 +577,129 @@ func TestLostReservationIsReclaimed(t *testing.T) {
 	}
 }
 
-// TestAttachProofCarriesTheResumeCause: the resumed generation's supervisor
-// attaches before the saga records anything; the consumption and the
-// restore its attach records carry the resume command's id and
-// correlation, caused by the resume request, as the saga's own would
-// (CONTRACT §3); the attach itself is the supervisor's.
-func TestAttachProofCarriesTheResumeCause(t *testing.T) {
+// TestEarlyAttachWaitsForTheSaga: one writer per fact. The resumed
+// generation's supervisor attaches before the resume saga recorded the
+// consumption and the restore: the gateway records neither for it. Past
+// the report hold it answers ABORTED (the supervisor asks again) and
+// appends nothing; an attach that is waiting when the saga's record lands
+// through another instance is taken after it. The log reads the
+// consumption and the restore once each, the saga's, then the attach, the
+// supervisor's. The attach recorded both itself, as supervisor:2, and the
+// saga's copies were dropped.
+func TestEarlyAttachWaitsForTheSaga(t *testing.T) {
 	r := newRig(t)
-	svc := r.service(t)
 	ctx := context.Background()
-	v := readySandbox(t, svc)
-	if _, err := svc.Handle(ctx, Command{Verb: VerbSuspend, ID: v.ID, CommandID: "suspend-1"}); err != nil {
+	instance := func(hold time.Duration) *Service {
+		svc, err := NewService(r.store, r.names, fakeDrivers{}, r.creds, Config{ReportHold: hold}, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return svc
+	}
+	saga, brief, patient := instance(0), instance(time.Millisecond), instance(time.Minute)
+	v := readySandbox(t, saga)
+	command(VerbSuspend)(t, saga, v.ID)
+	if err := saga.Record(ctx, events.Envelope{SandboxID: v.ID}, "sagas", &events.Suspended{Generation: 1, RestoreRef: "ref-1"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := svc.Record(ctx, events.Envelope{SandboxID: v.ID}, "saga", &events.Suspended{Generation: 1, RestoreRef: "ref-1"}); err != nil {
+	command(VerbResume)(t, saga, v.ID)
+	before := countTypes(t, r.store, v.ID)
+	if _, err := brief.Report(ctx, v.ID, attachReport(t, r, v.ID, 2)); events.CodeOf(err) != events.CodeAborted {
+		t.Fatalf("an attach before the saga's record, past the hold: %v, want ABORTED", err)
+	}
+	if got := countTypes(t, r.store, v.ID); !reflect.DeepEqual(got, before) {
+		t.Fatalf("the early attach appended: %v, was %v", got, before)
+	}
+	taken := make(chan error, 1)
+	go func() {
+		_, err := patient.Report(ctx, v.ID, attachReport(t, r, v.ID, 2))
+		taken <- err
+	}()
+	var request events.Envelope
+	envs, err := r.store.Load(ctx, v.ID, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Handle(ctx, Command{Verb: VerbResume, ID: v.ID, CommandID: "resume-1"}); err != nil {
+	for _, e := range envs {
+		if e.Type == events.TypeResumeRequested {
+			request = e
+		}
+	}
+	if err := saga.Record(ctx, request, "sagas", &events.RetainedStateConsumed{Generation: 2, RestoreRef: "ref-1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Report(ctx, v.ID, attachReport(t, r, v.ID, 2)); err != nil {
+	if err := saga.Record(ctx, request, "sagas", &events.Resumed{Generation: 2, Outcome: events.OutcomeRestored}); err != nil {
 		t.Fatal(err)
+	}
+	if err := <-taken; err != nil {
+		t.Fatalf("the attach waiting for the saga's record: %v", err)
+	}
+	envs, err = r.store.Load(ctx, v.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range envs[len(envs)-3:] {
+		got = append(got, e.Type+" by "+e.Actor)
+	}
+	want := []string{events.TypeRetainedStateConsumed + " by sagas", events.TypeResumed + " by sagas", events.TypeSupervisorAttached + " by supervisor:2"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("the log ends %v, want %v", got, want)
+	}
+	n := countTypes(t, r.store, v.ID)
+	if n[events.TypeRetainedStateConsumed] != 1 || n[events.TypeResumed] != 1 {
+		t.Fatalf("log %v: want the consumption and the restore once", n)
+	}
+	if sb, err := instance(0).Sandbox(ctx, v.ID); err != nil || sb.Phase != events.PhaseReady || sb.Attached != 2 || sb.RestoreRef != "" {
+		t.Fatalf("after the attach: %+v, %v; want ready, generation 2 attached, nothing held", sb, err)
+	}
+}
+
+// TestEarlyExitWaitsForTheStart: a workload that exits at once is
+// reported exited by its supervisor before the create saga recorded
+// sandbox.started: the exit is not taken before the saga's record (past
+// the hold, ABORTED: its supervisor sends it again) and is taken after
+// it, its code kept. The exit moved the sandbox to error first, and the
+// saga's started was refused there and dropped.
+func TestEarlyExitWaitsForTheStart(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	saga := r.service(t)
+	brief, err := NewService(r.store, r.names, fakeDrivers{}, r.creds, Config{ReportHold: time.Millisecond}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := saga.Handle(ctx, Command{Verb: VerbCreate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exit, _ := json.Marshal(compute.Report{SandboxID: v.ID, Generation: 1, Credential: r.creds.Mint(v.ID, 1), Kind: compute.ReportExited, ExitCode: 7})
+	if _, err := brief.Report(ctx, v.ID, exit); events.CodeOf(err) != events.CodeAborted {
+		t.Fatalf("an exit before the saga's started, past the hold: %v, want ABORTED", err)
 	}
 	envs, err := r.store.Load(ctx, v.ID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var request events.Envelope
-	got := map[string]events.Envelope{}
+	if err := saga.Record(ctx, envs[0], "sagas", &events.Started{Generation: 1}); err != nil {
+		t.Fatalf("the create saga's started: %v", err)
+	}
+	if _, err := brief.Report(ctx, v.ID, exit); err != nil {
+		t.Fatalf("the exit sent again: %v", err)
+	}
+	envs, err = r.store.Load(ctx, v.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
 	for _, e := range envs {
-		if e.Type == events.TypeResumeRequested {
-			request = e
-		}
-		got[e.Type] = e
+		got = append(got, e.Type)
 	}
-	if request.CommandID != "resume-1" {
-		t.Fatalf("the resume request %+v", request)
+	if want := []string{events.TypeCreated, events.TypeStarted, events.TypeExited}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("log %v, want %v", got, want)
 	}
-	for _, typ := range []string{events.TypeRetainedStateConsumed, events.TypeResumed} {
-		e, ok := got[typ]
-		if !ok || e.CommandID != "resume-1" || e.CorrelationID != request.CorrelationID || e.CausationID != request.ID || e.Actor != "supervisor:2" {
-			t.Errorf("%s recorded by the attach: %+v, ok %v; want the resume request's command and correlation, caused by %s", typ, e, ok, request.ID)
-		}
-	}
-	if a := got[events.TypeSupervisorAttached]; a.Actor != "supervisor:2" {
-		t.Errorf("the attach: %+v", a)
-	}
-	if sb, err := svc.Sandbox(ctx, v.ID); err != nil || sb.Phase != events.PhaseReady || sb.View.LastOutcome != events.OutcomeRestored {
-		t.Fatalf("after the attach: %+v, %v", sb.View, err)
+	if sb, err := r.service(t).Sandbox(ctx, v.ID); err != nil || sb.Phase != events.PhaseError || sb.View.ExitCode == nil || *sb.View.ExitCode != 7 {
+		t.Fatalf("after the exit: %+v, %v; want error, exit code 7", sb, err)
 	}
 }
 

@@ -60,9 +60,9 @@ func TestRecordAtTheHead(t *testing.T) {
 
 // TestResumedAttachAtTheHead: the attach of a resumed generation reaching a
 // gateway that cached the sandbox suspended (another instance took the
-// resume) is taken with what it proves, the consumption of the retained
-// state and the restore, and the sandbox is ready; it was fenced ("speaks
-// for generation 2, current is 1") and lost.
+// resume, and the saga recorded the restore through it) is taken, and the
+// sandbox is ready; it was fenced ("speaks for generation 2, current is
+// 1") and lost.
 func TestResumedAttachAtTheHead(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
@@ -76,6 +76,10 @@ func TestResumedAttachAtTheHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	command(VerbResume)(t, a, v.ID)
+	if err := a.Record(ctx, events.Envelope{SandboxID: v.ID}, "test",
+		&events.RetainedStateConsumed{Generation: 2, RestoreRef: "ref-1"}, &events.Resumed{Generation: 2, Outcome: events.OutcomeRestored}); err != nil {
+		t.Fatal(err)
+	}
 	attach, _ := json.Marshal(compute.Report{SandboxID: v.ID, Generation: 2, Credential: r.creds.Mint(v.ID, 2), Kind: compute.ReportAttached})
 	if _, err := b.Report(ctx, v.ID, attach); err != nil {
 		t.Fatalf("attach of the resumed generation through the stale instance: %v", err)

@@ -559,6 +559,12 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		err := a.hsrv.Shutdown(sctx)
+		if err != nil {
+			// Requests still open after the grace (a wait or a watch that
+			// outlives it) are cut, so that their clients ask another
+			// instance rather than wait on one that stopped.
+			err = a.hsrv.Close()
+		}
 		if serr := <-served; !errors.Is(serr, http.ErrServerClosed) && err == nil {
 			err = serr
 		}

@@ -1,0 +1,506 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/rs/zerolog"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/check"
+	"github.com/torpor/torpor/internal/busauth"
+	"github.com/torpor/torpor/internal/embedded"
+	torpor "github.com/torpor/torpor/sdk/go"
+	"github.com/torpor/torpor/services/gateway"
+)
+
+// The fault tests: several torpor nodes on one NATS server of their own,
+// and a worker node (`torpor driver`, node.RunDriver) whose sim driver runs
+// every sandbox; commands go to random nodes while faults are injected.
+// Each prints what it survived.
+
+// cluster is a NATS server with the bus's keys, the torpor nodes that
+// joined it, and the worker.
+type cluster struct {
+	t       *testing.T
+	auth    *busauth.Auth
+	authDir string
+	ns      *server.Server
+	service string // a service user's credentials file
+	driver  string // the worker's credentials file
+	// faults, when set, wraps each node's appends (faultyStore).
+	faults *faults
+	nodes  []*Node
+	// driving is how many of the nodes drive the worker's sandboxes (the
+	// first ones).
+	driving int
+	worker  *worker
+}
+
+// worker is the worker node's `torpor driver`, in this process.
+type worker struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func newCluster(t *testing.T, instances, driving int, f *faults) *cluster {
+	t.Helper()
+	dir := t.TempDir()
+	c := &cluster{t: t, authDir: filepath.Join(dir, "auth"), faults: f, driving: driving}
+	var err error
+	if c.auth, err = busauth.Open(c.authDir, busauth.NoLimits); err != nil {
+		t.Fatal(err)
+	}
+	if c.ns, err = embedded.Start(embedded.Config{Data: dir, Listen: "127.0.0.1:0", Operator: c.auth.OperatorJWT, Accounts: c.auth.Accounts(), SystemAccount: c.auth.SystemKey, Name: "faults"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.ns.Shutdown(); c.ns.WaitForShutdown() })
+	c.service = c.creds("service", busauth.Grant{Role: busauth.Service})
+	c.driver = c.creds("driver", busauth.Grant{Role: busauth.Driver, Node: "w1"})
+	for i := range instances {
+		c.nodes = append(c.nodes, c.startNode(i))
+	}
+	c.startWorker()
+	return c
+}
+
+func (c *cluster) creds(name string, g busauth.Grant) string {
+	c.t.Helper()
+	u, err := c.auth.User(name, time.Hour, g)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	b, err := u.Creds()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	file := filepath.Join(c.t.TempDir(), name+".creds")
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+	return file
+}
+
+// startNode starts node i, with the bus's keys under its data directory
+// (so that it mints its supervisors' users) and the service's credentials.
+func (c *cluster) startNode(i int) *Node {
+	c.t.Helper()
+	data := c.t.TempDir()
+	if err := os.CopyFS(filepath.Join(data, "auth"), os.DirFS(c.authDir)); err != nil {
+		c.t.Fatal(err)
+	}
+	cfg := testConfig(c.t, fmt.Sprintf("ctl%d", i+1))
+	cfg.Data, cfg.NATSURL, cfg.NATSCreds, cfg.NATSListen = data, c.ns.ClientURL(), c.service, ""
+	cfg.Deadline = 5 * time.Second
+	if i < c.driving {
+		cfg.RemoteNodes = []string{"w1"}
+	}
+	if c.faults != nil {
+		cfg.wrapStore = c.faults.wrap
+	}
+	n, err := Start(context.Background(), cfg, zerolog.New(zerolog.NewTestWriter(c.t)).Level(zerolog.WarnLevel).With().Str("node", fmt.Sprint(i)).Logger())
+	if err != nil {
+		c.t.Fatalf("start node %d: %v", i, err)
+	}
+	c.t.Cleanup(func() { _ = n.Stop() })
+	return n
+}
+
+// startWorker starts the worker's `torpor driver` (the sim) over its data
+// directory, which it keeps across restarts.
+func (c *cluster) startWorker() {
+	c.t.Helper()
+	data := filepath.Join(c.authDir, "..", "w1")
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &worker{cancel: cancel, done: make(chan error, 1)}
+	up := make(chan struct{})
+	go func() {
+		w.done <- RunDriver(ctx, DriverConfig{Node: "w1", Drivers: []string{"sim"}, NATSURL: c.ns.ClientURL(), NATSCreds: c.driver, Data: data, Heartbeat: time.Second},
+			writerFunc(func(p []byte) { close(up) }), zerolog.Nop())
+	}()
+	select {
+	case <-up:
+	case err := <-w.done:
+		c.t.Fatalf("worker: %v", err)
+	}
+	c.worker = w
+	c.t.Cleanup(w.stop)
+}
+
+func (w *worker) stop() {
+	w.cancel()
+	<-w.done
+	w.done <- nil // for a second stop
+}
+
+// writerFunc is an io.Writer that calls f once, at its first write.
+type writerFunc func(p []byte)
+
+func (f writerFunc) Write(p []byte) (int, error) {
+	f(p)
+	return len(p), nil
+}
+
+// client is an HTTP client of node n, with the first node's admin token
+// (the tokens are shared).
+func (c *cluster) client(n *Node) *torpor.Client {
+	return torpor.New(n.HTTPURL(), nil).WithToken(c.nodes[0].AdminToken())
+}
+
+// faults make appends through the command service fail once in every:
+// before the append (nothing stored) or after it (stored, the answer lost).
+type faults struct {
+	mu      sync.Mutex
+	rng     *rand.Rand
+	every   int
+	before  atomic.Int64
+	after   atomic.Int64
+	enabled atomic.Bool
+}
+
+func newFaults(seed uint64, every int) *faults {
+	f := &faults{rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), every: every}
+	f.enabled.Store(true)
+	return f
+}
+
+func (f *faults) roll() int {
+	if !f.enabled.Load() {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.rng.IntN(f.every) != 0 {
+		return 0
+	}
+	return 1 + f.rng.IntN(2)
+}
+
+func (f *faults) wrap(s events.Store) events.Store { return faultyStore{Store: s, f: f} }
+
+// errInjected is the failure the fault tests inject into an append.
+var errInjected = events.Errorf(events.CodeUnavailable, "injected: the append failed")
+
+type faultyStore struct {
+	events.Store
+	f *faults
+}
+
+func (s faultyStore) Append(ctx context.Context, id string, expected uint64, envs ...events.Envelope) (uint64, error) {
+	switch s.f.roll() {
+	case 1:
+		s.f.before.Add(1)
+		return 0, errInjected
+	case 2:
+		if _, err := s.Store.Append(ctx, id, expected, envs...); err != nil {
+			return 0, err
+		}
+		s.f.after.Add(1)
+		return 0, errInjected
+	}
+	return s.Store.Append(ctx, id, expected, envs...)
+}
+
+// acked is a command a node answered OK: its sandbox and idempotency key.
+type acked struct {
+	id, verb, key string
+}
+
+// load runs commands against random nodes for every sandbox until each
+// has done its cycle: create, suspend, resume, stop, start, and delete for
+// some. It returns the commands answered OK.
+func (c *cluster) load(t *testing.T, rng *rand.Rand, sandboxes int, during func(i int)) ([]acked, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		out      []acked
+		wg       sync.WaitGroup
+		complete atomic.Int64
+	)
+	live := func() *Node {
+		mu.Lock()
+		defer mu.Unlock()
+		var up []*Node
+		for _, n := range c.nodes {
+			if n.Conn().IsConnected() {
+				up = append(up, n)
+			}
+		}
+		return up[rng.IntN(len(up))]
+	}
+	for i := range sandboxes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			send := func(verb, id string, f func(cl *torpor.Client, key string) (events.View, error)) (events.View, bool) {
+				key := fmt.Sprintf("fault-%d-%s-%d", i, verb, time.Now().UnixNano())
+				for attempt := 0; attempt < 20 && ctx.Err() == nil; attempt++ {
+					v, err := f(c.client(live()), key)
+					if err == nil {
+						mu.Lock()
+						out = append(out, acked{id: cmpOr(v.ID, id), verb: verb, key: key})
+						mu.Unlock()
+						return v, true
+					}
+					if code := events.CodeOf(err); code == events.CodeFailedPrecondition || code == events.CodeInvalidArgument {
+						t.Logf("sandbox %d: %s refused: %v", i, verb, err)
+						return v, false
+					}
+					time.Sleep(50 * time.Millisecond) // an instance down, an injected failure: again, same key
+				}
+				return events.View{}, false
+			}
+			v, ok := send("create", "", func(cl *torpor.Client, key string) (events.View, error) {
+				return cl.Create(ctx, torpor.CreateRequest{Driver: "sim", Node: "w1", Labels: map[string]string{"fault": "yes"}}, key)
+			})
+			if !ok {
+				return
+			}
+			wait := func(p events.Phase) bool {
+				var err error
+				for ctx.Err() == nil {
+					// A node that dies under a wait cuts it: ask another.
+					// (The SDK retries a node that went away until the
+					// wait's time is up: DEADLINE_EXCEEDED.)
+					_, err = c.client(live()).Wait(ctx, v.ID, p, 10*time.Second)
+					if code := events.CodeOf(err); err == nil || code != events.CodeUnavailable && code != events.CodeDeadlineExceeded {
+						break
+					}
+				}
+				if err != nil {
+					t.Logf("sandbox %d: wait for %s: %v", i, p, err)
+					if h, herr := c.client(live()).History(context.Background(), v.ID, 0); herr == nil {
+						for _, e := range h {
+							t.Logf("  seq %d %s phase %s actor %s cmd %s", e.Seq, e.Type, e.Phase, e.Actor, e.CommandID)
+						}
+					}
+				}
+				return err == nil
+			}
+			if !wait(events.PhaseReady) {
+				return
+			}
+			for step, verb := range []string{"suspend", "resume", "stop", "start", "delete"} {
+				if verb == "delete" && i%2 == 0 {
+					break
+				}
+				if during != nil && step == 1 {
+					during(i)
+				}
+				_, ok := send(verb, v.ID, func(cl *torpor.Client, key string) (events.View, error) {
+					if verb == "resume" {
+						return cl.Resume(ctx, v.ID, torpor.ResumeOptions{}, key)
+					}
+					return cl.Lifecycle(ctx, verb, v.ID, false, key)
+				})
+				if !ok {
+					return
+				}
+				want := map[string]events.Phase{"suspend": events.PhaseSuspended, "resume": events.PhaseReady, "stop": events.PhaseStopped, "start": events.PhaseReady, "delete": events.PhaseDeleted}[verb]
+				if !wait(want) {
+					return
+				}
+			}
+			complete.Add(1)
+		}()
+	}
+	wg.Wait()
+	return out, int(complete.Load())
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// converge waits until no sandbox is in a transient phase, then checks
+// what every fault test asks: no acknowledged command lost, the checker
+// finds nothing, and every sandbox suspended with its state held resumes.
+// It returns how long the sandboxes took to settle.
+func (c *cluster) converge(t *testing.T, acks []acked) time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	began := time.Now()
+	cl := c.client(c.liveNode())
+	var views []events.View
+	for {
+		views = views[:0]
+		cursor := ""
+		for {
+			page, err := cl.List(ctx, "", "fault=yes", 500, cursor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			views = append(views, page.Items...)
+			if cursor = page.Next; cursor == "" {
+				break
+			}
+		}
+		if !slices.ContainsFunc(views, func(v events.View) bool { return v.Phase.Transient() }) {
+			break
+		}
+		if time.Since(began) > 60*time.Second {
+			for _, v := range views {
+				if v.Phase.Transient() {
+					t.Errorf("sandbox %s still %s after a minute", v.ID, v.Phase)
+				}
+			}
+			t.FailNow()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	settled := time.Since(began)
+	for _, a := range acks {
+		h, err := cl.History(ctx, a.id, 0)
+		if err != nil {
+			t.Errorf("history of %s: %v", a.id, err)
+			continue
+		}
+		id := a.id
+		if a.verb == gateway.VerbCreate {
+			id = ""
+		}
+		cmd := gateway.CommandID(a.verb, id, a.key)
+		if !slices.ContainsFunc(h, func(e torpor.Event) bool { return e.CommandID == cmd }) {
+			t.Errorf("%s of %s answered OK (key %s), and the log has no event of it", a.verb, a.id, a.key)
+		}
+	}
+	vs, err := check.Replay(ctx, c.liveNode().Store(), check.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		t.Errorf("the log breaks an invariant: %v", v)
+	}
+	for _, v := range views {
+		if v.Phase != events.PhaseSuspended || !v.Restore.Held {
+			continue
+		}
+		if _, err := cl.Resume(ctx, v.ID, torpor.ResumeOptions{}, ""); err != nil {
+			t.Errorf("resume of %s, suspended and held: %v", v.ID, err)
+			continue
+		}
+		if _, err := cl.Wait(ctx, v.ID, events.PhaseReady, 30*time.Second); err != nil {
+			t.Errorf("%s suspended and held did not resume: %v", v.ID, err)
+		}
+	}
+	return settled
+}
+
+// liveNode is a node still connected.
+func (c *cluster) liveNode() *Node {
+	for _, n := range c.nodes {
+		if n.Conn().IsConnected() {
+			return n
+		}
+	}
+	c.t.Fatal("no node left")
+	return nil
+}
+
+// seed is CHAOS_SEED, else a fixed one (printed, to run a failure again).
+func seed(t *testing.T) uint64 {
+	if s := os.Getenv("CHAOS_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("CHAOS_SEED %q: %v", s, err)
+		}
+		return n
+	}
+	return 1
+}
+
+// TestFaultAppendsFailOnce: three nodes, one append in ten through any of
+// them fails once (half before the append, half after it with the answer
+// lost); commands go to random nodes, and clients retry with their key.
+func TestFaultAppendsFailOnce(t *testing.T) {
+	s := seed(t)
+	f := newFaults(s, 10)
+	c := newCluster(t, 3, 3, f)
+	rng := rand.New(rand.NewPCG(s, 1))
+	const sandboxes = 12
+	acks, complete := c.load(t, rng, sandboxes, nil)
+	f.enabled.Store(false)
+	settled := c.converge(t, acks)
+	t.Logf("survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; %d appends failed before, %d after storing; settled in %s",
+		s, len(acks), complete, sandboxes, f.before.Load(), f.after.Load(), settled.Round(time.Millisecond))
+	if f.before.Load()+f.after.Load() == 0 {
+		t.Error("no fault was injected")
+	}
+	if complete != sandboxes {
+		t.Errorf("%d of %d sandboxes went through their cycle", complete, sandboxes)
+	}
+}
+
+var _ = errors.New
+
+// crash ends n as a killed process would leave it: its NATS connection
+// gone at once (nothing flushed, nothing released), then its parts.
+func crash(n *Node) {
+	n.nc.Close()
+	_ = n.Stop()
+}
+
+// TestFaultNodeKilled: three nodes; while sandboxes suspend and resume
+// through random nodes, one node is killed (twice: mid-suspend and
+// mid-resume, each on a node still up); the others finish what it left.
+func TestFaultNodeKilled(t *testing.T) {
+	s := seed(t)
+	c := newCluster(t, 3, 3, nil)
+	rng := rand.New(rand.NewPCG(s, 2))
+	var killed atomic.Int64
+	const sandboxes = 12
+	acks, complete := c.load(t, rng, sandboxes, func(i int) {
+		// Sandboxes 3 and 7 each kill a node as their resume goes out;
+		// suspends and resumes of the others are under way meanwhile.
+		if i == 3 || i == 7 {
+			n := c.nodes[killed.Add(1)-1]
+			go crash(n)
+		}
+	})
+	settled := c.converge(t, acks)
+	t.Logf("survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; %d nodes killed; settled in %s",
+		s, len(acks), complete, sandboxes, killed.Load(), settled.Round(time.Millisecond))
+	if complete != sandboxes {
+		t.Errorf("%d of %d sandboxes went through their cycle", complete, sandboxes)
+	}
+}
+
+// TestFaultWorkerRestarted: the worker's `torpor driver` is stopped while
+// sandboxes go through their cycle, and started again on the same data a
+// second later; the sagas ride it out.
+func TestFaultWorkerRestarted(t *testing.T) {
+	s := seed(t)
+	c := newCluster(t, 3, 3, nil)
+	rng := rand.New(rand.NewPCG(s, 3))
+	var once sync.Once
+	const sandboxes = 12
+	acks, complete := c.load(t, rng, sandboxes, func(i int) {
+		once.Do(func() {
+			c.worker.stop()
+			time.Sleep(time.Second) // the worker is away for this long
+			c.startWorker()
+		})
+	})
+	settled := c.converge(t, acks)
+	t.Logf("survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; the worker restarted once; settled in %s",
+		s, len(acks), complete, sandboxes, settled.Round(time.Millisecond))
+	if complete != sandboxes {
+		t.Errorf("%d of %d sandboxes went through their cycle", complete, sandboxes)
+	}
+}

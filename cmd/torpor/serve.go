@@ -446,6 +446,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		readFrom = "kv"
 	}
 	h.WithServerInfo(gateway.ServerInfo{Node: cfg.Node, DeadlineSeconds: cfg.Deadline.Seconds(), ReadFrom: readFrom})
+	h.WithLogSandboxes(store.Sandboxes) // torpor check: the sandboxes of the log, not of a view
 	// torpor replay: a rebuild streams its progress, so the server has no
 	// write timeout.
 	replay := replayDeps{Store: store, KV: view, Log: log.With().Str("part", "replay").Logger()}

@@ -46,6 +46,13 @@ type View struct {
 	// Forwards are the TCP forwards open to the sandbox (added to CONTRACT
 	// §6's fields), in the order they were opened; none once it is deleted.
 	Forwards []Forward `json:"forwards,omitempty"`
+	// Joined is set in a command's answer only, never in a stored view:
+	// the command met a twin of its verb already in flight (a suspend on
+	// suspending, a stop on stopping, a start on starting, a resume on
+	// starting after a resume, a delete on deleting), appended nothing,
+	// and that command, whose id this is, decides its outcome: wait on
+	// the view to see it (the suspend in flight may still be rejected).
+	Joined string `json:"joined,omitempty"`
 }
 
 // Forward is one open TCP forward of a view: from Address on torpor's

@@ -16,18 +16,34 @@ import (
 // nothing) and records, in one append, what that makes of the phase:
 //
 //   provisioning, starting (cold, or a resume whose state was consumed): no supervisor attached
+//     observed exited        → exited{code} (error, the exit code kept)
 //     observed running, and the deadline passed while the service was down → wait Config.Grace from the
 //                              runner's start for the supervisor's attach, retried across the restart, then as below
 //     otherwise              → deadline_passed (error, DeadlineExceeded); then driver.Stop cleans up
-//                              (after a consumption the driver proved by running: retained_state_consumed first)
-//   starting (a resume, the retained state held)
-//     a resume on another node, the target observed running it
-//                            → retained_state_consumed{node: the target} + deadline_passed (error); then the target's
-//                              driver.Stop cleans up (the restore ran there while its answer was lost); else as below,
-//                              observed on the sandbox's node
+//                              (after a consumption the driver proved: retained_state_consumed first)
+//   starting (a resume, the retained state held in the log)
+//     a resume on another node, the target observed running it or having consumed the state for it
+//                            → retained_state_consumed{node: the target} + deadline_passed (error), or + exited{code}
+//                              when observed exited; then the target's driver.Stop cleans up (the restore ran there
+//                              while its answer was lost); else as below, observed on the sandbox's node
+//     a resume on another node, the target cannot tell (no answer to Observe): the state held on the sandbox's
+//     node proves nothing (the target may have consumed the moved copy), so below ends in error, unless this
+//     runner knows that every Resume it sent the target for this intent reached no driver
+//     (compute.ErrNotDelivered: NATS's no responders, or never sent) and none other may have: the target then
+//     consumed nothing, and below decides as for a resume on the sandbox's node (frozen behind the reference →
+//     suspended; the exported copy stays with the held state, as after a refusal: a later restore, discard or
+//     delete on that node removes it). That knowledge is the runner's memory (reach, resume.go), kept for
+//     intents appended after it first read the log to its head: after a restart (or a takeover) it is gone,
+//     and such a deadline ends in error
 //     observed gone          → resource_lost (error)
-//     observed running it    → as above: the restore ran, its attach is what is missing
-//     otherwise              → resume_failed + deadline_passed (suspended, retryable, DeadlineExceeded)
+//     observed running it, exited, or the state consumed for it (Observation.ConsumedGeneration, or the
+//     reference as Observation.Consumed)
+//                            → as above: the point of no return passed while the answer was lost
+//     observed frozen behind the reference (and, for a resume on another node, the target said it consumed
+//     nothing, or no resume ever reached it)
+//                            → resume_failed + deadline_passed (suspended, retryable, DeadlineExceeded)
+//     otherwise (nothing says the state is held) → deadline_passed (error); then driver.Stop cleans up; a
+//                              reference never consumed is invalidated by the delete
 //   suspending
 //     observed frozen        → suspended{the driver's reference}: the suspension succeeded after all
 //     observed running       → suspend_rejected{DeadlineExceeded} + deadline_passed (ready, forwards untouched)
@@ -79,6 +95,7 @@ func (r *Runner) track(ctx context.Context, env events.Envelope, created *events
 			cur.timer.Stop()
 			delete(r.open, id)
 		}
+		delete(r.reached, id) // its resume, if any, settled
 		return
 	}
 	var prev events.Phase // none open: any transient phase is entered
@@ -172,20 +189,34 @@ func (r *Runner) settle(ctx context.Context, o *open) error {
 		cleanup string
 		wait    time.Duration
 	)
+	// unsure: a resume on another node whose target cannot say whether it
+	// consumed the moved state; the state held here then proves nothing.
+	var unsure bool
 	if st.view.Phase == events.PhaseStarting && st.view.Restore.Held && st.target != "" {
 		// A resume on another node: the target is asked first, for a
-		// restore that ran there while its answer was lost (a slow fetch,
-		// say); the sandbox is on the target from its consumption on.
+		// restore that ran (or consumed the state and failed) there while
+		// its answer was lost (a slow fetch, say); the sandbox is on the
+		// target from its consumption on.
 		moved := *s
 		moved.spec.Node = st.target
-		if o := r.observe(ctx, &moved); o.State == compute.StateRunning && o.Generation == st.view.Generation {
+		untouched := r.untouched(o.env)
+		switch o := r.observe(ctx, &moved); {
+		case o.State == compute.StateRunning && o.Generation == st.view.Generation, o.ConsumedGeneration == st.view.Generation:
 			s, obs = &moved, o
-			evs, cleanup, wait = r.restoredElsewhere(st)
+			evs, cleanup, wait = r.restoredElsewhere(st, o)
+		case o.State == "" && untouched:
+			// The target cannot tell, but no resume of this intent ever
+			// reached it (each was compute.ErrNotDelivered): it consumed
+			// nothing, and the sandbox's own node decides, as for a
+			// resume there.
+			log.Info().Str("target", st.target).Msg("the target cannot tell, but no resume ever reached it")
+		case o.State == "":
+			unsure = true
 		}
 	}
 	if evs == nil && wait == 0 {
 		obs = r.observe(ctx, s)
-		evs, cleanup, wait = r.compensation(st, obs)
+		evs, cleanup, wait = r.compensation(st, obs, unsure)
 	}
 	if wait > 0 {
 		log.Info().Dur("grace", wait).Msg("deadline passed while the service was down; waiting for the supervisor")
@@ -244,7 +275,9 @@ func (r *Runner) observe(ctx context.Context, s *step) compute.Observation {
 // compensation is what a passed deadline records (see the table at the top
 // of this file), what the driver is then told to clean up (cleanStop,
 // cleanDelete or nothing), or how long to wait before looking again.
-func (r *Runner) compensation(st state, obs compute.Observation) (evs []events.Event, cleanup string, wait time.Duration) {
+// unsure says that a resume's target node could not tell whether it
+// consumed the state: obs then proves the state held nowhere.
+func (r *Runner) compensation(st state, obs compute.Observation, unsure bool) (evs []events.Event, cleanup string, wait time.Duration) {
 	gen, v := st.view.Generation, st.view
 	passed := &events.DeadlinePassed{Phase: v.Phase, Deadline: r.cfg.Deadline.String()}
 	msg := fmt.Sprintf("no outcome within the %s deadline; observed %q", r.cfg.Deadline, obs.State)
@@ -255,19 +288,37 @@ func (r *Runner) compensation(st state, obs compute.Observation) (evs []events.E
 		// The attach grace after a restart still to give: a deadline
 		// rearmed to wait for it comes back when none is left.
 		grace := time.Until(r.began.Add(r.cfg.Grace))
+		// What the log does not hold yet when the resume consumed the
+		// state: its consumption, the point of no return passed unseen.
+		var consumed []events.Event
+		if resuming {
+			consumed = []events.Event{&events.RetainedStateConsumed{Generation: gen, RestoreRef: st.held}}
+		}
 		switch {
 		case resuming && obs.State == compute.StateGone:
 			return []events.Event{&events.ResourceLost{Generation: gen, Message: msg}}, "", 0
-		case resuming && !is(compute.StateRunning):
-			return []events.Event{&events.ResumeFailed{Generation: gen, Message: msg}, passed}, "", 0
+		case is(compute.StateExited):
+			// The workload of this generation ran and ended before its
+			// supervisor attached (or before its attach was taken): the
+			// exit, its code kept, not a deadline with none.
+			return append(consumed, &events.Exited{Generation: gen, Code: obs.ExitCode}), "", 0
 		case is(compute.StateRunning) && grace > 0:
 			return nil, "", grace
+		case resuming && !is(compute.StateRunning) && !consumedFor(obs, gen, st.held):
+			if !unsure && stillHeld(obs, st.held) {
+				// Back to suspended only on the driver's word that the
+				// state is still held behind the reference (CONTRACT §1,
+				// invariant 1).
+				return []events.Event{&events.ResumeFailed{Generation: gen, Message: msg}, passed}, "", 0
+			}
+			// Nothing says the state is held, nothing says it was
+			// consumed: error, the reference left held in the log for the
+			// delete to invalidate.
+			return []events.Event{passed}, cleanStop, 0
 		}
-		evs = []events.Event{passed}
-		if resuming {
-			evs = []events.Event{&events.RetainedStateConsumed{Generation: gen, RestoreRef: st.held}, passed}
-		}
-		return evs, cleanStop, 0
+		// Running without an attach, consumed and failed, or never
+		// attached: error, the driver cleans up; a consumption first.
+		return append(consumed, passed), cleanStop, 0
 	case events.PhaseSuspending:
 		switch {
 		case is(compute.StateFrozen) && obs.RestoreRef != "":
@@ -301,19 +352,43 @@ func (r *Runner) compensation(st state, obs compute.Observation) (evs []events.E
 	return []events.Event{passed}, "", 0
 }
 
+// consumedFor says whether obs shows the retained state behind ref consumed
+// by the resume of generation gen: the driver's newest consumption is of
+// ref, or for gen (a state that moved is consumed under another reference).
+func consumedFor(obs compute.Observation, gen int64, ref string) bool {
+	return obs.ConsumedGeneration == gen || (ref != "" && obs.Consumed == ref)
+}
+
+// stillHeld says whether obs is the driver's word that the retained state
+// behind ref is held: the workload frozen behind it.
+func stillHeld(obs compute.Observation, ref string) bool {
+	return obs.State == compute.StateFrozen && ref != "" && obs.RestoreRef == ref
+}
+
 // restoredElsewhere is what a passed deadline of a resume on another node
-// records when the target runs the resumed generation: the restore
-// ran there, its attach is what is missing, as for a resume on the
-// sandbox's node (compensation): the consumption, on the target, and the
-// deadline; the target then stops what never attached.
-// As there, the deadline waits out what is left of the attach grace after
-// a restart.
-func (r *Runner) restoredElsewhere(st state) ([]events.Event, string, time.Duration) {
-	if grace := time.Until(r.began.Add(r.cfg.Grace)); grace > 0 {
-		return nil, "", grace
+// records when the target, observed as obs, consumed the moved state for
+// the resumed generation: the restore ran there (or failed after the
+// consumption), as for a resume on the sandbox's node (compensation): the
+// consumption, on the target, then the exit the target observed, with its
+// code, or the deadline; the target then stops what never attached.
+// As there, a running workload's deadline waits out what is left of the
+// attach grace after a restart.
+func (r *Runner) restoredElsewhere(st state, obs compute.Observation) ([]events.Event, string, time.Duration) {
+	gen := st.view.Generation
+	consumed := &events.RetainedStateConsumed{Generation: gen, RestoreRef: st.held, Node: st.target}
+	if obs.Consumed != "" && obs.Consumed != st.held && obs.ConsumedGeneration == gen {
+		consumed.Via = obs.Consumed
+	}
+	switch {
+	case obs.State == compute.StateExited && obs.Generation == gen:
+		return []events.Event{consumed, &events.Exited{Generation: gen, Code: obs.ExitCode}}, "", 0
+	case obs.State == compute.StateRunning && obs.Generation == gen:
+		if grace := time.Until(r.began.Add(r.cfg.Grace)); grace > 0 {
+			return nil, "", grace
+		}
 	}
 	passed := &events.DeadlinePassed{Phase: st.view.Phase, Deadline: r.cfg.Deadline.String()}
-	return []events.Event{&events.RetainedStateConsumed{Generation: st.view.Generation, RestoreRef: st.held, Node: st.target}, passed}, cleanStop, 0
+	return []events.Event{consumed, passed}, cleanStop, 0
 }
 
 // state is what a passed deadline needs to know of a sandbox, folded from

@@ -97,6 +97,95 @@ func TestResumeDeadline(t *testing.T) {
 	}
 }
 
+// TestResumeDeadlineLostAnswer (issue 24, hole 2): a resume whose answer
+// is lost goes back to suspended at its deadline only when the driver says
+// the state is still held behind the reference; a consumption it observes
+// (the restore failed after it) takes the path after the consumption, an
+// exit of the resumed generation is recorded with its code, and a driver
+// that cannot tell proves nothing held: error, never suspended on a
+// reference that may be consumed.
+func TestResumeDeadlineLostAnswer(t *testing.T) {
+	consumed := func(ref string) *events.RetainedStateConsumed {
+		return &events.RetainedStateConsumed{Generation: 2, RestoreRef: ref}
+	}
+	cases := []struct {
+		name     string
+		resume   string
+		observed func() (compute.Observation, error)
+		want     func(ref string) []events.Event
+	}{
+		{"consumed, the restore failed: error", "fail_after_consume", nil, func(ref string) []events.Event {
+			return []events.Event{consumed(ref), passed(events.PhaseStarting)}
+		}},
+		{"failed before consuming, the state held: suspended", "fail", nil, func(string) []events.Event {
+			return []events.Event{&events.ResumeFailed{Generation: 2}, passed(events.PhaseStarting)}
+		}},
+		{"nothing known: error", "fail", func() (compute.Observation, error) {
+			return compute.Observation{}, errors.New("no idea")
+		}, func(string) []events.Event {
+			return []events.Event{passed(events.PhaseStarting)}
+		}},
+		{"the resumed generation exited: error, the code kept", "ok", func() (compute.Observation, error) {
+			return compute.Observation{State: compute.StateExited, Generation: 2, ExitCode: 5}, nil
+		}, func(ref string) []events.Event {
+			return []events.Event{consumed(ref), &events.Exited{Generation: 2, Code: 5}}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, sagas.Config{Deadline: short})
+			sb, ref := h.suspended(map[string]string{"resume": c.resume, "attach": "never"})
+			drv := newCounting(h.sim, "")
+			drv.lose = "resume"
+			drv.observed = c.observed
+			h.run(drv)
+			in := sb.when(&events.ResumeRequested{Generation: 2, RestoreRef: ref})
+			want := c.want(ref)
+			sb.then(sb.outcome(in, len(want)), want...)
+		})
+	}
+}
+
+// TestStartDeadlineObservesAnExit (issue 24, hole 6): a workload that ran
+// and exited before its supervisor's attach was taken is, at the
+// provisioning or starting deadline, the exit with its code, not a
+// deadline with none.
+func TestStartDeadlineObservesAnExit(t *testing.T) {
+	exited := func(gen int64) func() (compute.Observation, error) {
+		return func() (compute.Observation, error) {
+			return compute.Observation{State: compute.StateExited, Generation: gen, ExitCode: 3}, nil
+		}
+	}
+	t.Run("provisioning", func(t *testing.T) {
+		h := newHarness(t, sagas.Config{Deadline: short})
+		drv := newCounting(h.sim, "")
+		drv.observed = exited(1)
+		h.run(drv)
+		sb, created := h.create(node, map[string]string{"attach": "never"})
+		sb.then(sb.outcome(created, 2), &events.Started{Generation: 1}, &events.Exited{Generation: 1, Code: 3})
+	})
+	t.Run("starting", func(t *testing.T) {
+		h := newHarness(t, sagas.Config{Deadline: short})
+		sb := h.ready(map[string]string{"attach": "never"})
+		sb.given(&events.StopRequested{Generation: 1}, &events.Stopped{Generation: 1})
+		drv := newCounting(h.sim, "")
+		drv.observed = exited(2)
+		h.run(drv)
+		in := sb.when(&events.StartRequested{Generation: 2})
+		sb.then(sb.outcome(in, 2), &events.Started{Generation: 2}, &events.Exited{Generation: 2, Code: 3})
+	})
+	t.Run("an older generation's exit is no exit of this one", func(t *testing.T) {
+		h := newHarness(t, sagas.Config{Deadline: short})
+		sb := h.ready(map[string]string{"attach": "never"})
+		sb.given(&events.StopRequested{Generation: 1}, &events.Stopped{Generation: 1})
+		drv := newCounting(h.sim, "")
+		drv.observed = exited(1)
+		h.run(drv)
+		in := sb.when(&events.StartRequested{Generation: 2})
+		sb.then(sb.outcome(in, 2), &events.Started{Generation: 2}, passed(events.PhaseStarting))
+	})
+}
+
 // TestStopDeadline: a stop with no answer by its deadline, the workload
 // observed running, goes back to ready; observed stopped, it is stopped.
 func TestStopDeadline(t *testing.T) {

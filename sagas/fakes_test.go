@@ -290,6 +290,10 @@ type counting struct {
 	// unavailable is how many calls answer compute.ErrUnavailable before
 	// any reaches the driver.
 	unavailable int
+	// lose names the operation whose answer is lost: the call reaches the
+	// driver, which does what it does, and then answers nothing until the
+	// call's context ends.
+	lose string
 
 	mu    sync.Mutex
 	calls map[string]int
@@ -370,7 +374,12 @@ func (c *counting) Resume(ctx context.Context, req compute.Resume) (compute.Resu
 	if err := c.enter(ctx, "resume"); err != nil {
 		return compute.ResumeResult{}, err
 	}
-	return c.full.Resume(ctx, req)
+	res, err := c.full.Resume(ctx, req)
+	if c.lose == "resume" {
+		<-ctx.Done()
+		return compute.ResumeResult{}, ctx.Err()
+	}
+	return res, err
 }
 
 func (c *counting) Discard(ctx context.Context, spec compute.Spec, ref string) error {

@@ -16,18 +16,22 @@ import (
 //     ok                       → record sandbox.retained_state_consumed{generation, ref}, then sandbox.resumed{generation, restored}
 //     failed, not consumed     → record sandbox.resume_failed{generation}   (suspended again, retryable; the gateway turns it
 //                                into the failure after the consumption when the log holds the consumption)
+//     the reference unknown    → as failed after consuming: the driver holds nothing behind it (consumed by an earlier
+//     (compute.ErrUnknownRef)    resume whose answer was lost, discarded, never made), never suspended on it again
 //     failed after consuming   → record sandbox.retained_state_consumed + one of, in the same record:
 //                                  restart_if_restore_fails: sandbox.start_requested{generation+1, fallback} (the start saga cold-starts it)
 //                                  strict:                   sandbox.stopped{generation, RetainedStateLost}
 //     resource missing         → record sandbox.resource_lost{generation}
-//     deadline                 → nothing here: the phase's deadline settles it (deadline.go: suspended if the state was
-//                                not consumed, else error)
+//     deadline                 → nothing here: the phase's deadline settles it (deadline.go: suspended only if the driver
+//                                says the state is still held, else error); an answer that comes after the deadline is
+//                                still the answer, and is recorded as above
 //   env sealed under a key this service no longer holds (it cannot open): no cold start can follow a failed restore,
 //     so a fresh resume with restart_if_restore_fails is refused before the driver is called → sandbox.resume_failed
 //     saying why (suspended, the state kept); one whose state was consumed already ends as a strict one
 //   with node (resume on another node): first driver.Export(spec on its node, ref) → the reference the state moves under,
-//     then driver.Resume on the target node with it (both called again while they get no answer); the consumption
-//     records the node (the sandbox's from then on) and the moved reference; once resumed, driver.Discard(ref) on the
+//     then driver.Resume on the target node with it (both called again while they get no answer; the runner notes
+//     whether any Resume may have reached the target, reach, for the deadline of a target that cannot tell what it
+//     did); on a refusal the exported copy stays with the state held on the old node; the consumption records the node (the sandbox's from then on) and the moved reference; once resumed, driver.Discard(ref) on the
 //     old node, so that it holds nothing of the sandbox (asked again in the background while it does not answer;
 //     the delete saga tells it too). A re-driven resume whose consumption is recorded already
 //     resumes the moved reference on the node the log now names.
@@ -67,6 +71,10 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 		s.log = s.log.With().Str("from", from.Node).Str("to", in.Node).Logger()
 	}
 	var res compute.ResumeResult
+	reached := func(error) {}
+	if moving {
+		reached = r.aim(s)
+	}
 	err = r.within(ctx, s, "resume", unanswered, func(ctx context.Context) (err error) {
 		if s.suspender == nil {
 			return fmt.Errorf("driver %s: %w", s.created.Driver, compute.ErrUnimplemented)
@@ -83,6 +91,7 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 			req.RestoreRef = consumed.Via
 		}
 		res, err = s.suspender.Resume(ctx, req)
+		reached(err)
 		return err
 	})
 	switch {
@@ -107,9 +116,16 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 		return nil
 	case errors.Is(err, compute.ErrResourceMissing):
 		return r.recordOrDrop(ctx, s, &events.ResourceLost{Generation: gen, Message: err.Error()})
+	case errors.Is(err, compute.ErrUnknownRef):
+		// The driver holds nothing behind the reference (an earlier resume
+		// consumed it while its answer was lost, say): the sandbox is never
+		// suspended on it again, and takes the path after a consumption.
+		s.log.Warn().Err(err).Str("step", "resume").Msg("the driver holds no retained state behind the reference")
 	case !res.Consumed:
 		s.log.Info().Err(err).Str("step", "resume").Msg("restore failed; retained state kept")
 		return r.recordOrDrop(ctx, s, &events.ResumeFailed{Generation: gen, Message: err.Error()})
+	}
+	switch {
 	case in.RestartIfRestoreFails && s.envErr == nil:
 		s.log.Warn().Err(err).Str("step", "resume").Msg("restore failed after consuming; cold start")
 		return r.recordOrDrop(ctx, s, consumed, &events.StartRequested{Generation: gen + 1, Fallback: true})
@@ -118,6 +134,56 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 	}
 	s.log.Warn().Err(err).Str("step", "resume").Msg("restore failed after consuming; retained state lost")
 	return r.recordOrDrop(ctx, s, consumed, &events.Stopped{Generation: gen, Reason: events.ReasonRetainedStateLost})
+}
+
+// reach is what the runner knows of the resume attempts of one intent, a
+// resume on another node: whether any may have reached the target. Only a
+// call that provably reached no driver (compute.ErrNotDelivered: nobody
+// serves the node) did not; an answer, a timeout, any other failure may
+// have. A passed deadline whose target cannot tell what it did reads it
+// (deadline.go): a target no resume ever reached consumed nothing. It is
+// memory only: a runner restarted knows nothing of the attempts of the
+// one before it, and such a deadline then ends in error as before.
+type reach struct {
+	intent    string // the resume request's event id
+	delivered bool   // an attempt may have reached the target
+}
+
+// aim starts, or goes on with, the reach of s's intent, a resume on
+// another node (none delivered yet), and returns what notes the outcome of
+// each Resume sent to the target. It keeps none for an intent that was in
+// the log before this runner first read to its head: a runner before it
+// may have sent it.
+func (r *Runner) aim(s *step) func(error) {
+	id := s.intent.SandboxID
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.live == 0 || s.intent.Seq <= r.live {
+		delete(r.reached, id)
+		return func(error) {}
+	}
+	a := r.reached[id]
+	if a == nil || a.intent != s.intent.ID {
+		a = &reach{intent: s.intent.ID}
+		r.reached[id] = a
+	}
+	return func(err error) {
+		if errors.Is(err, compute.ErrNotDelivered) {
+			return
+		}
+		r.mu.Lock()
+		a.delivered = true
+		r.mu.Unlock()
+	}
+}
+
+// untouched says whether the runner knows that no resume of intent, a
+// resume on another node, ever reached the target.
+func (r *Runner) untouched(intent events.Envelope) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a := r.reached[intent.SandboxID]
+	return a != nil && a.intent == intent.ID && !a.delivered
 }
 
 // consumedBy is the consumption the resume intent of s caused, if the log

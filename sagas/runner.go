@@ -88,6 +88,14 @@ type Runner struct {
 	refused   atomic.Uint64           // events passed over: the table refuses them (Refused)
 	stopping  bool                    // Run is ending: no deadline starts a job
 	began     time.Time               // when Run started (the attach grace after a restart)
+	// live is caughtUp when the runner first read the log to its head: an
+	// intent after it was appended while this runner ran, and no runner
+	// before it drove it (one runner per node).
+	live uint64
+	// reached is, per sandbox, what this runner knows of the resume on
+	// another node it is driving (reach, resume.go); dropped when the
+	// sandbox leaves the transient phase.
+	reached map[string]*reach
 }
 
 // warmKeep is how long a worker's goroutine waits for the next sandbox
@@ -135,6 +143,8 @@ func New(src Source, pos Position, rec Recorder, drv Drivers, creds *compute.Cre
 		open:   map[string]*open{},
 		phases: map[string]events.Phase{},
 		freed:  make(chan struct{}),
+
+		reached: map[string]*reach{},
 	}, nil
 }
 
@@ -293,6 +303,9 @@ func (r *Runner) dispatch(ctx context.Context, envs []events.Envelope, pending u
 	}
 	if pending == 0 && len(envs) > 0 {
 		r.caughtUp = max(r.caughtUp, envs[len(envs)-1].Seq)
+		if r.live == 0 {
+			r.live = r.caughtUp
+		}
 	}
 	r.mu.Unlock()
 	for _, id := range start {

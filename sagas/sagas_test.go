@@ -3,6 +3,7 @@ package sagas_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"sync"
@@ -505,6 +506,30 @@ func TestResume(t *testing.T) {
 				fallback := sb.causedBy(in)[1]
 				sb.then(sb.outcome(fallback, 1), &events.Started{Generation: 3})
 			}
+		})
+	}
+}
+
+// TestResumeOfAnUnknownReference (issue 24, hole 2): a driver that holds
+// nothing behind the reference (consumed by an earlier resume whose answer
+// was lost, discarded, never made) gets no suspended sandbox back on it,
+// where every later resume would fail the same way: the path after a
+// consumption, the state lost (or the fallback's cold start).
+func TestResumeOfAnUnknownReference(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("restart_if_restore_fails=%t", restart), func(t *testing.T) {
+			h := newHarness(t, sagas.Config{})
+			sb, ref := h.suspended(nil)
+			if err := h.sim.Discard(context.Background(), compute.Spec{SandboxID: sb.id, Node: node}, ref); err != nil {
+				t.Fatal(err)
+			}
+			h.run(newCounting(h.sim, ""))
+			in := sb.when(&events.ResumeRequested{Generation: 2, RestoreRef: ref, RestartIfRestoreFails: restart})
+			var then events.Event = &events.Stopped{Generation: 2, Reason: events.ReasonRetainedStateLost}
+			if restart {
+				then = &events.StartRequested{Generation: 3, Fallback: true}
+			}
+			sb.then(sb.outcome(in, 2), &events.RetainedStateConsumed{Generation: 2, RestoreRef: ref}, then)
 		})
 	}
 }

@@ -185,7 +185,10 @@ var progress = map[string]bool{
 // wrapping errDeadline when the deadline ended the call, one wrapping
 // errStopping when ctx ended, else call's last error. A step whose call
 // ended at the deadline records nothing: the runner's deadline of the phase
-// (deadline.go) asks the driver what is true and settles it.
+// (deadline.go) asks the driver what is true and settles it. An answer that
+// comes after the deadline (a restore that failed after consuming the
+// state, say) is still the driver's answer and is returned as it is: only
+// a call the deadline cut short, or that got no answer, is errDeadline.
 // name is the step, and the driver operation call is, in the metrics.
 func (r *Runner) within(ctx context.Context, s *step, name string, retry func(error) bool, call func(context.Context) error) (err error) {
 	defer r.timeStep(s, name, time.Now(), &err)
@@ -209,7 +212,9 @@ func (r *Runner) within(ctx context.Context, s *step, name string, retry func(er
 		switch {
 		case err == nil:
 			return nil
-		case ctx.Err() != nil, dctx.Err() != nil:
+		case ctx.Err() != nil:
+			return ended(err)
+		case dctx.Err() != nil && !answer(err, retry):
 			return ended(err)
 		case !retry(err):
 			return err
@@ -220,6 +225,15 @@ func (r *Runner) within(ctx context.Context, s *step, name string, retry func(er
 		}
 		wait = min(2*wait, backoffMax)
 	}
+}
+
+// answer says whether err, from a call that returned once its deadline had
+// passed, is the driver's answer rather than the deadline's: not the call's
+// context ending (here, or on a remote node, where it comes back as
+// DEADLINE_EXCEEDED), and not a failure retry takes for no answer.
+func answer(err error, retry func(error) bool) bool {
+	return !retry(err) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) &&
+		events.CodeOf(err) != events.CodeDeadlineExceeded
 }
 
 // unanswered says whether err is a driver call that got no answer: only

@@ -28,7 +28,8 @@ var allowed = []struct {
 	{"deploy", []string{"deploy"}}, // embedded manifests, leaves
 	{"services/access", []string{"services/access", "events", "internal"}},
 	{"sdk/go", []string{"sdk/go", "events"}},
-	{"cmd/torpor", nil}, // wires everything
+	{"services/node", nil}, // assembles the parts below
+	{"cmd/torpor", nil},    // flags, the CLI, and services/node
 	// The bench drives the whole service as users and operators do (its log,
 	// views, sagas' position, the SDK), so like cmd/torpor it may reach
 	// every package; nothing but cmd/torpor may reach it.
@@ -97,6 +98,31 @@ func TestImportArrows(t *testing.T) {
 	}
 	if checked < 5 {
 		t.Fatalf("checked %d packages; go list found too few", checked)
+	}
+}
+
+// TestPartsBehindTheNode: the domain's parts (the gateway, the sagas, the
+// projections) are imported by services/node, which assembles them, and
+// by nothing else of ours but each other and the bench (whose pipeline
+// runs measure some parts bare); cmd/torpor reaches them through the node.
+func TestPartsBehindTheNode(t *testing.T) {
+	parts := []string{"services/gateway", "sagas", "projections"}
+	may := []string{"services/node", "bench", "sagas", "projections", "services/gateway"}
+	seen := 0
+	for pkg, imports := range ourPackages(t, ".Imports") {
+		for _, imp := range imports {
+			imp = strings.TrimPrefix(imp, module)
+			if !slices.ContainsFunc(parts, func(p string) bool { return under(imp, p) }) {
+				continue
+			}
+			seen++
+			if !slices.ContainsFunc(may, func(m string) bool { return under(pkg, m) }) {
+				t.Errorf("%s imports %s: only services/node assembles the parts", pkg, imp)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("nothing imports the parts: go list found too little")
 	}
 }
 

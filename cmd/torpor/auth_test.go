@@ -64,7 +64,7 @@ func bearer(tok string) map[string]string {
 func byActor(t *testing.T, a *app) map[string]int {
 	t.Helper()
 	n := map[string]int{}
-	if _, err := a.store.Replay(context.Background(), 0, func(envs []events.Envelope) error {
+	if _, err := a.Store().Replay(context.Background(), 0, func(envs []events.Envelope) error {
 		for _, e := range envs {
 			n[e.Actor]++
 		}
@@ -96,7 +96,7 @@ func sameActors(t *testing.T, before, after map[string]int, what string) {
 // README's Security section, not read from the server.
 func TestHTTPScopes(t *testing.T) {
 	a := startApp(t, "", nil)
-	admin := a.client()
+	admin := appClient(a)
 	ctx := context.Background()
 	tokens := map[events.Scope]string{}
 	for _, sc := range []events.Scope{events.ScopeRead, events.ScopeWrite, events.ScopeAdmin} {
@@ -277,7 +277,7 @@ func TestBrowsersRefused(t *testing.T) {
 // an expired one too; a forward off loopback wants admin.
 func TestActorIsTheToken(t *testing.T) {
 	a := startApp(t, "", nil)
-	admin := a.client()
+	admin := appClient(a)
 	ctx := context.Background()
 	ci, err := admin.CreateToken(ctx, torpor.TokenRequest{Name: "ci", Scopes: []events.Scope{"read", "write"}})
 	if err != nil {
@@ -435,7 +435,7 @@ func TestTokenRateLimit(t *testing.T) {
 	})
 	base := "http://" + a.HTTPAddr()
 	ctx := context.Background()
-	admin := a.client()
+	admin := appClient(a)
 	other, err := admin.CreateToken(ctx, torpor.TokenRequest{Name: "other", Scopes: []events.Scope{"read"}})
 	if err != nil {
 		t.Fatal(err)
@@ -464,7 +464,7 @@ func TestTokenStreamLimits(t *testing.T) {
 	})
 	base := "http://" + a.HTTPAddr()
 	ctx := context.Background()
-	streams, err := a.client().CreateToken(ctx, torpor.TokenRequest{Name: "streams", Scopes: []events.Scope{"admin"}})
+	streams, err := appClient(a).CreateToken(ctx, torpor.TokenRequest{Name: "streams", Scopes: []events.Scope{"admin"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,7 +542,7 @@ func TestTokenStreamLimits(t *testing.T) {
 func TestTokenSandboxQuota(t *testing.T) {
 	a := startApp(t, "", func(c *serveConfig) { c.TokenLimits = gateway.TokenLimits{Sandboxes: 2} })
 	ctx := context.Background()
-	admin := a.client()
+	admin := appClient(a)
 	tok, err := admin.CreateToken(ctx, torpor.TokenRequest{Name: "q", Scopes: []events.Scope{"read", "write"}})
 	if err != nil {
 		t.Fatal(err)
@@ -588,7 +588,7 @@ func TestTokenSandboxQuota(t *testing.T) {
 // status (CONTRACT §2), and that none of them made or removed a token.
 func TestTokenBadInputOverHTTP(t *testing.T) {
 	a := startApp(t, "", nil)
-	admin := a.client()
+	admin := appClient(a)
 	ctx := context.Background()
 	if _, err := admin.CreateToken(ctx, torpor.TokenRequest{Name: "taken", Scopes: []events.Scope{events.ScopeRead}}); err != nil {
 		t.Fatal(err)

@@ -15,13 +15,14 @@ import (
 	"github.com/torpor/torpor/events/jsstore"
 	torpor "github.com/torpor/torpor/sdk/go"
 	"github.com/torpor/torpor/services/compute"
+	"github.com/torpor/torpor/services/node"
 )
 
 // TestBadInputOverHTTP says what each kind of bad input gets, and that the
 // service keeps serving after each one.
 func TestBadInputOverHTTP(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := a.client()
+	c := appClient(a)
 	ctx := context.Background()
 	v, err := c.Create(ctx, torpor.CreateRequest{Name: "taken"}, "")
 	if err != nil {
@@ -144,7 +145,7 @@ func TestBadInputOverBus(t *testing.T) {
 // over HTTP or the bus, is in the log exactly once.
 func TestDuplicateCommandsLandOnce(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := a.client()
+	c := appClient(a)
 	nc := busConn(t, a)
 	ctx := context.Background()
 
@@ -176,7 +177,7 @@ func TestDuplicateCommandsLandOnce(t *testing.T) {
 // generation, or with a wrong credential, is refused and changes nothing.
 func TestStaleGenerationReportIsFenced(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := a.client()
+	c := appClient(a)
 	nc := busConn(t, a)
 	ctx := context.Background()
 	v, _ := c.Create(ctx, torpor.CreateRequest{}, "")
@@ -191,7 +192,7 @@ func TestStaleGenerationReportIsFenced(t *testing.T) {
 	now := mustWait(t, c, v.ID, events.PhaseReady)
 
 	js, _ := jetstream.New(nc)
-	creds, err := credentials(ctx, js)
+	creds, err := node.Credentials(ctx, js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +229,7 @@ func TestStaleGenerationReportIsFenced(t *testing.T) {
 // unaffected.
 func TestForeignMessagesInTheStream(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := a.client()
+	c := appClient(a)
 	nc := busConn(t, a)
 	ctx := context.Background()
 	v, _ := c.Create(ctx, torpor.CreateRequest{}, "")
@@ -271,7 +272,7 @@ func TestForeignMessagesInTheStream(t *testing.T) {
 	if at, err := c.GetAt(ctx, v.ID, fmt.Sprint(ready.Seq+3)); err != nil || at.Phase != events.PhaseReady {
 		t.Fatalf("view at a foreign message's seq: %+v, %v; want ready", at, err)
 	}
-	if n := a.store.Foreign(); n != 5 {
+	if n := a.Store().Foreign(); n != 5 {
 		t.Errorf("store counted %d foreign messages, want 5", n)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/torpor/torpor/bench"
 	"github.com/torpor/torpor/events/jsstore"
 	"github.com/torpor/torpor/internal/busauth"
+	"github.com/torpor/torpor/services/node"
 )
 
 func benchCmd() *cobra.Command {
@@ -91,7 +92,7 @@ func benchStarter(torpor string) bench.Starter {
 		s := &benchNodes{app: a}
 		for _, node := range nodes {
 			data := filepath.Join(dir, "node-"+node)
-			creds, err := a.driverCreds(data, node)
+			creds, err := driverCreds(a, data, node)
 			if err != nil {
 				_ = s.Stop()
 				return nil, fmt.Errorf("torpor driver --node %s: %w", node, err)
@@ -108,11 +109,11 @@ func benchStarter(torpor string) bench.Starter {
 
 // driverCreds writes, under dir, the credentials file of node's driver
 // (what `torpor creds --role driver --node N` writes) and returns its path.
-func (a *app) driverCreds(dir, node string) (string, error) {
-	if a.auth == nil {
+func driverCreds(a *app, dir, node string) (string, error) {
+	if a.Auth() == nil {
 		return "", errors.New("no bus keys to mint a driver's user with")
 	}
-	u, err := a.auth.User("torpor driver "+node, 24*time.Hour, busauth.Grant{Role: busauth.Driver, Node: node})
+	u, err := a.Auth().User("torpor driver "+node, 24*time.Hour, busauth.Grant{Role: busauth.Driver, Node: node})
 	if err != nil {
 		return "", err
 	}
@@ -139,7 +140,7 @@ type benchNodes struct {
 func (s *benchNodes) serve(ctx context.Context, cfg driverConfig) error {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	up, done := make(chan struct{}), make(chan error, 1)
-	go func() { done <- serveDrivers(ctx, cfg, closeOnWrite(up), zerolog.Nop()) }()
+	go func() { done <- node.RunDriver(ctx, cfg, closeOnWrite(up), zerolog.Nop()) }()
 	stop := func() error { cancel(); return <-done }
 	select {
 	case <-up:

@@ -138,8 +138,8 @@ func TestBusRolesRefused(t *testing.T) {
 	if cerr != nil {
 		t.Fatal(cerr)
 	}
-	dir := a.data
-	sup, err := a.auth.User("supervisor", time.Hour, busauth.Grant{Role: busauth.Supervisor, Sandbox: sb.ID})
+	dir := a.Data()
+	sup, err := a.Auth().User("supervisor", time.Hour, busauth.Grant{Role: busauth.Supervisor, Sandbox: sb.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestBusRolesRefused(t *testing.T) {
 	}
 	// Nothing moved: the sandbox and the stream are there, the view says
 	// ready, and every command is answered by the service.
-	got, err := a.svc.Sandbox(ctx, sb.ID)
+	got, err := a.Service().Sandbox(ctx, sb.ID)
 	if err != nil || got.Phase != events.PhaseReady && got.Phase != events.PhaseProvisioning {
 		t.Fatalf("the sandbox after: %+v %v", got, err)
 	}
@@ -228,7 +228,7 @@ func TestBusRolesRefused(t *testing.T) {
 // stream; a driver's serve its own node.
 func TestBusRolesAllowed(t *testing.T) {
 	a := startApp(t, "", nil)
-	dir := a.data
+	dir := a.Data()
 	ctx := context.Background()
 	connect := func(file string) *nats.Conn {
 		t.Helper()
@@ -377,7 +377,7 @@ func TestDriverAndSecondServeWithCreds(t *testing.T) {
 	a := startApp(t, "", func(c *serveConfig) { c.RemoteNodes = []string{"n1"} })
 	data := t.TempDir()
 	t.Cleanup(func() { deleteProcessSandboxes(t, data) })
-	startDriver(t, "--node", "n1", "--drivers", "sim,process", "--nats-url", a.NATSURL(), "--nats-creds", credsFile(t, a.data, "driver", "n1"), "--data", data, "--heartbeat", "1s")
+	startDriver(t, "--node", "n1", "--drivers", "sim,process", "--nats-url", a.NATSURL(), "--nats-creds", credsFile(t, a.Data(), "driver", "n1"), "--data", data, "--heartbeat", "1s")
 	svc := busConn(t, a)
 	w := watchLog(t, svc)
 	for _, body := range []map[string]any{
@@ -392,7 +392,7 @@ func TestDriverAndSecondServeWithCreds(t *testing.T) {
 	}
 
 	b := startApp(t, "", func(c *serveConfig) {
-		c.NATSURL, c.NATSCreds, c.NATSListen, c.Node = a.NATSURL(), credsFile(t, a.data, "service", ""), "", "second"
+		c.NATSURL, c.NATSCreds, c.NATSListen, c.Node = a.NATSURL(), credsFile(t, a.Data(), "service", ""), "", "second"
 	})
 	if err := b.Ready(context.Background()); err != nil {
 		t.Errorf("the second serve: %v", err)
@@ -506,7 +506,7 @@ func TestBusActorIsTheUser(t *testing.T) {
 	a := startApp(t, "", nil)
 	file := filepath.Join(t.TempDir(), "alice.creds")
 	var stdout, stderr strings.Builder
-	if code := run(context.Background(), []string{"creds", "--data", a.data, "--role", "producer", "--name", "alice", "-o", file}, &stdout, &stderr); code != 0 {
+	if code := run(context.Background(), []string{"creds", "--data", a.Data(), "--role", "producer", "--name", "alice", "-o", file}, &stdout, &stderr); code != 0 {
 		t.Fatalf("torpor creds: %d %s", code, stderr.String())
 	}
 	nc, err := nats.Connect(a.NATSURL(), torpor.Credentials(file))
@@ -522,7 +522,7 @@ func TestBusActorIsTheUser(t *testing.T) {
 		if cerr != nil {
 			t.Fatalf("create: %v", cerr)
 		}
-		h, err := a.client().History(context.Background(), v.ID, 0)
+		h, err := appClient(a).History(context.Background(), v.ID, 0)
 		if err != nil || len(h) == 0 {
 			t.Fatalf("history: %v %v", h, err)
 		}

@@ -60,7 +60,7 @@ func torporRun(t *testing.T, srv string, env []string, args ...string) (int, str
 func TestCLIBinary(t *testing.T) {
 	a := startApp(t, "", nil)
 	srv := "http://" + a.HTTPAddr()
-	c := a.client()
+	c := appClient(a)
 	ctx := context.Background()
 	tb := func(t *testing.T, env []string, args ...string) (int, string, string) {
 		t.Helper()

@@ -94,7 +94,7 @@ func TestCheckVerb(t *testing.T) {
 	// in ready, so every reader passes over it and the log still holds.
 	// An exit report of the old generation, which the table takes: the
 	// check finds it (invariant 3).
-	c := a.client()
+	c := appClient(a)
 	v, err := c.Get(context.Background(), "broken")
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +110,7 @@ func TestCheckVerb(t *testing.T) {
 	}
 	env, _ := events.NewEnvelope(v.ID, &events.Suspended{Generation: 2, RestoreRef: ref}, events.Meta{Actor: "intruder"}, time.Now())
 	env.Phase = events.PhaseSuspended
-	last, err := a.store.Append(context.Background(), v.ID, h[len(h)-1].Seq, env)
+	last, err := a.Store().Append(context.Background(), v.ID, h[len(h)-1].Seq, env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestCheckVerb(t *testing.T) {
 		t.Fatalf("check of a log with a forged event: exit %d\n%s%s", code, out, stderr)
 	}
 	old, _ := events.NewEnvelope(v.ID, &events.Exited{Generation: 1, Code: 3}, events.Meta{Actor: "intruder"}, time.Now())
-	if _, err := a.store.Append(context.Background(), v.ID, last, old); err != nil {
+	if _, err := a.Store().Append(context.Background(), v.ID, last, old); err != nil {
 		t.Fatal(err)
 	}
 	code, out, stderr := cli(t, srv, "check", "broken")
@@ -157,14 +157,14 @@ func checkFromTheLog(t *testing.T, a *app, srv string) {
 	created, _ := events.NewEnvelope(id, &events.Created{Name: "unviewed", Driver: "sim", Node: "elsewhere", Generation: 1}, events.Meta{CommandID: "c1"}, now.Add(-30*time.Second))
 	attached, _ := events.NewEnvelope(id, &events.SupervisorAttached{Generation: 1}, events.Meta{}, now)
 	created.Phase, attached.Phase = events.PhaseProvisioning, events.PhaseReady
-	if _, err := a.store.Append(ctx, id, 0, created, attached); err != nil {
+	if _, err := a.Store().Append(ctx, id, 0, created, attached); err != nil {
 		t.Fatal(err)
 	}
-	c := a.client()
+	c := appClient(a)
 	if _, err := c.Wait(ctx, id, events.PhaseReady, 10*time.Second); err != nil {
 		t.Fatalf("the view never showed %s ready: %v", id, err)
 	}
-	js, _ := jetstream.New(a.nc)
+	js, _ := jetstream.New(a.Conn())
 	kv, err := js.KeyValue(ctx, "torpor_phases")
 	if err != nil {
 		t.Fatal(err)

@@ -1,88 +1,19 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"io"
-	"os"
-	"slices"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
-	"github.com/torpor/torpor/events"
-	"github.com/torpor/torpor/internal/busauth"
-	"github.com/torpor/torpor/services/compute"
-	"github.com/torpor/torpor/services/compute/process"
-	"github.com/torpor/torpor/services/compute/remote"
-	"github.com/torpor/torpor/services/compute/sim"
+	"github.com/torpor/torpor/services/node"
 )
-
-// driverNames are the drivers `torpor driver` can serve.
-var driverNames = []string{"sim", "process", "vm"}
-
-// driverConfig is everything `torpor driver` takes from its flags.
-type driverConfig struct {
-	Node    string
-	Drivers []string
-	NATSURL string
-	// NATSCreds is the credentials file to connect with (--nats-creds: a
-	// driver user of Node, `torpor creds --role driver --node N`).
-	NATSCreds string
-	// NATSCA is a PEM file of CAs to trust for a NATS server with TLS,
-	// besides the system's (--nats-ca); its supervisors trust it too.
-	NATSCA string
-	Data   string
-	// VMKernel is the guest kernel of the vm driver.
-	VMKernel string
-	// Heartbeat is how often the process driver's supervisors heartbeat
-	// (a third of the service's --heartbeat-limit, as serve has it).
-	Heartbeat time.Duration
-	// Torpor is the torpor binary the process driver's supervisors run;
-	// default this executable. No flag sets it.
-	Torpor string
-	// RunAs is whom the process driver's workloads run as (--run-as).
-	RunAs string
-}
-
-// Validate reports the first flag c cannot work with.
-func (c driverConfig) Validate() error {
-	switch {
-	case !validNode.MatchString(c.Node):
-		return fmt.Errorf("--node %q: want 1 to 63 lower-case letters, digits, '-' or '_', starting and ending with a letter or digit (it names subjects: torpor.driver.<node>.<op>)", c.Node)
-	case c.NATSURL == "":
-		return errors.New("--nats-url: want the URL of the NATS the service runs on")
-	case c.Data == "":
-		return errors.New("--data: want a directory (not the service's own: its sim journal and process sandboxes would be shared)")
-	case c.Heartbeat <= 0:
-		return fmt.Errorf("--heartbeat %s: want a positive duration", c.Heartbeat)
-	case len(c.Drivers) == 0:
-		return fmt.Errorf("--drivers: want one or more of %s", strings.Join(driverNames, ", "))
-	}
-	if c.RunAs != "" {
-		if _, err := process.LookupUser(c.RunAs); err != nil {
-			return fmt.Errorf("--run-as: %w", err)
-		}
-	}
-	for i, name := range c.Drivers {
-		switch {
-		case !slices.Contains(driverNames, name):
-			return fmt.Errorf("--drivers: unknown driver %q (known: %s)", name, strings.Join(driverNames, ", "))
-		case slices.Contains(c.Drivers[:i], name):
-			return fmt.Errorf("--drivers: %q named twice", name)
-		}
-	}
-	return nil
-}
 
 // driverCmd is `torpor driver`: it serves this machine's drivers to the
 // service on the bus, on torpor.driver.<node>.<op>, until SIGINT or SIGTERM.
 func driverCmd() *cobra.Command {
-	cfg := driverConfig{}
+	cfg := node.DriverConfig{}
 	cmd := &cobra.Command{
 		Use:   "driver --node N --nats-url URL --data DIR [--drivers sim,process]",
 		Short: "serve this machine's drivers to the service on the bus (torpor.driver.<node>.<op>)",
@@ -90,12 +21,12 @@ func driverCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Info and above: every call at debug would drown the log.
 			log := zerolog.New(zerolog.ConsoleWriter{Out: cmd.ErrOrStderr(), TimeFormat: time.TimeOnly}).Level(zerolog.InfoLevel).With().Timestamp().Str("part", "driver").Logger()
-			return serveDrivers(cmd.Context(), cfg, cmd.ErrOrStderr(), log)
+			return node.RunDriver(cmd.Context(), cfg, cmd.ErrOrStderr(), log)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Node, "node", "", "the node whose drivers this process serves")
-	f.StringSliceVar(&cfg.Drivers, "drivers", []string{"sim", "process"}, "the drivers to serve: "+strings.Join(driverNames, ", "))
+	f.StringSliceVar(&cfg.Drivers, "drivers", []string{"sim", "process"}, "the drivers to serve: "+strings.Join(node.DriverNames, ", "))
 	f.StringVar(&cfg.NATSURL, "nats-url", "", "the NATS the service runs on")
 	f.StringVar(&cfg.NATSCreds, "nats-creds", "", "the NATS credentials file to connect with (`torpor creds --role driver --node N`)")
 	f.StringVar(&cfg.NATSCA, "nats-ca", "", "a PEM file of CAs to trust for a NATS server with TLS, besides the system's (its supervisors trust it too)")
@@ -104,91 +35,4 @@ func driverCmd() *cobra.Command {
 	f.DurationVar(&cfg.Heartbeat, "heartbeat", 5*time.Second, "how often the process driver's supervisors heartbeat (a third of the service's --heartbeat-limit)")
 	f.StringVar(&cfg.RunAs, runAsFlag, "", runAsUsage)
 	return cmd
-}
-
-// serveDrivers builds cfg's drivers and serves them until ctx ends; it says
-// on out when they are served.
-func serveDrivers(ctx context.Context, cfg driverConfig, out io.Writer, log zerolog.Logger) error {
-	if err := cfg.Validate(); err != nil {
-		return invalid(err)
-	}
-	if slices.Contains(cfg.Drivers, "process") {
-		warnRoot(log, cfg.RunAs)
-	}
-	opts := []nats.Option{nats.Name("torpor driver " + cfg.Node), nats.MaxReconnects(-1)}
-	if cfg.NATSCreds != "" {
-		b, err := os.ReadFile(cfg.NATSCreds)
-		if err != nil {
-			return invalid(fmt.Errorf("--nats-creds: %w", err))
-		}
-		u, err := busauth.ParseCreds(b, busauth.Grant{Role: busauth.Driver, Node: cfg.Node})
-		if err != nil {
-			return invalid(fmt.Errorf("--nats-creds %s: %w", cfg.NATSCreds, err))
-		}
-		opts = append(opts, u.Options()...)
-	}
-	if cfg.NATSCA != "" {
-		opts = append(opts, nats.RootCAs(cfg.NATSCA))
-	}
-	nc, err := nats.Connect(cfg.NATSURL, opts...)
-	if err != nil {
-		return events.Errorf(events.CodeUnavailable, "connect %s: %v", cfg.NATSURL, err)
-	}
-	defer func() {
-		_ = nc.FlushTimeout(2 * time.Second)
-		nc.Close()
-	}()
-	drivers, closeDrivers, err := buildDrivers(cfg, nc)
-	defer closeDrivers()
-	if err != nil {
-		return err
-	}
-	srv, err := remote.Serve(ctx, nc, cfg.Node, drivers, log)
-	if err != nil {
-		return err
-	}
-	log.Info().Str("node", cfg.Node).Strs("drivers", drivers.Names()).Str("nats", cfg.NATSURL).Str("data", cfg.Data).Msg("torpor driver serving")
-	fmt.Fprintf(out, "torpor driver is up: node %s, drivers %s, NATS on %s\n", cfg.Node, strings.Join(drivers.Names(), ","), cfg.NATSURL)
-	<-ctx.Done()
-	err = srv.Stop()
-	log.Info().Err(err).Msg("torpor driver stopped")
-	return err
-}
-
-// buildDrivers makes the drivers cfg names, as serve makes them: the sim
-// reports for its sandboxes on nc, the process driver's supervisors dial
-// cfg's NATS. The returned close releases what they hold, also on error.
-func buildDrivers(cfg driverConfig, nc *nats.Conn) (compute.Registry, func(), error) {
-	drivers := compute.Registry{}
-	var closers []func()
-	closeAll := func() {
-		for _, c := range slices.Backward(closers) {
-			c()
-		}
-	}
-	for _, name := range cfg.Drivers {
-		var (
-			d   compute.Driver
-			err error
-		)
-		switch name {
-		case "sim":
-			var s *sim.Driver
-			if s, err = sim.New(busReporter(nc), sim.Config{Data: cfg.Data}); err == nil {
-				d = s
-				closers = append(closers, s.Close)
-			}
-		case "process":
-			// Stopping `torpor driver` leaves the sandboxes running: a
-			// restart on the same --data finds them.
-			d, err = process.New(process.Config{Data: cfg.Data, NATSURL: cfg.NATSURL, NATSCA: cfg.NATSCA, Binary: cfg.Torpor, Heartbeat: cfg.Heartbeat, Path: os.Getenv("PATH"), RunAs: cfg.RunAs})
-		case "vm":
-			d, err = vmDriver(cfg, nc)
-		}
-		if err != nil {
-			return nil, closeAll, fmt.Errorf("driver %s: %w", name, err)
-		}
-		drivers[name] = d
-	}
-	return drivers, closeAll, nil
 }

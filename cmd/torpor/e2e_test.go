@@ -38,10 +38,10 @@ func startApp(t *testing.T, dir string, mod func(*serveConfig)) *app {
 // log, unless a was stopped already.
 func checkLog(t *testing.T, a *app) {
 	t.Helper()
-	if !a.nc.IsConnected() {
+	if !a.Conn().IsConnected() {
 		return // stopped by the test; the service started after it checks the same log
 	}
-	vs, err := check.Replay(context.Background(), a.store, check.Options{})
+	vs, err := check.Replay(context.Background(), a.Store(), check.Options{})
 	if err != nil {
 		t.Errorf("%v", err)
 	}
@@ -100,7 +100,7 @@ func busConn(t *testing.T, a *app) *nats.Conn {
 // busConnAs is a connection to a's NATS as a user holding grants.
 func busConnAs(t *testing.T, a *app, grants ...busauth.Grant) *nats.Conn {
 	t.Helper()
-	opts, err := a.natsOptions(grants...)
+	opts, err := a.NATSOptionsAs(grants...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func mustWait(t *testing.T, c *torpor.Client, id string, p events.Phase) events.
 // delete through the real wiring and reads the KV view at each step.
 func TestLifecycleOverHTTP(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := a.client()
+	c := appClient(a)
 	nc := busConn(t, a)
 	ctx := context.Background()
 
@@ -245,7 +245,7 @@ func strconvU(u uint64) string { b, _ := json.Marshal(u); return string(b) }
 // TestLifecycleOverBus drives the same cycle through the micro service.
 func TestLifecycleOverBus(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := a.client()
+	c := appClient(a)
 	nc := busConn(t, a)
 
 	v, e := busCmd(t, nc, "create", map[string]any{"driver": "sim"}, nil)
@@ -284,7 +284,7 @@ func TestLifecycleOverBus(t *testing.T) {
 // answers UNIMPLEMENTED and the phase stays.
 func TestUnimplementedSuspendMovesNothing(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := a.client()
+	c := appClient(a)
 	ctx := context.Background()
 	v, err := c.Create(ctx, torpor.CreateRequest{DriverOptions: map[string]string{"suspend": "unimplemented"}}, "")
 	if err != nil {
@@ -348,7 +348,7 @@ func historyCounts(t *testing.T, c *torpor.Client, id string) ([]torpor.Event, m
 // get their contract errors.
 func TestDriversAndLogs(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := a.client()
+	c := appClient(a)
 	ctx := context.Background()
 	ds, err := c.Drivers(ctx)
 	if err != nil {
@@ -412,7 +412,7 @@ func TestDriversAndLogs(t *testing.T) {
 // TestForwardsBadInput: what each bad forward request gets, over HTTP.
 func TestForwardsBadInput(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := a.client()
+	c := appClient(a)
 	v, err := c.Create(context.Background(), torpor.CreateRequest{Name: "fw"}, "")
 	if err != nil {
 		t.Fatal(err)

@@ -3,10 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
 )
@@ -28,14 +25,6 @@ const (
 	runAsFlag  = "run-as"
 	runAsUsage = "run the process driver's workloads as this user (a name, uid or uid:gid; no supplementary groups); default the service's own user, whose files (--data, admin.token, NATS credentials) they can then read"
 )
-
-// warnRoot warns, once at start, that the process driver's workloads run
-// as root: they can read and do whatever the service can.
-func warnRoot(log zerolog.Logger, runAs string) {
-	if runAs == "" && os.Geteuid() == 0 {
-		log.Warn().Msg("running as root without --run-as: the process driver's workloads run as root and can read the service's data, its tokens and NATS credentials (see the README, Security)")
-	}
-}
 
 // positiveDuration is a duration flag that refuses zero and negative values
 // when it is parsed (so INVALID_ARGUMENT, naming the flag): the HTTP

@@ -15,6 +15,7 @@ import (
 	"github.com/torpor/torpor/events/natstest"
 	"github.com/torpor/torpor/events/storetest"
 	torpor "github.com/torpor/torpor/sdk/go"
+	"github.com/torpor/torpor/services/node"
 )
 
 // TestForgedEventsMoveNoView (issue 23, attacks 5 and 10): well-formed
@@ -26,7 +27,7 @@ import (
 // well-formed event on torpor.sandbox.ZZ is foreign: no sandbox, counted.
 func TestForgedEventsMoveNoView(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := a.client()
+	c := appClient(a)
 	nc := busConn(t, a)
 	ctx := context.Background()
 
@@ -47,11 +48,11 @@ func TestForgedEventsMoveNoView(t *testing.T) {
 	forged := storetest.Forged(id, before.Generation, time.Now())
 	var last uint64
 	for _, f := range forged {
-		head, err := a.store.Head(ctx, id)
+		head, err := a.Store().Head(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if last, err = a.store.Append(ctx, id, head, f); err != nil {
+		if last, err = a.Store().Append(ctx, id, head, f); err != nil {
 			t.Fatalf("append forged %s: %v", f.Type, err)
 		}
 	}
@@ -75,7 +76,7 @@ func TestForgedEventsMoveNoView(t *testing.T) {
 	if at.Phase != events.PhaseStopped || at.Seq != before.Seq || at.ExitCode != nil || at.Restore.Held {
 		t.Errorf("at %d: %+v; want the view before the forged events (stopped at %d)", last, at, before.Seq)
 	}
-	if n := a.svc.PassedOver(); n < uint64(len(forged)) {
+	if n := a.Service().PassedOver(); n < uint64(len(forged)) {
 		t.Errorf("the gateway passed over %d events, want at least %d", n, len(forged))
 	}
 
@@ -91,14 +92,14 @@ func TestForgedEventsMoveNoView(t *testing.T) {
 	if after.Generation != before.Generation+1 {
 		t.Errorf("after the start: generation %d, want %d", after.Generation, before.Generation+1)
 	}
-	if n := a.proj.Parked(); n != uint64(len(forged)) {
+	if n := a.Projection().Parked(); n != uint64(len(forged)) {
 		t.Errorf("the KV view parked %d events, want %d", n, len(forged))
 	}
 
 	// The checker passes over them, counting each, and finds nothing
 	// (startApp checks the whole log again at cleanup, ZZ included).
 	refused := 0
-	vs, err := check.Replay(ctx, a.store, check.Options{Refused: func(events.Envelope, error) { refused++ }})
+	vs, err := check.Replay(ctx, a.Store(), check.Options{Refused: func(events.Envelope, error) { refused++ }})
 	if err != nil || len(vs) != 0 {
 		t.Errorf("check: %v, %v", vs, err)
 	}
@@ -116,7 +117,7 @@ func TestForgedEventsMoveNoView(t *testing.T) {
 			t.Errorf("a phantom sandbox is listed: %+v", s)
 		}
 	}
-	if a.store.Foreign() == 0 {
+	if a.Store().Foreign() == 0 {
 		t.Errorf("the foreign message on torpor.sandbox.ZZ was not counted")
 	}
 }
@@ -127,7 +128,7 @@ func TestForgedEventsMoveNoView(t *testing.T) {
 func TestBadCredentialSecretReplaced(t *testing.T) {
 	srv := natstest.Start(t)
 	ctx := context.Background()
-	if _, err := credentials(ctx, srv.JS); err != nil {
+	if _, err := node.Credentials(ctx, srv.JS); err != nil {
 		t.Fatal(err)
 	}
 	kv, err := srv.JS.KeyValue(ctx, "torpor_config")
@@ -138,7 +139,7 @@ func TestBadCredentialSecretReplaced(t *testing.T) {
 		if _, err := kv.Put(ctx, "credential_secret", []byte(bad)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := credentials(ctx, srv.JS); err != nil {
+		if _, err := node.Credentials(ctx, srv.JS); err != nil {
 			t.Fatalf("credentials over %q: %v", bad, err)
 		}
 		e, err := kv.Get(ctx, "credential_secret")
@@ -160,7 +161,7 @@ func TestBadCredentialSecretReplaced(t *testing.T) {
 func TestGarbageInBuckets(t *testing.T) {
 	dir := t.TempDir()
 	a := startApp(t, dir, nil)
-	c := a.client()
+	c := appClient(a)
 	nc := busConn(t, a)
 	ctx := context.Background()
 	one, err := c.Create(ctx, torpor.CreateRequest{Name: "one"}, "")
@@ -233,7 +234,7 @@ func TestGarbageInBuckets(t *testing.T) {
 	srv.Stop()
 
 	b := startApp(t, dir, nil)
-	c = b.client()
+	c = appClient(b)
 	if _, err := c.Lifecycle(ctx, "start", one.ID, false, ""); err != nil {
 		t.Fatalf("start after the restart: %v", err)
 	}

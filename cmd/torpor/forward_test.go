@@ -70,7 +70,7 @@ func TestForwardsThroughSuspensions(t *testing.T) {
 	port := "8000=" + strings.TrimPrefix(srv.URL, "http://")
 	dir := t.TempDir()
 	a := startApp(t, dir, nil)
-	c := a.client()
+	c := appClient(a)
 	ctx := context.Background()
 
 	stubborn, _ := c.Create(ctx, torpor.CreateRequest{Name: "stubborn", DriverOptions: map[string]string{"ports": port, "suspend": "reject"}}, "")
@@ -128,7 +128,7 @@ func TestForwardsThroughSuspensions(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := startApp(t, dir, nil)
-	c = b.client()
+	c = appClient(b)
 	deadline := time.Now().Add(waitFor)
 	for {
 		got, err := through(t, fw2.Address)

@@ -19,8 +19,7 @@ import (
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/jsstore"
-	"github.com/torpor/torpor/projections/kvview"
-	"github.com/torpor/torpor/services/gateway"
+	"github.com/torpor/torpor/services/node"
 )
 
 func main() {
@@ -110,7 +109,7 @@ func serveCmd() *cobra.Command {
 	f.BoolVar(&cfg.MetricsOpen, "metrics-open", false, "serve /metrics without a token (it wants a read token otherwise)")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "serve the HTTP API over TLS with this certificate (PEM; with --tls-key)")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "the private key of --tls-cert (PEM)")
-	cfg.TokenLimits = gateway.DefaultTokenLimits
+	cfg.TokenLimits = node.DefaultTokenLimits
 	f.Float64Var(&cfg.TokenLimits.Rate, "token-rate", cfg.TokenLimits.Rate, "requests a second each token may send to this server on average (0: no limit); past it RESOURCE_EXHAUSTED")
 	f.IntVar(&cfg.TokenLimits.Burst, "token-burst", cfg.TokenLimits.Burst, "requests each token may send at once above --token-rate")
 	f.IntVar(&cfg.TokenLimits.Watches, "token-watches", cfg.TokenLimits.Watches, "watches each token may hold open on this server (0: no limit)")
@@ -118,8 +117,8 @@ func serveCmd() *cobra.Command {
 	f.IntVar(&cfg.TokenLimits.Sandboxes, "token-sandboxes", cfg.TokenLimits.Sandboxes, "sandboxes each token may have made and not deleted, on every server together (0: no limit)")
 	f.StringVar(&cfg.RunAs, runAsFlag, "", runAsUsage)
 	f.Int64Var(&cfg.MaxLogBytes, "max-log-bytes", jsstore.DefaultMaxBytes, "storage bound of the event log (the server reserves it); a full log refuses commands RESOURCE_EXHAUSTED, never drops events; -1: no bound")
-	f.DurationVar(&cfg.ReplayTTL, "replay-ttl", kvview.DefaultPastTTL, "how long a view rebuilt for the past (torpor replay --until: bucket torpor_phases_at_<seq>, tables torpor_sandboxes_at_<seq> and torpor_history_at_<seq>) is kept before it is removed")
-	cfg.HTTPTimeouts = gateway.Timeouts{ReadHeader: gateway.DefaultReadHeaderTimeout, Read: gateway.DefaultReadTimeout, Write: gateway.DefaultWriteTimeout, Idle: gateway.DefaultIdleTimeout}
+	f.DurationVar(&cfg.ReplayTTL, "replay-ttl", node.DefaultReplayTTL, "how long a view rebuilt for the past (torpor replay --until: bucket torpor_phases_at_<seq>, tables torpor_sandboxes_at_<seq> and torpor_history_at_<seq>) is kept before it is removed")
+	cfg.HTTPTimeouts = node.DefaultHTTPTimeouts
 	f.Var(positiveDuration{&cfg.HTTPTimeouts.ReadHeader}, "http-read-header-timeout", "how long an HTTP client may take to send a request's header")
 	f.Var(positiveDuration{&cfg.HTTPTimeouts.Read}, "http-read-timeout", "how long an HTTP client may take to send a whole request, its body included")
 	f.Var(positiveDuration{&cfg.HTTPTimeouts.Write}, "http-write-timeout", "how long an HTTP answer may take (watch, wait and replay stream past it)")

@@ -24,6 +24,7 @@ import (
 	"github.com/torpor/torpor/events/jsstore"
 	torpor "github.com/torpor/torpor/sdk/go"
 	"github.com/torpor/torpor/services/compute"
+	"github.com/torpor/torpor/services/node"
 )
 
 // scrape reads a's GET /metrics: the raw text and its families by name.
@@ -92,7 +93,7 @@ outer:
 // /metrics, and promtool finds nothing wrong with it.
 func TestMetrics(t *testing.T) {
 	a := startAppUnchecked(t, "", func(c *serveConfig) { c.Deadline = 2 * time.Second })
-	c := a.client()
+	c := appClient(a)
 	nc := busConn(t, a)
 	ctx := context.Background()
 	js, _ := jetstream.New(nc)
@@ -130,7 +131,7 @@ func TestMetrics(t *testing.T) {
 	if code := sendReport(t, nc, compute.Report{SandboxID: id, Generation: 2, Credential: "forged", Kind: compute.ReportExited, ExitCode: 1}); code != events.CodeUnauthenticated {
 		t.Fatalf("forged report answered %q, want UNAUTHENTICATED", code)
 	}
-	creds, err := credentials(ctx, js)
+	creds, err := node.Credentials(ctx, js)
 	if err != nil {
 		t.Fatal(err)
 	}

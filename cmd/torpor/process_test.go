@@ -35,7 +35,7 @@ func processApp(t *testing.T, limit time.Duration, mods ...func(*serveConfig)) (
 			m(c)
 		}
 	})
-	return a, a.client(), dir
+	return a, appClient(a), dir
 }
 
 // refusing is the real process driver, but for the suspensions it is told
@@ -155,7 +155,7 @@ func TestProcessSandboxesAreApartAndFenced(t *testing.T) {
 	if cred1 == "" {
 		t.Fatalf("no %s in the supervisor's environment", process.CredentialEnv)
 	}
-	before, refused := history(t, c, frozen), a.svc.ReportsRefused()
+	before, refused := history(t, c, frozen), a.Service().ReportsRefused()
 	nc := busConn(t, a)
 	for _, tc := range []struct {
 		name string
@@ -175,7 +175,7 @@ func TestProcessSandboxesAreApartAndFenced(t *testing.T) {
 	if after := history(t, c, frozen); len(after) != len(before) {
 		t.Fatalf("fenced reports were recorded: %+v", after[len(before):])
 	}
-	if n := a.svc.ReportsRefused() - refused; n < 4 {
+	if n := a.Service().ReportsRefused() - refused; n < 4 {
 		t.Fatalf("%d refused reports counted, want the 4 sent at least", n)
 	}
 	if v, _ := c.Get(ctx, frozen); v.Phase != events.PhaseReady || v.ExitCode != nil {
@@ -210,7 +210,7 @@ func TestProcessForwardCarriesHTTP(t *testing.T) {
 	busybox := need(t, "busybox")
 	var drv *refusing
 	a, c, dir := processApp(t, 15*time.Second, func(cfg *serveConfig) {
-		cfg.wrapDrivers = func(r compute.Registry) {
+		cfg.WrapDrivers = func(r compute.Registry) {
 			drv = &refusing{Driver: r["process"].(*process.Driver)}
 			r["process"] = drv
 		}

@@ -37,7 +37,7 @@ func TestReadyzWhileTheViewIsStuck(t *testing.T) {
 		return resp.StatusCode, msg
 	}
 	ctx := context.Background()
-	c := a.client()
+	c := appClient(a)
 	v, err := c.Create(ctx, torpor.CreateRequest{Name: "before", Driver: "sim"}, "")
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestReadyzWhileTheSQLViewIsStuck(t *testing.T) {
 	db, schema := sqlSchema(t)
 	a := startApp(t, "", func(c *serveConfig) { c.ProjectionDB = db })
 	ctx := context.Background()
-	c := a.client()
+	c := appClient(a)
 	v, err := c.Create(ctx, torpor.CreateRequest{Name: "before", Driver: "sim"}, "")
 	if err != nil {
 		t.Fatal(err)

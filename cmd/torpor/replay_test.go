@@ -18,11 +18,12 @@ import (
 	"github.com/torpor/torpor/events/natstest"
 	"github.com/torpor/torpor/projections"
 	"github.com/torpor/torpor/projections/kvview"
+	"github.com/torpor/torpor/services/node"
 )
 
 // replayServer is a replay endpoint over a log of n sandboxes (created,
 // then started) whose KV view is projected live, without a SQL view.
-func replayServer(t *testing.T, n int) (*httptest.Server, *replayHandler, uint64) {
+func replayServer(t *testing.T, n int) (*httptest.Server, http.Handler, uint64) {
 	t.Helper()
 	ctx := context.Background()
 	srv := natstest.Start(t)
@@ -69,11 +70,12 @@ func replayServer(t *testing.T, n int) (*httptest.Server, *replayHandler, uint64
 	for r.Position() < last {
 		time.Sleep(5 * time.Millisecond)
 	}
-	h := newReplayHandler(replayDeps{Store: store, KV: view, Log: zerolog.Nop()})
-	// The server's handler is one of its own: the tests that hold h's
-	// locks call h directly.
+	deps := node.ReplayDeps{Store: store, KV: view, Log: zerolog.Nop()}
+	h := node.NewReplayHandler(deps)
+	// The server's handler is one of its own (a second rebuild while one
+	// runs is services/node's TestReplayBusy).
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/replay", newReplayHandler(h.d))
+	mux.Handle("POST /v1/replay", node.NewReplayHandler(deps))
 	hs := httptest.NewServer(mux)
 	t.Cleanup(hs.Close)
 	return hs, h, last
@@ -157,14 +159,7 @@ func TestReplayRefused(t *testing.T) {
 			t.Errorf("POST %s: %d %s; want %d %s", c.body, rec.Code, rec.Body.String(), c.status, c.code)
 		}
 	}
-	h.busy["kv"].Lock()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/replay", strings.NewReader(`{"view":"kv"}`)))
-	h.busy["kv"].Unlock()
-	if rec.Code != 409 || !strings.Contains(rec.Body.String(), `"code":"FAILED_PRECONDITION"`) {
-		t.Errorf("a second rebuild: %d %s; want 409 FAILED_PRECONDITION", rec.Code, rec.Body.String())
-	}
-	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/replay", bytes.NewReader([]byte(`{"view":"kv","until":7}`))))
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"phase":"done"`) || !strings.Contains(rec.Body.String(), `"target":"torpor_phases_at_7"`) {
 		t.Errorf("POST until 7: %d %s", rec.Code, rec.Body.String())

@@ -66,7 +66,7 @@ func (w *eventWaiter) wait(t *testing.T, id, typ string) {
 func TestRestartCatchesUp(t *testing.T) {
 	dir := t.TempDir()
 	a := startApp(t, dir, nil)
-	c := a.client()
+	c := appClient(a)
 	w := watchLog(t, busConn(t, a))
 	ctx := context.Background()
 
@@ -95,7 +95,7 @@ func TestRestartCatchesUp(t *testing.T) {
 	forgetView(t, dir)
 
 	b := startApp(t, dir, nil)
-	c = b.client()
+	c = appClient(b)
 	vd := mustWait(t, c, done.ID, events.PhaseSuspended)
 	vs := mustWait(t, c, slow.ID, events.PhaseSuspended)
 	for _, v := range []events.View{vd, vs} {
@@ -110,7 +110,7 @@ func TestRestartCatchesUp(t *testing.T) {
 		}
 	}
 	// Only the suspension in flight went to the driver again.
-	if calls := b.driver.Calls(); !maps.Equal(calls, map[string]int{"suspend": 1}) {
+	if calls := b.Sim().Calls(); !maps.Equal(calls, map[string]int{"suspend": 1}) {
 		t.Errorf("driver calls after the restart %v, want the one suspend in flight", calls)
 	}
 	// And it goes on from there.
@@ -147,7 +147,7 @@ func forgetView(t *testing.T, dir string) {
 func TestRestartWithoutPositions(t *testing.T) {
 	dir := t.TempDir()
 	a := startApp(t, dir, nil)
-	c := a.client()
+	c := appClient(a)
 	ctx := context.Background()
 	phases := map[string]events.Phase{}
 	for name, verbs := range map[string][]string{
@@ -176,7 +176,7 @@ func TestRestartWithoutPositions(t *testing.T) {
 	for id := range phases {
 		_, before[id] = historyCounts(t, c, id)
 	}
-	last, err := a.store.LastSeq(ctx)
+	last, err := a.Store().LastSeq(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,15 +198,15 @@ func TestRestartWithoutPositions(t *testing.T) {
 	srv.Stop()
 
 	b := startApp(t, dir, nil)
-	c = b.client()
-	pos, err := b.store.Position(ctx, sagas.PositionKey("local"))
+	c = appClient(b)
+	pos, err := b.Store().Position(ctx, sagas.PositionKey("local"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(waitFor)
 	for {
 		p, err := pos.Get(ctx)
-		lag, lerr := b.proj.Lag(ctx)
+		lag, lerr := b.Projection().Lag(ctx)
 		if err == nil && lerr == nil && p >= last && lag == 0 {
 			break
 		}
@@ -215,10 +215,10 @@ func TestRestartWithoutPositions(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if got, err := b.store.LastSeq(ctx); err != nil || got != last {
+	if got, err := b.Store().LastSeq(ctx); err != nil || got != last {
 		t.Errorf("log at %d (%v) after reading it all again, want %d: something was appended", got, err, last)
 	}
-	if calls := b.driver.Calls(); len(calls) != 0 {
+	if calls := b.Sim().Calls(); len(calls) != 0 {
 		t.Errorf("driver calls %v while reading the log again, want none: every intent was settled", calls)
 	}
 	for id, phase := range phases {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/torpor/torpor/events"
 	torpor "github.com/torpor/torpor/sdk/go"
+	"github.com/torpor/torpor/services/node"
 )
 
 // TestWarnRoot: serve and driver, as root, warn once at start that the
@@ -26,7 +27,7 @@ func TestWarnRoot(t *testing.T) {
 		want  int
 	}{{"", 1}, {"nobody", 0}} {
 		var buf bytes.Buffer
-		warnRoot(zerolog.New(&buf), tc.runAs)
+		node.WarnRoot(zerolog.New(&buf), tc.runAs)
 		if got := strings.Count(buf.String(), `"level":"warn"`); got != tc.want || (got > 0 && !strings.Contains(buf.String(), "--run-as")) {
 			t.Errorf("run as %q: logged %q, want %d warning(s) naming --run-as", tc.runAs, buf.String(), tc.want)
 		}

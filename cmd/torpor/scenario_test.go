@@ -16,6 +16,7 @@ import (
 	torpor "github.com/torpor/torpor/sdk/go"
 	"github.com/torpor/torpor/services/compute"
 	"github.com/torpor/torpor/services/compute/sim"
+	"github.com/torpor/torpor/services/node"
 )
 
 // scene is one scenario's sandbox on a real service.
@@ -73,7 +74,7 @@ func TestScenarios(t *testing.T) {
 	a := startApp(t, dir, func(c *serveConfig) { c.Deadline = 2 * time.Second })
 	nc := busConn(t, a)
 	js, _ := jetstream.New(nc)
-	creds, err := credentials(context.Background(), js)
+	creds, err := node.Credentials(context.Background(), js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +286,7 @@ func TestScenarios(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			s := &scene{t: t, c: a.client(), nc: nc, creds: creds, dir: dir}
+			s := &scene{t: t, c: appClient(a), nc: nc, creds: creds, dir: dir}
 			v, err := s.c.Create(ctx, torpor.CreateRequest{Driver: "sim", DriverOptions: tc.opts}, "")
 			if err != nil {
 				t.Fatal(err)

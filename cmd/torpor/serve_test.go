@@ -84,7 +84,7 @@ func TestDuplicateWindowReachesStream(t *testing.T) {
 	dir := t.TempDir()
 	for _, want := range []time.Duration{30 * time.Second, 3 * time.Minute} {
 		a := startApp(t, dir, func(c *serveConfig) { c.DuplicateWindow = want })
-		info, err := a.store.Stream().Info(t.Context())
+		info, err := a.Store().Stream().Info(t.Context())
 		if err != nil {
 			t.Fatalf("stream info: %v", err)
 		}
@@ -103,7 +103,7 @@ func TestMaxLogBytesReachesStream(t *testing.T) {
 	dir := t.TempDir()
 	for _, want := range []int64{256 << 20, 512 << 20} {
 		a := startApp(t, dir, func(c *serveConfig) { c.MaxLogBytes = want })
-		info, err := a.store.Stream().Info(t.Context())
+		info, err := a.Store().Stream().Info(t.Context())
 		if err != nil {
 			t.Fatalf("stream info: %v", err)
 		}
@@ -120,7 +120,7 @@ func TestMaxLogBytesReachesStream(t *testing.T) {
 // --replay-ttl has passed since it was made.
 func TestServeReapsViewsOfThePast(t *testing.T) {
 	a := startApp(t, "", func(c *serveConfig) { c.ReplayTTL = time.Millisecond })
-	js, err := jetstream.New(a.nc)
+	js, err := jetstream.New(a.Conn())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 // real wiring and checks where the sandbox ends and what its view says.
 func TestSimBehavioursEndToEnd(t *testing.T) {
 	a := startApp(t, "", func(c *serveConfig) { c.Deadline = 2 * time.Second })
-	c := a.client()
+	c := appClient(a)
 	ctx := context.Background()
 	code := func(n int) *int { return &n }
 

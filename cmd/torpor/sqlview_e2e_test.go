@@ -186,7 +186,7 @@ func viewsCaughtUp(t *testing.T, a *app) {
 	untilTrue(t, "both views at the head of the log", func() (bool, string) {
 		ctx := context.Background()
 		kv, kerr := a.ViewLag(ctx)
-		sql, serr := a.sql.Lag(ctx)
+		sql, serr := a.SQLLag(ctx)
 		return kerr == nil && serr == nil && kv == 0 && sql == 0, fmt.Sprintf("kv lag %d (%v), sql lag %d (%v)", kv, kerr, sql, serr)
 	})
 }
@@ -263,7 +263,7 @@ func sameReads(t *testing.T, got, want []answer) {
 // through suspend, resume, stop and delete; it returns their ids.
 func driveSandboxes(t *testing.T, a *app, prefix string, n int) []string {
 	t.Helper()
-	c := a.client()
+	c := appClient(a)
 	ctx := context.Background()
 	var ids []string
 	for i := range n {
@@ -400,7 +400,7 @@ func TestServeSQLViewDatabaseGoesAway(t *testing.T) {
 		code, msg := readyz(t, a)
 		return code == 503 && strings.Contains(msg, "SQL view") && strings.Contains(msg, "events behind") && !strings.Contains(msg, "SQL view 0 events"), fmt.Sprintf("%d %s", code, msg)
 	})
-	if lag, err := a.sql.Lag(context.Background()); err != nil || lag == 0 {
+	if lag, err := a.SQLLag(context.Background()); err != nil || lag == 0 {
 		t.Errorf("SQL view lag %d, %v while its database is away: want events behind", lag, err)
 	}
 	if lag, err := a.ViewLag(context.Background()); err != nil || lag != 0 {

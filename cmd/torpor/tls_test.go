@@ -154,7 +154,7 @@ func TestNATSOverTLS(t *testing.T) {
 	a, _, dir := processApp(t, 15*time.Second, func(c *serveConfig) { c.TLSCert, c.TLSKey, c.VMKernel = pki.Cert, pki.Key, kernel })
 	t.Cleanup(func() { deleteVMSandboxes(t, dir) })
 	c := torpor.New(a.HTTPURL(), &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.pool}}}).WithToken(a.AdminToken())
-	opts, err := a.natsOptions(busauth.Grant{Role: busauth.Dashboard})
+	opts, err := a.NATSOptionsAs(busauth.Grant{Role: busauth.Dashboard})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,7 +74,7 @@ func (t tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // client is an SDK client of a, with its admin token.
-func (a *app) client() *torpor.Client {
+func appClient(a *app) *torpor.Client {
 	return torpor.New(a.HTTPAddr(), nil).WithToken(a.AdminToken())
 }
 

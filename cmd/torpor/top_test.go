@@ -144,7 +144,7 @@ func (s *ptySession) exit() int {
 func TestTop(t *testing.T) {
 	a := startApp(t, "", nil)
 	srv := "http://" + a.HTTPAddr()
-	c := a.client()
+	c := appClient(a)
 	ctx := context.Background()
 	v, err := c.Create(ctx, torpor.CreateRequest{Name: "topped", Labels: map[string]string{"screen": "top"}}, "")
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 // /v1/phases counts sandboxes per phase.
 func TestWatchAndPhases(t *testing.T) {
 	a := startApp(t, "", nil)
-	c := a.client()
+	c := appClient(a)
 	ctx := context.Background()
 	v, err := c.Create(ctx, torpor.CreateRequest{Name: "watched"}, "")
 	if err != nil {

@@ -1,33 +1,35 @@
 package torpor_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/jsstore"
+	"github.com/torpor/torpor/internal/busauth"
 	torpor "github.com/torpor/torpor/sdk/go"
+	"github.com/torpor/torpor/services/node"
 )
 
-// server is the real `torpor serve` every test of the package talks to,
-// started once in TestMain.
+// server is the real service every test of the package talks to, a node
+// started once in TestMain, in this process.
 var server struct {
 	http string // host:port
 	nats string // nats://host:port
-	// token is the admin token serve wrote under its --data.
+	// token is the admin token the node wrote under its data directory.
 	token string
 	// creds is a credentials file of a producer and dashboard of its
-	// NATS (`torpor creds`), what a bus client connects with.
+	// NATS (what `torpor creds` writes), what a bus client connects with.
 	creds string
 	// service is the service's credentials file, for the tests that do
 	// what only torpor itself may (make a bucket, ask of one that is not
@@ -56,67 +58,30 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "torpor")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/torpor/torpor/cmd/torpor").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		return 1
-	}
-	cmd := exec.Command(bin, "serve", "--data", filepath.Join(dir, "data"), "--http", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--fsync", "interval",
-		"--node", serveNode, "--deadline", serveDeadline.String())
-	stderr, err := cmd.StderrPipe()
+	// The service in this process, as serve runs it (services/node).
+	n, err := node.Start(context.Background(), node.Config{Data: filepath.Join(dir, "data"), HTTP: "127.0.0.1:0", NATSListen: "127.0.0.1:0",
+		Fsync: "interval", Node: serveNode, Deadline: serveDeadline, DuplicateWindow: jsstore.DefaultDuplicateWindow,
+		HeartbeatLimit: 15 * time.Second, TokenLimits: node.DefaultTokenLimits, HTTPTimeouts: node.DefaultHTTPTimeouts}, zerolog.Nop())
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintf(os.Stderr, "start the node: %v\n", err)
 		return 1
 	}
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	done := make(chan struct{})
-	up := make(chan struct{})
-	var tail []string // what it said, shown if it does not come up
-	var mu sync.Mutex
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			mu.Lock()
-			tail = append(tail, line)
-			mu.Unlock()
-			if rest, ok := strings.CutPrefix(line, "torpor is up: HTTP on http://"); ok {
-				server.http, server.nats, _ = strings.Cut(rest, ", NATS on ")
-				close(up)
+	defer func() { _ = n.Stop() }()
+	server.http, server.nats, server.token = n.HTTPAddr(), n.NATSURL(), n.AdminToken()
+	server.creds, server.service = filepath.Join(dir, "client.creds"), filepath.Join(dir, "service.creds")
+	for file, grants := range map[string][]busauth.Grant{
+		server.creds:   {{Role: busauth.Producer}, {Role: busauth.Dashboard}},
+		server.service: {{Role: busauth.Service}},
+	} {
+		u, err := n.Auth().User(filepath.Base(file), 0, grants...)
+		if err == nil {
+			var creds []byte
+			if creds, err = u.Creds(); err == nil {
+				err = os.WriteFile(file, creds, 0o600)
 			}
 		}
-		_, _ = io.Copy(io.Discard, stderr)
-		_ = cmd.Wait()
-	}()
-	defer func() {
-		_ = cmd.Process.Kill()
-		<-done
-	}()
-	select {
-	case <-up:
-	case <-done:
-		mu.Lock()
-		fmt.Fprintf(os.Stderr, "torpor serve exited before it was up:\n%s\n", strings.Join(tail, "\n"))
-		mu.Unlock()
-		return 1
-	case <-time.After(60 * time.Second):
-		fmt.Fprintln(os.Stderr, "torpor serve did not come up")
-		return 1
-	}
-	tok, err := os.ReadFile(filepath.Join(dir, "data", "admin.token"))
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "the admin token serve writes: %v\n", err)
-		return 1
-	}
-	server.token = strings.TrimSpace(string(tok))
-	server.creds, server.service = filepath.Join(dir, "client.creds"), filepath.Join(dir, "service.creds")
-	for file, role := range map[string]string{server.creds: "producer,dashboard", server.service: "service"} {
-		if out, err := exec.Command(bin, "creds", "--data", filepath.Join(dir, "data"), "--role", role, "-o", file).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "torpor creds: %v\n%s", err, out)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "credentials %s: %v\n", file, err)
 			return 1
 		}
 	}

@@ -2,6 +2,7 @@ package compute
 
 import (
 	"context"
+	"fmt"
 	"net"
 
 	"github.com/torpor/torpor/events"
@@ -24,6 +25,12 @@ var (
 	// sagas retry such a call until the phase's deadline: only an answer
 	// (a rejection, a failure) is an outcome.
 	ErrUnavailable error = &driverError{"driver unavailable", events.CodeUnavailable}
+	// ErrNotDelivered: the call reached no driver: nobody serves the node
+	// (on the bus, NATS answered that no one listens), or its time was up
+	// before it was sent. Unlike a call that got no answer, it provably had
+	// no effect. It is an ErrUnavailable (errors.Is holds for both), and
+	// retried as one.
+	ErrNotDelivered error = fmt.Errorf("%w: delivered to no driver", ErrUnavailable)
 )
 
 // driverError is a sentinel of the driver contract with its contract code.
@@ -188,6 +195,13 @@ type Observation struct {
 	// RetainedBytes is what the retained state behind RestoreRef keeps on
 	// its node (a VM's snapshot), where the driver knows it.
 	RetainedBytes int64 `json:"retained_bytes,omitempty"`
+	// Consumed is the restore reference the newest resume on this node
+	// consumed, and ConsumedGeneration the generation it was consumed for,
+	// whether the restore then succeeded or failed: what a passed resume
+	// deadline reads when the resume's answer was lost (the point of no
+	// return passed unseen). Empty and 0 when no resume consumed anything.
+	Consumed           string `json:"consumed,omitempty"`
+	ConsumedGeneration int64  `json:"consumed_generation,omitempty"`
 }
 
 // Observer is a driver that can say what is true of a sandbox now. The

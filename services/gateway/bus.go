@@ -284,12 +284,14 @@ func (b *Bus) report(ctx context.Context, m *nats.Msg) {
 		case compute.ReportHeartbeat:
 			b.passOn(id, m.Data)
 		case compute.ReportAttached:
-			// A resumed generation's supervisor that heartbeat as the
-			// older one is watched as the new one from its attach: should
-			// it never beat as it, it falls silent like any other.
-			if b.beats.watched(id) {
-				b.passOn(id, m.Data)
-			}
+			// Every gateway that watches the supervisor takes its attach
+			// for a beat: a resumed generation's supervisor that heartbeat
+			// as the older one is watched as the new one from its attach
+			// (should it never beat as it, it falls silent like any
+			// other), and one attached again after a detach is not found
+			// silent, and detached again, by a gateway whose watch of the
+			// old silence had yet to end.
+			b.passOn(id, m.Data)
 		case compute.ReportExited, compute.ReportDetached:
 			b.beats.forget(id)
 		}

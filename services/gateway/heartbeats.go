@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/services/compute"
 )
 
 // beatPrefix starts the subject on which a gateway that took a supervisor's
@@ -41,12 +42,15 @@ func (b *beats) note(id string, gen int64, at time.Time) {
 	b.last[id] = beat{gen: gen, at: at}
 }
 
-// watched says whether a supervisor of id has heartbeat and is watched.
-func (b *beats) watched(id string) bool {
+// renew notes an attach of generation gen of id at at, if id is watched:
+// a supervisor attached (again, or as a resumed generation) is not silent,
+// and one that never beat is not watched for it.
+func (b *beats) renew(id string, gen int64, at time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	_, ok := b.last[id]
-	return ok
+	if cur, ok := b.last[id]; ok && cur.gen <= gen {
+		b.last[id] = beat{gen: gen, at: at}
+	}
 }
 
 func (b *beats) forget(id string) {
@@ -82,12 +86,16 @@ func (b *Bus) listenBeats() (*nats.Subscription, error) {
 			b.log.Debug().Err(err).Str("subject", m.Subject).Msg("beat passed on refused")
 			return
 		}
+		if r.Kind == compute.ReportAttached {
+			b.beats.renew(id, r.Generation, time.Now())
+			return
+		}
 		b.beats.note(id, r.Generation, time.Now())
 	})
 }
 
-// passOn tells every gateway that a supervisor of id beat: report is its
-// report (a heartbeat, or the attach of a new generation).
+// passOn tells every gateway that a supervisor of id beat or attached:
+// report is its report (a heartbeat, or an attach taken).
 func (b *Bus) passOn(id string, report []byte) {
 	_ = b.nc.Publish(beatPrefix+id, report)
 }

@@ -17,6 +17,12 @@ import (
 // the rig's server until the test ends.
 func (r *rig) bus(t *testing.T, limit time.Duration) *Service {
 	t.Helper()
+	return r.busOf(t, limit).svc
+}
+
+// busOf is bus, returning the Bus.
+func (r *rig) busOf(t *testing.T, limit time.Duration) *Bus {
+	t.Helper()
 	svc, err := NewService(r.store, r.names, fakeDrivers{}, r.creds, Config{HeartbeatLimit: limit}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +35,7 @@ func (r *rig) bus(t *testing.T, limit time.Duration) *Service {
 	done := make(chan error, 1)
 	go func() { done <- b.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return svc
+	return b
 }
 
 // sendReport sends a supervisor report of kind on the bus and returns the code
@@ -141,5 +147,54 @@ func TestHeartbeatAfterDetachElsewhere(t *testing.T) {
 	}
 	if _, err := b.Report(ctx, v.ID, beat); events.CodeOf(err) != events.CodeFailedPrecondition {
 		t.Fatalf("heartbeat after another gateway recorded the detach: %v, want FAILED_PRECONDITION", err)
+	}
+}
+
+// TestAttachRenewsTheWatch: an attach taken counts as a beat for every
+// gateway that watches its supervisor. A supervisor attached again after
+// a detach reaches a gateway whose watch of the silence ended (it found
+// it silent), while another still watches the old silence: that one must
+// take the attach for a beat, or it finds the supervisor silent in turn
+// and detaches it again. The attach was passed on only by a gateway that
+// watched the supervisor itself.
+func TestAttachRenewsTheWatch(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	a, b := r.busOf(t, time.Hour), r.busOf(t, time.Hour)
+	v := readySandbox(t, a.svc)
+	cred := r.creds.Mint(v.ID, 1)
+	report := func(kind string) *nats.Msg {
+		data, _ := json.Marshal(compute.Report{SandboxID: v.ID, Generation: 1, Credential: cred, Kind: kind})
+		return &nats.Msg{Subject: compute.ReportSubject(v.ID), Data: data}
+	}
+	a.report(ctx, report(compute.ReportHeartbeat)) // both gateways watch it
+	lastBeat := func(g *Bus) (time.Time, bool) {
+		g.beats.mu.Lock()
+		defer g.beats.mu.Unlock()
+		bt, ok := g.beats.last[v.ID]
+		return bt.at, ok
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, g := range []*Bus{a, b} {
+		for _, ok := lastBeat(g); !ok; _, ok = lastBeat(g) {
+			if time.Now().After(deadline) {
+				t.Fatal("the beat was not passed on")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	beat, _ := lastBeat(a)
+	if n := len(b.beats.silent(time.Now().Add(time.Hour), time.Hour)); n != 1 { // b found it silent
+		t.Fatalf("b found %d supervisors silent, want 1", n)
+	}
+	b.report(ctx, report(compute.ReportAttached)) // taken: it is attached
+	for at, _ := lastBeat(a); !at.After(beat); at, _ = lastBeat(a) {
+		if time.Now().After(deadline) {
+			t.Fatal("the attach taken by a gateway that no longer watched was not taken for a beat by one that does")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, ok := lastBeat(b); ok {
+		t.Fatal("the attach made a gateway that did not watch the supervisor watch it")
 	}
 }

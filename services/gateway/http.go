@@ -419,7 +419,17 @@ func (h *HTTP) forward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if got, ok := v.Forward(fid); ok {
-		h.forwards.Serve(fid)
+		// A retry with the key answers the first answer (KeyTTL), which
+		// names the forward even if it was closed since: the listener
+		// the retry bound serves only a forward the sandbox has now.
+		if cur, err := h.svc.Sandbox(r.Context(), id); err == nil {
+			if _, open := cur.View.Forward(fid); open {
+				h.forwards.Serve(fid)
+				writeJSON(w, http.StatusCreated, got)
+				return
+			}
+		}
+		h.forwards.Close(fid)
 		writeJSON(w, http.StatusCreated, got)
 		return
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -16,7 +15,7 @@ import (
 
 // KVNames keeps name reservations in the KV bucket torpor_names (key = name,
 // value = sandbox id) and create idempotency keys in torpor_create_keys, whose
-// entries expire after a day.
+// entries expire after KeyTTL.
 type KVNames struct {
 	names jetstream.KeyValue
 	keys  jetstream.KeyValue
@@ -37,7 +36,7 @@ func NewKVNames(ctx context.Context, js jetstream.JetStream, replicas int) (*KVN
 		return nil, fmt.Errorf("names bucket: %w", err)
 	}
 	keys, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: "torpor_create_keys", Description: "create idempotency key → sandbox id", TTL: 24 * time.Hour, Replicas: replicas,
+		Bucket: "torpor_create_keys", Description: "create idempotency key → sandbox id", TTL: KeyTTL, Replicas: replicas,
 		MaxBytes: 256 << 20, MaxValueSize: 1 << 10,
 	})
 	if err != nil {

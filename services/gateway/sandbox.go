@@ -3,16 +3,11 @@ package gateway
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/services/compute"
 )
-
-// recentCommands is how many command ids a sandbox remembers, so that a retried
-// command is recognised after the bus's deduplication window has passed.
-const recentCommands = 32
 
 // Sandbox is the aggregate: the state folded from one sandbox's events, enough
 // to decide the next command. Its methods are pure; only apply moves it, and
@@ -23,8 +18,12 @@ type Sandbox struct {
 	Phase      events.Phase
 	Spec       events.Created
 	Generation int64
-	// RestoreRef is the retained state held, if any.
+	// RestoreRef is the retained state held, if any, and Retained the
+	// generation it retains (the one suspended): after a failed resume the
+	// current Generation is the resume's, yet the retained workload is
+	// still Retained's.
 	RestoreRef string
+	Retained   int64
 	// Resuming is set from a resume request until the next suspend, stop or
 	// start, or its failure, so that resume on a sandbox it made ready is a
 	// no-op.
@@ -47,9 +46,17 @@ type Sandbox struct {
 	Restored int64
 	// Entered is when the sandbox entered its phase (the time of the event
 	// that moved it there), what a passed deadline is measured from.
-	Entered  time.Time
-	Commands []string
-	View     events.View
+	Entered time.Time
+	// keys are the keyed commands the sandbox's log holds, each with the
+	// sequence of its last own event (see keys.go): what a retry answers.
+	// Shared with the states cloned from this one; pending are the keys of
+	// events folded here and not yet stored.
+	keys    map[[16]byte]uint64
+	pending [][16]byte
+	// Intent is the command id of the newest intent (the command under
+	// way while the phase is transient): whom a twin joins (see joined).
+	Intent string
+	View   events.View
 }
 
 // Exists reports whether the sandbox has been created.
@@ -60,7 +67,8 @@ func (s *Sandbox) Gone() bool { return s.Phase == events.PhaseDeleted }
 
 // seen reports whether the command id has already been applied.
 func (s *Sandbox) seen(commandID string) bool {
-	return commandID != "" && slices.Contains(s.Commands, commandID)
+	_, ok := s.keyed(commandID)
+	return ok
 }
 
 // apply folds one stored event into s, moving the phase through the table.
@@ -93,7 +101,7 @@ func (s *Sandbox) apply(env events.Envelope) error {
 	case *events.SuspendRequested, *events.StopRequested:
 		s.Resuming = false
 	case *events.Suspended:
-		s.RestoreRef = e.RestoreRef
+		s.RestoreRef, s.Retained = e.RestoreRef, e.Generation
 	case *events.ResumeRequested:
 		s.Generation, s.Resuming, s.Exited, s.Fallback, s.ResumeNode = e.Generation, true, false, e.RestartIfRestoreFails, e.Node
 		s.ResumeCause = events.Envelope{ID: env.ID, SandboxID: env.SandboxID, CommandID: env.CommandID, CorrelationID: env.CorrelationID}
@@ -115,12 +123,7 @@ func (s *Sandbox) apply(env events.Envelope) error {
 	case *events.Exited:
 		s.Exited, s.Attached = true, 0
 	}
-	if env.CommandID != "" && !slices.Contains(s.Commands, env.CommandID) {
-		s.Commands = append(s.Commands, env.CommandID)
-		if len(s.Commands) > recentCommands {
-			s.Commands = s.Commands[len(s.Commands)-recentCommands:]
-		}
-	}
+	s.note(env)
 	env.Phase = to
 	s.View.Fold(env)
 	return nil
@@ -204,6 +207,8 @@ func decide(s *Sandbox, c Command, caps compute.Capabilities) ([]events.Event, e
 		return nil, events.Errorf(events.CodeNotFound, "sandbox %s not found", c.ID)
 	case Lost:
 		return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s is %s but holds no retained state; start it cold", s.ID, s.Phase)
+	case Busy:
+		return nil, events.Errorf(events.CodeAborted, "sandbox %s is %s: a resume is under way; retry the %s once it settles (ready: nothing to do; suspended: a cold start)", s.ID, s.Phase, c.Verb)
 	case NoForward:
 		return nil, events.Errorf(events.CodeNotFound, "sandbox %s has no forward %q", s.ID, c.Forward.ID)
 	}
@@ -272,12 +277,25 @@ type report interface {
 	SpeaksFor() int64
 }
 
+// Owner is the generation whose reports s takes: the current one, except
+// in suspended, where it is the generation that owns the retained state
+// (the frozen workload's), which a failed resume leaves behind the
+// generation it raised (issue 24, hole 5): that workload's death is still
+// its sandbox's.
+func (s *Sandbox) Owner() int64 {
+	if s.Phase == events.PhaseSuspended && s.RestoreRef != "" && s.Retained != 0 {
+		return s.Retained
+	}
+	return s.Generation
+}
+
 // fence refuses a reported event (from a saga or a supervisor) that speaks for
-// another generation than the current one, or that would overwrite an exit
-// result: reports from older generations change nothing.
+// another generation than the owner (the current one, or in suspended the
+// retained state's), or that would overwrite an exit result: reports from
+// older generations change nothing.
 func fence(s *Sandbox, e events.Event) error {
-	if r, ok := e.(report); ok && r.SpeaksFor() != s.Generation {
-		return fenced(events.Errorf(events.CodeFailedPrecondition, "sandbox %s: %s speaks for generation %d, current is %d", s.ID, e.Type(), r.SpeaksFor(), s.Generation))
+	if r, ok := e.(report); ok && r.SpeaksFor() != s.Owner() {
+		return fenced(events.Errorf(events.CodeFailedPrecondition, "sandbox %s: %s speaks for generation %d, current is %d", s.ID, e.Type(), r.SpeaksFor(), s.Owner()))
 	}
 	if sr, ok := e.(*events.StartRequested); ok && sr.Generation != s.Generation+1 {
 		return events.Errorf(events.CodeFailedPrecondition, "sandbox %s: start_requested mints generation %d, want %d", s.ID, sr.Generation, s.Generation+1)
@@ -325,6 +343,10 @@ func reported(s *Sandbox, evs []events.Event, now time.Time) ([]events.Event, er
 		return nil, events.Errorf(events.CodeNotFound, "sandbox %s not found", s.ID)
 	}
 	out := make([]events.Event, 0, len(evs)+1)
+	// held is the retained state as the events appended so far leave it:
+	// a consumption earlier in the same report (a deadline's, before the
+	// exit it observed) leaves nothing for an exit to invalidate.
+	held := s.RestoreRef
 	for _, e := range evs {
 		if err := fence(s, e); err != nil {
 			return nil, err
@@ -334,6 +356,7 @@ func reported(s *Sandbox, evs []events.Event, now time.Time) ([]events.Event, er
 			if s.RestoreRef == "" || s.RestoreRef != e.RestoreRef {
 				continue // recorded already, or never held
 			}
+			held = ""
 		case *events.SupervisorAttached:
 			if s.Attached == e.Generation {
 				continue // a repeated attach of the supervisor attached already
@@ -361,8 +384,8 @@ func reported(s *Sandbox, evs []events.Event, now time.Time) ([]events.Event, er
 				return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: the retained state lost but no resume is under way", s.ID)
 			}
 		case *events.Exited, *events.ResourceLost:
-			if s.RestoreRef != "" {
-				out = append(out, e, &events.RetainedStateInvalidated{RestoreRef: s.RestoreRef})
+			if held != "" {
+				out = append(out, e, &events.RetainedStateInvalidated{RestoreRef: held})
 				continue
 			}
 		case *events.DeadlinePassed:

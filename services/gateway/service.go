@@ -341,7 +341,7 @@ func (s *Service) forget(id string) {
 
 func (sb *Sandbox) clone() *Sandbox {
 	c := *sb
-	c.Commands = append([]string(nil), sb.Commands...)
+	c.pending = slices.Clone(sb.pending) // keys is shared (see note)
 	return &c
 }
 
@@ -411,18 +411,23 @@ func (s *Service) handle(ctx context.Context, c Command) (events.View, error) {
 	if err != nil {
 		return events.View{}, err
 	}
-	return sb.View, nil
+	return s.answer(ctx, c, sb)
 }
 
 // Record appends events a saga or a supervisor reports about cause's sandbox,
 // through the table and the generation fence. Refused events come back as
-// FAILED_PRECONDITION: the sandbox has moved on.
+// FAILED_PRECONDITION: the sandbox has moved on. A refusal (or a report
+// found recorded already) decided on the cached state is decided again on
+// the state at the subject's head before it is answered: another instance
+// may have moved the sandbox to where the report fits (a suspend outcome
+// reaching an instance that still caches ready, say), and a report that
+// saga or supervisor takes as final must not be refused on a stale cache.
 func (s *Service) Record(ctx context.Context, cause events.Envelope, actor string, evs ...events.Event) error {
 	if err := ParseID(cause.SandboxID); err != nil {
 		return err
 	}
 	defer s.lock(cause.SandboxID)()
-	sb, err := s.append(ctx, cause.SandboxID, false, cause.Caused(actor), dedupOf(cause), func(sb *Sandbox) ([]events.Event, error) {
+	sb, err := s.append(ctx, cause.SandboxID, true, cause.Caused(actor), dedupOf(cause), func(sb *Sandbox) ([]events.Event, error) {
 		return reported(sb, evs, s.now())
 	})
 	if err == nil && sb.Gone() {
@@ -448,12 +453,18 @@ func dedupOf(cause events.Envelope) string {
 // proves before the attach itself (consumedByAttach), as a report of actor's
 // caused by the resume request under way, so that it carries the request's
 // command, correlation and causation like the resume saga's own records.
+// It reads the resume under way at the subject's head (one read of its last
+// sequence when the state is cached): an instance whose cache predates the
+// resume would find nothing to prove.
 func (s *Service) recordProof(ctx context.Context, id, actor string, gen int64) error {
 	if err := ParseID(id); err != nil {
 		return err
 	}
 	defer s.lock(id)()
-	sb, _, err := s.load(ctx, id)
+	sb, cached, err := s.load(ctx, id)
+	if err == nil && cached {
+		sb, err = s.refresh(ctx, sb)
+	}
 	if err != nil {
 		return err
 	}
@@ -482,14 +493,23 @@ func (s *Service) append(ctx context.Context, id string, verify bool, meta event
 
 // appendFrom is append from the state sb, which may be stale: a stale state
 // costs a conflict and a reload, never a wrong append. A decision that
-// appends nothing (an idempotent repeat, a refusal) meets no concurrency
-// check, so when verify is set, sb came from the cache and another instance
-// may have moved the sandbox: it is decided again on the state at the
-// subject's head before it is answered.
+// appends nothing (an idempotent repeat, a refusal by decide or by the
+// table) meets no concurrency check, so when verify is set, sb came from
+// the cache and another instance may have moved the sandbox: it is decided
+// again on the state at the subject's head before it is answered.
 func (s *Service) appendFrom(ctx context.Context, sb *Sandbox, verify bool, meta events.Meta, dedup string, decide func(*Sandbox) ([]events.Event, error)) (*Sandbox, error) {
 	id := sb.ID
 	for attempt := 0; ; attempt++ {
 		evs, err := decide(sb)
+		var (
+			next *Sandbox
+			envs []events.Envelope
+		)
+		if err == nil && len(evs) > 0 {
+			// The table may refuse what decide returned (a report in a
+			// phase that does not take it): a refusal like decide's.
+			next, envs, err = s.stamp(sb, evs, meta, dedup)
+		}
 		if err != nil || len(evs) == 0 {
 			if !verify {
 				return sb, err
@@ -505,32 +525,12 @@ func (s *Service) appendFrom(ctx context.Context, sb *Sandbox, verify bool, meta
 			sb = cur
 			continue
 		}
-		next := sb.clone()
-		envs := make([]events.Envelope, len(evs))
-		now := s.now()
-		for i, e := range evs {
-			env, err := events.NewEnvelope(id, e, meta, now)
-			if err != nil {
-				return nil, err
-			}
-			if dedup != "" {
-				env.MsgID = dedup + ":" + e.Type()
-			}
-			if err := next.apply(env); err != nil {
-				return nil, err
-			}
-			env.Phase = next.Phase
-			envs[i] = env
-		}
-		if err := s.cfg.Limits.checkSize(id, envs); err != nil {
-			return nil, err
-		}
 		seq, err := s.store.Append(ctx, id, sb.Seq, envs...)
 		if err == nil {
 			// Stamp the stored sequence into the state and its view: the
 			// events were folded without one, and a sequence moves nothing
 			// else (apply and View.Fold only record the last).
-			next.Seq, next.View.Seq = seq, seq
+			next.stamp(seq)
 			s.put(next)
 			return next, nil
 		}
@@ -547,6 +547,33 @@ func (s *Service) appendFrom(ctx context.Context, sb *Sandbox, verify bool, meta
 		}
 		s.cfg.Metrics.AppendRetry()
 	}
+}
+
+// stamp folds evs into a copy of sb through the table and returns it with
+// the envelopes to append, each stamped with the phase it moves the sandbox
+// to; an event the table refuses in its phase is a *TransitionError.
+func (s *Service) stamp(sb *Sandbox, evs []events.Event, meta events.Meta, dedup string) (*Sandbox, []events.Envelope, error) {
+	next := sb.clone()
+	envs := make([]events.Envelope, len(evs))
+	now := s.now()
+	for i, e := range evs {
+		env, err := events.NewEnvelope(sb.ID, e, meta, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		if dedup != "" {
+			env.MsgID = dedup + ":" + e.Type()
+		}
+		if err := next.apply(env); err != nil {
+			return nil, nil, err
+		}
+		env.Phase = next.Phase
+		envs[i] = env
+	}
+	if err := s.cfg.Limits.checkSize(sb.ID, envs); err != nil {
+		return nil, nil, err
+	}
+	return next, envs, nil
 }
 
 // create runs a create command: validate, reserve the name, append created.
@@ -634,7 +661,7 @@ func (s *Service) create(ctx context.Context, c Command) (events.View, error) {
 		// did not frees it after NameGrace.
 		return events.View{}, err
 	}
-	return sb.View, nil
+	return s.answer(ctx, c, sb)
 }
 
 // reserve claims name for id, taking it over from a holder that is deleted,
@@ -738,7 +765,7 @@ func (s *Service) attached(ctx context.Context, id string, gen int64) error {
 		return err
 	case !sb.Exists():
 		return events.Errorf(events.CodeNotFound, "sandbox %s not found", id)
-	case sb.Attached != gen || sb.Generation != gen:
+	case sb.Attached != gen || sb.Owner() != gen:
 		return fenced(events.Errorf(events.CodeFailedPrecondition, "sandbox %s: generation %d is not the attached one", id, gen))
 	}
 	return nil

@@ -47,6 +47,10 @@ const (
 	Lost
 	// NoForward: an unforward of a forward the sandbox does not have.
 	NoForward
+	// Busy: another command is under way whose outcome would leave this
+	// one undone (a start while a resume is under way: the resume may
+	// fail back to suspended); ABORTED, retry once it settles.
+	Busy
 )
 
 // Guard is the one fact besides the phase a command row may need.
@@ -93,6 +97,7 @@ var Commands = []Rule{
 	{phStopped, VerbStart, Always, Emit, []string{events.TypeStartRequested}},
 	{phSuspended, VerbStart, Always, Emit, []string{events.TypeStartRequested, events.TypeRetainedStateDiscarded}},
 	{phReady, VerbStart, Always, Done, nil},
+	{phStarting, VerbStart, AfterResume, Busy, nil},
 	{phStarting, VerbStart, Always, Done, nil},
 	{phReady, VerbStop, Always, Emit, []string{events.TypeStopRequested}},
 	{phStopping, VerbStop, Always, Done, nil},

@@ -212,11 +212,14 @@ var contractCommands = []struct {
 	{phase: "deleted", verb: "create", code: events.CodeAlreadyExists},
 	{phase: "error", verb: "create", code: events.CodeAlreadyExists},
 	// stopped — start → starting (cold); suspended — start discards the
-	// retained state first; start on ready is done (and on starting)
+	// retained state first; start on ready is done (and on starting cold);
+	// on starting while a resume is under way it is ABORTED (issue 24 #8:
+	// the resume may fail back to suspended, and the start would be lost)
 	{phase: "stopped", verb: "start", emit: []string{"sandbox.start_requested"}},
 	{phase: "suspended", verb: "start", emit: []string{"sandbox.start_requested", "sandbox.retained_state_discarded"}},
 	{phase: "ready", verb: "start"},
-	{phase: "starting", verb: "start"},
+	{phase: "starting", verb: "start", afterResume: no},
+	{phase: "starting", verb: "start", afterResume: yes, code: events.CodeAborted},
 	// ready — stop → stopping; stop on stopped is done (and on stopping)
 	{phase: "ready", verb: "stop", emit: []string{"sandbox.stop_requested"}},
 	{phase: "stopping", verb: "stop"},

@@ -271,7 +271,13 @@ func testResume(t *testing.T, s *suite) {
 	s.start(spec, 1)
 	ref := s.suspend(spec, 1)
 	s.resume(spec, 2, ref)
-	s.observe(spec, compute.StateRunning, 2)
+	// Observe names the consumption: what a resume deadline reads when
+	// the resume's answer was lost (issue 24, hole 2).
+	if _, ok := s.h.Driver.(compute.Observer); ok {
+		if o := s.observe(spec, compute.StateRunning, 2); o.Consumed != ref || o.ConsumedGeneration != 2 {
+			t.Fatalf("observed %+v after the resume, want %s consumed by generation 2", o, ref)
+		}
+	}
 	// A repeat by the same generation answers as the first did.
 	res, err := s.sus.Resume(s.ctx(), compute.Resume{Spec: spec, Generation: 2, Credential: cred(2), RestoreRef: ref})
 	if err != nil || !res.Consumed {

@@ -41,12 +41,35 @@ type Gateway struct {
 	// received is every report each sandbox's supervisors sent, taken or not.
 	received map[string][]compute.Report
 	sub      *nats.Subscription // nil while down
+	// failOnce is the code the next report of a kind is answered with.
+	failOnce map[string]events.Code
+	// detached are the sandboxes whose heartbeats are refused until an
+	// attach is taken.
+	detached map[string]bool
+}
+
+// FailOnce answers the next report of kind with code, not taking it (a
+// gateway whose append failed, say).
+func (g *Gateway) FailOnce(kind string, code events.Code) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.failOnce[kind] = code
+}
+
+// Detach refuses sandbox id's heartbeats (FAILED_PRECONDITION), as the
+// gateway does once it recorded the supervisor detached, until an attach
+// of it is taken.
+func (g *Gateway) Detach(id string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.detached[id] = true
 }
 
 func NewGateway(t testing.TB) *Gateway {
 	t.Helper()
 	srv := natstest.StartWith(t, natstest.Options{Listen: true})
-	g := &Gateway{URL: srv.ClientURL(), All: make(chan compute.Report, 4096), boxes: map[string]chan compute.Report{}, newest: map[string]int64{}, received: map[string][]compute.Report{}}
+	g := &Gateway{URL: srv.ClientURL(), All: make(chan compute.Report, 4096), boxes: map[string]chan compute.Report{}, newest: map[string]int64{}, received: map[string][]compute.Report{},
+		failOnce: map[string]events.Code{}, detached: map[string]bool{}}
 	g.nc, g.JS = srv.Conn, srv.JS
 	g.handle = func(m *nats.Msg) {
 		var r compute.Report
@@ -94,14 +117,21 @@ func (g *Gateway) Take(r compute.Report) any {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.received[r.SandboxID] = append(g.received[r.SandboxID], r)
+	if code, ok := g.failOnce[r.Kind]; ok {
+		delete(g.failOnce, r.Kind)
+		return events.ErrorBody{Error: events.Errorf(code, "failed once")}
+	}
 	switch {
 	case r.Credential != Cred(r.Generation):
 		return events.ErrorBody{Error: events.Errorf(events.CodeUnauthenticated, "bad credential")}
 	case r.Generation < g.newest[r.SandboxID]:
 		return events.ErrorBody{Error: events.Errorf(events.CodeFailedPrecondition, "generation %d is fenced", r.Generation)}
+	case r.Kind == compute.ReportHeartbeat && g.detached[r.SandboxID]:
+		return events.ErrorBody{Error: events.Errorf(events.CodeFailedPrecondition, "generation %d is not the attached one", r.Generation)}
 	}
 	if r.Kind == compute.ReportAttached {
 		g.newest[r.SandboxID] = r.Generation
+		delete(g.detached, r.SandboxID)
 	}
 	g.box(r.SandboxID) <- r
 	select {

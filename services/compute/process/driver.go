@@ -566,10 +566,10 @@ func (d *Driver) freeze(ctx context.Context, st *state) error {
 	return g.freeze(ctx)
 }
 
-// Resume thaws the frozen group behind req.RestoreRef and hands its
-// supervisor the new generation and credential (Dir/handoff.json, then
-// SIGUSR1): it attaches as that generation, and reports as it from then
-// on. A reference that is not the one held is ErrUnknownRef, not consumed.
+// Resume hands the supervisor of the frozen group behind req.RestoreRef
+// the new generation and credential (Dir/handoff.json, then SIGUSR1), and
+// thaws the group once the supervisor took them: it attaches as that
+// generation, and reports as it from then on. A reference that is not the one held is ErrUnknownRef, not consumed.
 // A group that died while frozen is found after the reference is consumed:
 // the answer is then Consumed with an error. A repeated Resume of the same
 // (generation, reference) answers as the first did.
@@ -624,14 +624,15 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 	return consumed, nil
 }
 
-// restore thaws st's group and hands its supervisor the generation of req.
+// restore hands st's supervisor the generation of req, waits until it has
+// taken it (its run.json says so), and only then thaws st's group: a
+// workload that exits the moment it runs again is reported as the resumed
+// generation, never as the one before, whose reports the gateway fences
+// (issue 24, hole 6).
 func (d *Driver) restore(ctx context.Context, dir string, st *state, req compute.Resume) error {
 	g, err := st.group()
 	if err != nil {
 		return err
-	}
-	if err := g.thaw(ctx); err != nil {
-		return fmt.Errorf("thaw: %w", err)
 	}
 	if err := writeJSON(filepath.Join(dir, handoffFile), handoff{Generation: req.Generation, Credential: req.Credential}); err != nil {
 		return err
@@ -641,6 +642,26 @@ func (d *Driver) restore(ctx context.Context, dir string, st *state, req compute
 	}
 	if err := syscall.Kill(st.Supervisor.Pid, syscall.SIGUSR1); err != nil {
 		return fmt.Errorf("hand over to the supervisor: %w", err)
+	}
+	err = until(ctx, func() (bool, error) {
+		r, err := loadRun(dir)
+		switch {
+		case err != nil:
+			return false, err
+		case r.Supervisor == st.Supervisor.Pid && r.Generation >= req.Generation:
+			return true, nil
+		case r.Exited:
+			return false, errors.New("the workload ended before the supervisor took the new generation")
+		case !st.Supervisor.Alive():
+			return false, errors.New("the supervisor is gone")
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("hand over to the supervisor: %w", err)
+	}
+	if err := g.thaw(ctx); err != nil {
+		return fmt.Errorf("thaw: %w", err)
 	}
 	return nil
 }
@@ -706,7 +727,8 @@ func (d *Driver) Delete(ctx context.Context, spec compute.Spec) error {
 
 // Observe says what is true of the sandbox's newest generation: running,
 // frozen behind its reference, stopped, exited with the code its
-// supervisor recorded, or gone (no directory).
+// supervisor recorded, or gone (no directory); and the reference the newest
+// resume consumed, with its generation.
 func (d *Driver) Observe(ctx context.Context, spec compute.Spec) (compute.Observation, error) {
 	id := spec.SandboxID
 	dir, err := d.dir(id)
@@ -721,6 +743,9 @@ func (d *Driver) Observe(ctx context.Context, spec compute.Spec) (compute.Observ
 		return compute.Observation{State: compute.StateGone}, nil
 	}
 	o := compute.Observation{Generation: st.Generation, How: st.Freezer}
+	if c := st.Consumed; c != nil {
+		o.Consumed, o.ConsumedGeneration = c.Ref, c.Generation
+	}
 	if st.Workload.Alive() {
 		o.State = compute.StateRunning
 		if ref, held := st.held(); held {

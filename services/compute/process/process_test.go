@@ -254,6 +254,11 @@ func TestDiesWhileFrozen(t *testing.T) {
 			t.Fatalf("resume %d of a dead group: %+v, %v; want consumed, and an error", i+1, res, err)
 		}
 	}
+	// Observe names the consumption, failed as it is: a resume deadline
+	// whose answer was lost reads it (issue 24, hole 2).
+	if o := observe(t, d, spec, compute.StateExited, 1); o.Consumed != ref || o.ConsumedGeneration != 2 {
+		t.Errorf("observed %+v after the failed restore, want %s consumed by generation 2", o, ref)
+	}
 	// Consumed is consumed: another generation cannot have it either.
 	res, err := d.Resume(ctx(t), compute.Resume{Spec: spec, Generation: 3, Credential: cred(3), RestoreRef: ref})
 	if !errors.Is(err, compute.ErrUnknownRef) || res.Consumed {
@@ -595,5 +600,64 @@ func TestRepeatedStartStartsNothing(t *testing.T) {
 	}
 	if sups := processesNaming("--sandbox " + spec.SandboxID); len(sups) != 1 || sups[0] != sup {
 		t.Fatalf("supervisors of the sandbox: %v, want only %d", sups, sup)
+	}
+}
+
+// TestExitAtOnceAfterResume (issue 24, hole 6): a workload that exits the
+// moment it is thawed is reported, and observed, as the resumed
+// generation, with its code: the supervisor takes the new generation
+// before the group runs again. It used to be thawed first, so the exit
+// could be reaped before the hand-off and reported as the old generation,
+// which the gateway fences (the sandbox then sat in starting for the whole
+// deadline). The old order lost that race most times, not every time: a
+// few sandboxes make its loss near certain.
+func TestExitAtOnceAfterResume(t *testing.T) {
+	for _, kind := range process.Freezers() {
+		t.Run(kind, func(t *testing.T) {
+			needFreezer(t, kind)
+			g := newGateway(t)
+			d, _ := newDriver(t, g, func(c *process.Config) { c.Freezer = kind })
+			for range 5 {
+				exitAtOnceAfterResume(t, d, g)
+			}
+		})
+	}
+}
+
+// exitAtOnceAfterResume runs the scenario of TestExitAtOnceAfterResume on
+// one new sandbox of d.
+func exitAtOnceAfterResume(t *testing.T, d *process.Driver, g *gateway) {
+	t.Helper()
+	// Spins until the file go exists, then exits 7: thawed with it
+	// there, it exits at once.
+	spec := newSpec("sh", "-c", `while [ ! -e go ]; do :; done; exit 7`)
+	startReady(t, d, g, spec, 1)
+	ref, err := d.Suspend(ctx(t), compute.Target{Spec: spec, Generation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(process.Dir(d, spec.SandboxID), "work", "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := d.Resume(ctx(t), compute.Resume{Spec: spec, Generation: 2, Credential: cred(2), RestoreRef: ref})
+	if err != nil || !res.Consumed {
+		t.Fatalf("resume: %+v, %v", res, err)
+	}
+	var exit compute.Report
+	eventually(t, "the workload's exit reported", func() bool {
+		for _, r := range g.Sent(spec.SandboxID) {
+			if r.Kind == compute.ReportExited {
+				exit = r
+				return true
+			}
+		}
+		return false
+	})
+	if exit.Generation != 2 || exit.ExitCode != 7 {
+		t.Fatalf("exit reported %+v, want generation 2, code 7", exit)
+	}
+	g.Await(t, spec.SandboxID, compute.ReportAttached, 2)
+	if o := observe(t, d, spec, compute.StateExited, 2); o.ExitCode != 7 || o.Consumed != ref || o.ConsumedGeneration != 2 {
+		t.Fatalf("observed %+v, want exited with 7, %s consumed by generation 2", o, ref)
 	}
 }

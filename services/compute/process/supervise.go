@@ -30,11 +30,6 @@ const CredentialEnv = supervisor.CredentialEnv
 // (see Exec).
 const ExecVerb = "supervise-exec"
 
-const (
-	backoffMin = supervisor.BackoffMin
-	backoffMax = supervisor.BackoffMax
-)
-
 // Supervision is one run of `torpor supervise`: the workload it starts and
 // watches, and who it reports to, as whom.
 type Supervision struct {
@@ -161,7 +156,7 @@ func Supervise(ctx context.Context, s Supervision, log zerolog.Logger) error {
 	log.Info().Int64("generation", s.Generation).Int("pid", w.Pid).Strs("command", s.Command).Msg("workload started")
 
 	g, _ := groupOf(s.freezer(), s.Cgroup, w.Pid)
-	v := &supervision{s: s, nc: nc, log: log, gen: s.Generation, cred: s.Credential, w: w, group: g, sender: &supervisor.Sender{NC: nc, Log: log}}
+	v := &supervision{s: s, nc: nc, log: log, gen: s.Generation, cred: s.Credential, w: w, group: g, reports: supervisor.NewReports(&supervisor.Sender{NC: nc, Log: log})}
 	return v.loop(ctx, chld, usr1)
 }
 
@@ -240,52 +235,35 @@ type supervision struct {
 	cred  string
 	w     proc
 	group group
-	// queue holds the attach and exit reports not answered yet, in order:
-	// each is sent until a gateway answers it.
-	queue  []compute.Report
-	exited bool
-	sender *supervisor.Sender
+	// reports holds the attach and exit reports not answered for good
+	// yet, in order: each is sent until a gateway takes or refuses it.
+	reports *supervisor.Reports
+	exited  bool
 }
 
 func (v *supervision) loop(ctx context.Context, chld, usr1 <-chan os.Signal) error {
-	v.queue = []compute.Report{v.report(compute.ReportAttached, 0)}
+	defer v.reports.Stop()
+	v.reports.Add(v.report(compute.ReportAttached, 0))
 	tick := time.NewTicker(v.s.Heartbeat)
 	defer tick.Stop()
-	retry := time.NewTimer(0)
-	defer retry.Stop()
-	backoff := backoffMin
 	done := ctx.Done()
 	for {
 		select {
 		case <-chld:
 			if code, ok := v.reap(); ok {
 				v.exit(code)
-				retry.Reset(0)
 			}
 		case <-usr1:
-			if v.handoff() {
-				backoff = backoffMin
-				retry.Reset(0)
-			}
+			v.handoff()
 		case <-tick.C:
-			if len(v.queue) == 0 && !v.exited {
-				v.send(v.report(compute.ReportHeartbeat, 0))
+			if !v.exited {
+				v.reports.Beat(v.report(compute.ReportHeartbeat, 0))
 			}
-		case <-retry.C:
-			if len(v.queue) == 0 {
-				if v.exited {
-					return nil
-				}
-				continue
+		case <-v.reports.C():
+			v.reports.Flush()
+			if v.reports.Empty() && v.exited {
+				return nil
 			}
-			if !v.send(v.queue[0]) {
-				retry.Reset(backoff)
-				backoff = min(2*backoff, backoffMax)
-				continue
-			}
-			v.queue = v.queue[1:]
-			backoff = backoffMin
-			retry.Reset(0)
 		case <-done:
 			// Asked to end: the workload is, and its exit reported.
 			done = nil
@@ -346,35 +324,31 @@ func (v *supervision) exit(code int) {
 	if err := v.s.record(run{Supervisor: os.Getpid(), Generation: v.gen, Workload: v.w, Exited: true, Code: code}); err != nil {
 		v.log.Error().Err(err).Msg("record the exit")
 	}
-	v.queue = append(v.queue, v.report(compute.ReportExited, code))
+	v.reports.Add(v.report(compute.ReportExited, code))
 }
 
 // handoff takes the generation a resume handed over, if it is newer: the
 // supervisor attaches as it, and reports as it from then on.
-func (v *supervision) handoff() bool {
+func (v *supervision) handoff() {
 	if v.s.Dir == "" || v.exited {
-		return false
+		return
 	}
 	var h handoff
 	if err := readJSON(filepath.Join(v.s.Dir, handoffFile), &h); err != nil {
 		v.log.Warn().Err(err).Msg("handoff")
-		return false
+		return
 	}
 	if h.Generation <= v.gen {
-		return false
+		return
 	}
 	v.gen, v.cred = h.Generation, h.Credential
 	// An attach of the old generation not answered yet is moot.
-	v.queue = append(v.queue[:0], v.report(compute.ReportAttached, 0))
+	v.reports.Replace(v.report(compute.ReportAttached, 0))
 	if err := v.s.record(run{Supervisor: os.Getpid(), Generation: v.gen, Workload: v.w}); err != nil {
 		v.log.Error().Err(err).Msg("record the handoff")
 	}
 	v.log.Info().Int64("generation", v.gen).Msg("handed a new generation")
-	return true
 }
-
-// send asks a gateway to take r and says whether one answered.
-func (v *supervision) send(r compute.Report) bool { return v.sender.Send(r) }
 
 // Exec is the hidden entry through which a supervisor starts its workload
 // (ExecVerb): it moves this process into the cgroup at dir, if any,

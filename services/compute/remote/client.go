@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -41,7 +42,10 @@ const (
 // An error a driver answered comes back as an *Error that wraps the same
 // sentinel of compute and carries the same contract code; a call that got
 // no answer (nobody serves the node, or none came in time) is an error
-// wrapping compute.ErrUnavailable, which the sagas call again.
+// wrapping compute.ErrUnavailable, which the sagas call again. A call that
+// provably reached no node (NATS answered no responders, or the time was
+// up before it was sent) wraps compute.ErrNotDelivered too: the node did
+// nothing of it.
 type Client struct {
 	nc           *nats.Conn
 	node, driver string
@@ -99,7 +103,7 @@ func (c *Client) call(ctx context.Context, op string, req Request) (Reply, error
 		timeout = min(timeout, time.Until(dl))
 	}
 	if timeout <= 0 {
-		return Reply{}, c.unanswered(op, context.DeadlineExceeded)
+		return Reply{}, c.undelivered(op, context.DeadlineExceeded) // never sent
 	}
 	req.Driver = c.driver
 	req.TimeoutMS = max(1, timeout.Milliseconds())
@@ -110,7 +114,10 @@ func (c *Client) call(ctx context.Context, op string, req Request) (Reply, error
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	msg, err := c.nc.RequestWithContext(rctx, Subject(c.node, op), data)
-	if err != nil {
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return Reply{}, c.undelivered(op, err)
+	case err != nil:
 		return Reply{}, c.unanswered(op, err)
 	}
 	var rep Reply
@@ -123,9 +130,17 @@ func (c *Client) call(ctx context.Context, op string, req Request) (Reply, error
 	return rep, nil
 }
 
-// unanswered is the error of a call of op that got no answer for err.
+// unanswered is the error of a call of op that got no answer for err: the
+// node may have acted on it.
 func (c *Client) unanswered(op string, err error) error {
 	return fmt.Errorf("%s of driver %s on node %s: %w (%w)", op, c.driver, c.node, compute.ErrUnavailable, err)
+}
+
+// undelivered is the error of a call of op that reached no node, for err:
+// nobody serves the node (NATS answered no responders), or it was never
+// sent. It wraps compute.ErrNotDelivered, an ErrUnavailable.
+func (c *Client) undelivered(op string, err error) error {
+	return fmt.Errorf("%s of driver %s on node %s: %w (%w)", op, c.driver, c.node, compute.ErrNotDelivered, err)
 }
 
 // Capabilities asks the node what its driver can do with opts. It cannot

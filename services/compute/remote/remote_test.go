@@ -331,15 +331,17 @@ func TestRemoteDriverWithoutOptionalInterfaces(t *testing.T) {
 }
 
 // TestRemoteUnservedNode: a node nobody serves is ErrUnavailable at once
-// (no responders), not after the timeout; so is a server that stopped, and
-// Capabilities are then none.
+// (no responders), not after the timeout, and ErrNotDelivered: the call
+// provably reached no node; so is a server that stopped, and Capabilities
+// are then none.
 func TestRemoteUnservedNode(t *testing.T) {
 	srv := natstest.Start(t)
 	c := remote.NewClient(srv.Conn, "n2", "sim")
 	began := time.Now()
 	err := c.Start(ctx(t), compute.Start{Spec: spec("sb1", nil), Generation: 1})
-	if !errors.Is(err, compute.ErrUnavailable) || events.CodeOf(err) != events.CodeUnavailable || !errors.Is(err, nats.ErrNoResponders) {
-		t.Fatalf("start on a node nobody serves: %v (%s), want ErrUnavailable", err, events.CodeOf(err))
+	if !errors.Is(err, compute.ErrUnavailable) || events.CodeOf(err) != events.CodeUnavailable || !errors.Is(err, nats.ErrNoResponders) ||
+		!errors.Is(err, compute.ErrNotDelivered) {
+		t.Fatalf("start on a node nobody serves: %v (%s), want ErrUnavailable, ErrNotDelivered", err, events.CodeOf(err))
 	}
 	if took := time.Since(began); took > remote.LongTimeout/2 {
 		t.Fatalf("no responders took %s", took)
@@ -356,8 +358,8 @@ func TestRemoteUnservedNode(t *testing.T) {
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Observe(ctx(t), spec("sb1", nil)); !errors.Is(err, compute.ErrUnavailable) {
-		t.Fatalf("observe after the stop: %v, want ErrUnavailable", err)
+	if _, err := c.Observe(ctx(t), spec("sb1", nil)); !errors.Is(err, compute.ErrUnavailable) || !errors.Is(err, compute.ErrNotDelivered) {
+		t.Fatalf("observe after the stop: %v, want ErrUnavailable, ErrNotDelivered", err)
 	}
 	if _, err := remote.NewClient(srv.Conn, "n.2", "sim").Observe(ctx(t), spec("sb1", nil)); events.CodeOf(err) != events.CodeInvalidArgument {
 		t.Fatalf("a node with a dot: %v, want INVALID_ARGUMENT", err)
@@ -398,7 +400,8 @@ func TestRemoteCallsRunConcurrently(t *testing.T) {
 
 // TestRemoteCallTimeouts: the client's wait bounds the driver call on the
 // server too, and a call ended by its timeout is UNAVAILABLE (its effect
-// unknown), never a refusal.
+// unknown: never ErrNotDelivered), never a refusal; one whose time was up
+// before it was sent is ErrNotDelivered.
 func TestRemoteCallTimeouts(t *testing.T) {
 	srv := natstest.Start(t)
 	ended := make(chan time.Duration, 4)
@@ -412,8 +415,8 @@ func TestRemoteCallTimeouts(t *testing.T) {
 
 	c := remote.NewClient(srv.Conn, "n1", "fake", remote.WithOpTimeout(remote.OpStart, 200*time.Millisecond))
 	err := c.Start(ctx(t), compute.Start{Spec: spec("a", nil), Generation: 1})
-	if !errors.Is(err, compute.ErrUnavailable) {
-		t.Fatalf("a start past its timeout: %v, want ErrUnavailable", err)
+	if !errors.Is(err, compute.ErrUnavailable) || errors.Is(err, compute.ErrNotDelivered) {
+		t.Fatalf("a start past its timeout: %v, want ErrUnavailable, not ErrNotDelivered (the driver got it)", err)
 	}
 	select {
 	case took := <-ended:
@@ -439,6 +442,12 @@ func TestRemoteCallTimeouts(t *testing.T) {
 		t.Fatalf("a start past its context's deadline: %v", err)
 	}
 	<-ended
+
+	// A context already ended: the call is never sent.
+	err = remote.NewClient(srv.Conn, "n1", "fake").Start(short, compute.Start{Spec: spec("d", nil), Generation: 1})
+	if !errors.Is(err, compute.ErrNotDelivered) {
+		t.Fatalf("a start whose context ended before it was sent: %v, want ErrNotDelivered", err)
+	}
 }
 
 // TestRemoteStopEndsCalls: ending Serve's context stops the server and

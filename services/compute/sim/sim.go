@@ -91,8 +91,10 @@ type box struct {
 	suspends map[int64]string
 	// retained maps live references to the generation they retain.
 	retained map[string]int64
-	// consumed maps consumed references to the resume that consumed them.
+	// consumed maps consumed references to the resume that consumed them;
+	// last is the newest of them (Observe says it).
 	consumed map[string]consumption
+	last     string
 	// attempts counts resume attempts per reference (fail_once).
 	attempts map[string]int
 	// lines is the simulated workload's output: a line per change.
@@ -438,7 +440,8 @@ func (d *Driver) Delete(ctx context.Context, spec compute.Spec) error {
 
 // Observe says what is true of the sandbox now: its newest generation
 // running, frozen behind a reference, stopped, exited with its code, or
-// nothing known (gone); with observe=unknown, that it cannot tell.
+// nothing known (gone), and the reference the newest resume consumed, with
+// its generation; with observe=unknown, that it cannot tell.
 func (d *Driver) Observe(ctx context.Context, spec compute.Spec) (compute.Observation, error) {
 	d.mu.Lock()
 	d.calls["observe"]++
@@ -450,20 +453,26 @@ func (d *Driver) Observe(ctx context.Context, spec compute.Spec) (compute.Observ
 		return compute.Observation{}, fmt.Errorf("observe %s: %w", spec.SandboxID, ErrClosed)
 	}
 	b := d.boxes[spec.SandboxID]
-	switch {
-	case b == nil:
+	if b == nil {
 		return compute.Observation{State: compute.StateGone}, nil
-	case b.exited != nil:
-		return compute.Observation{State: compute.StateExited, Generation: b.gen, ExitCode: *b.exited}, nil
-	case b.running:
-		return compute.Observation{State: compute.StateRunning, Generation: b.gen}, nil
 	}
-	if ref, ok := b.suspends[b.gen]; ok {
-		if _, held := b.retained[ref]; held {
-			return compute.Observation{State: compute.StateFrozen, Generation: b.gen, RestoreRef: ref, How: "simulated"}, nil
+	o := compute.Observation{State: compute.StateStopped, Generation: b.gen}
+	if b.last != "" {
+		o.Consumed, o.ConsumedGeneration = b.last, b.consumed[b.last].gen
+	}
+	switch {
+	case b.exited != nil:
+		o.State, o.ExitCode = compute.StateExited, *b.exited
+	case b.running:
+		o.State = compute.StateRunning
+	default:
+		if ref, ok := b.suspends[b.gen]; ok {
+			if _, held := b.retained[ref]; held {
+				o.State, o.RestoreRef, o.How = compute.StateFrozen, ref, "simulated"
+			}
 		}
 	}
-	return compute.Observation{State: compute.StateStopped, Generation: b.gen}, nil
+	return o, nil
 }
 
 // begin counts a call of op, parses the options and waits out the latency.
@@ -552,6 +561,7 @@ func (d *Driver) applyLocked(rec record) {
 	case opResume:
 		delete(b.retained, rec.Ref)
 		b.consumed[rec.Ref] = consumption{gen: rec.Gen, failed: rec.Failed}
+		b.last = rec.Ref
 		if !rec.Failed {
 			d.runLocked(b, rec)
 		}
@@ -697,8 +707,9 @@ func (d *Driver) send(id string) {
 		d.queues[id] = q[1:]
 		d.mu.Unlock()
 
-		// A report the Reporter refuses is dropped, as a supervisor that
-		// gave up would drop it.
+		// A report the Reporter refuses is dropped, as a supervisor drops
+		// one refused for good (serve's Reporter asks again on any other
+		// answer).
 		err := d.rep.Report(d.ctx, p.r)
 		if p.done != nil {
 			p.done <- err

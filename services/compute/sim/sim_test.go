@@ -562,7 +562,7 @@ func TestJournalOutlivesTheProcess(t *testing.T) {
 	}{
 		{run, compute.Observation{State: compute.StateRunning, Generation: 1}},
 		{frozen, compute.Observation{State: compute.StateFrozen, Generation: 1, RestoreRef: ref, How: "simulated"}},
-		{once, compute.Observation{State: compute.StateRunning, Generation: 2}},
+		{once, compute.Observation{State: compute.StateRunning, Generation: 2, Consumed: used, ConsumedGeneration: 2}},
 		{spec("never", nil), compute.Observation{State: compute.StateGone}},
 	} {
 		got, err := d2.Observe(ctx(t), c.spec)
@@ -706,6 +706,34 @@ func TestObserve(t *testing.T) {
 		t.Fatal(err)
 	}
 	observe(compute.Observation{State: compute.StateGone})
+
+	// A resume's consumption is observed, whether the restore then failed
+	// (the state lost, nothing runs) or succeeded; a failure before it is not.
+	for _, c := range []struct {
+		resume string
+		want   func(ref string) compute.Observation
+	}{
+		{"fail", func(ref string) compute.Observation {
+			return compute.Observation{State: compute.StateFrozen, Generation: 1, RestoreRef: ref, How: "simulated"}
+		}},
+		{"fail_after_consume", func(ref string) compute.Observation {
+			return compute.Observation{State: compute.StateStopped, Generation: 1, Consumed: ref, ConsumedGeneration: 2}
+		}},
+		{"ok", func(ref string) compute.Observation {
+			return compute.Observation{State: compute.StateRunning, Generation: 2, Consumed: ref, ConsumedGeneration: 2}
+		}},
+	} {
+		r := spec("resume-"+c.resume, map[string]string{"resume": c.resume})
+		startReady(t, d, rec, r, 1)
+		ref, err := d.Suspend(ctx(t), compute.Target{Spec: r, Generation: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = d.Resume(ctx(t), compute.Resume{Spec: r, Generation: 2, Credential: "c2", RestoreRef: ref})
+		if got, err := d.Observe(ctx(t), r); err != nil || got != c.want(ref) {
+			t.Errorf("resume=%s: observed %+v, %v; want %+v", c.resume, got, err, c.want(ref))
+		}
+	}
 }
 
 // TestAttachOption: attach=never runs the workload with no supervisor

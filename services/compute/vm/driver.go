@@ -929,7 +929,8 @@ func (d *Driver) Delete(ctx context.Context, spec compute.Spec) error {
 
 // Observe says what is true of the sandbox's newest generation: running,
 // frozen (suspended behind its snapshot), stopped, exited with the code its
-// supervisor recorded, or gone. How names the accelerator. What a driver
+// supervisor recorded, or gone, and the reference the newest resume
+// consumed, with its generation. How names the accelerator. What a driver
 // that died in the middle of a suspend or a resume left is settled first
 // (settle), so that a guest said to run does run and one said frozen has
 // no QEMU left.
@@ -950,6 +951,9 @@ func (d *Driver) Observe(ctx context.Context, spec compute.Spec) (compute.Observ
 		return compute.Observation{}, fmt.Errorf("observe %s: %w", id, err)
 	}
 	o := compute.Observation{Generation: st.Generation, How: "snapshot, " + st.Accel}
+	if c := st.Consumed; c != nil {
+		o.Consumed, o.ConsumedGeneration = c.Ref, c.Generation
+	}
 	if ref, held := st.held(); held {
 		if _, err := os.Stat(filepath.Join(dir, st.Suspension.State)); err == nil && !st.QEMU.Alive() {
 			o.State, o.RestoreRef, o.RetainedBytes = compute.StateFrozen, ref, st.Suspension.Size

@@ -125,7 +125,7 @@ func Supervise(ctx context.Context, s Supervision, log zerolog.Logger) error {
 	s.tell(nil)
 	log.Info().Int("qemu", q.Pid).Bool("restore", s.Restore).Msg("QEMU started")
 
-	v := &vmSupervision{s: s, log: log, qemu: q, cmd: cmd, sender: &supervisor.Sender{NC: nc, Log: log}}
+	v := &vmSupervision{s: s, log: log, qemu: q, cmd: cmd, reports: supervisor.NewReports(&supervisor.Sender{NC: nc, Log: log})}
 	return v.loop(ctx, out, m)
 }
 
@@ -138,13 +138,13 @@ func (s Supervision) record(r run) error {
 
 // vmSupervision is the state of Supervise's loop.
 type vmSupervision struct {
-	s      Supervision
-	log    zerolog.Logger
-	qemu   supervisor.Proc
-	cmd    *exec.Cmd
-	sender *supervisor.Sender
-	// queue holds the attach and exit reports not answered yet, in order.
-	queue    []compute.Report
+	s    Supervision
+	log  zerolog.Logger
+	qemu supervisor.Proc
+	cmd  *exec.Cmd
+	// reports holds the attach and exit reports not answered for good
+	// yet, in order.
+	reports  *supervisor.Reports
 	attached bool
 	// code is the exit code the guest's init said, if it said one.
 	code  *int
@@ -166,15 +166,9 @@ func (v *vmSupervision) loop(ctx context.Context, out io.Reader, m machine) erro
 	}
 	tick := time.NewTicker(v.s.Heartbeat)
 	defer tick.Stop()
-	retry := time.NewTimer(time.Hour)
-	defer retry.Stop()
-	backoff := supervisor.BackoffMin
+	defer v.reports.Stop()
 	done := ctx.Done()
-	queue := func(r compute.Report) {
-		v.queue = append(v.queue, r)
-		backoff = supervisor.BackoffMin
-		retry.Reset(0)
-	}
+	queue := v.reports.Add
 	for {
 		select {
 		case l, ok := <-lines:
@@ -210,28 +204,18 @@ func (v *vmSupervision) loop(ctx context.Context, out io.Reader, m machine) erro
 			v.ended = true
 			if r, ok := v.end(err); ok {
 				queue(r)
-			} else {
-				retry.Reset(0)
+			} else if v.reports.Empty() {
+				return nil
 			}
 		case <-tick.C:
-			if len(v.queue) == 0 && v.attached && !v.ended {
-				v.sender.Send(v.report(compute.ReportHeartbeat, 0))
+			if v.attached && !v.ended {
+				v.reports.Beat(v.report(compute.ReportHeartbeat, 0))
 			}
-		case <-retry.C:
-			if len(v.queue) == 0 {
-				if v.ended {
-					return nil
-				}
-				continue
+		case <-v.reports.C():
+			v.reports.Flush()
+			if v.reports.Empty() && v.ended {
+				return nil
 			}
-			if !v.sender.Send(v.queue[0]) {
-				retry.Reset(backoff)
-				backoff = min(2*backoff, supervisor.BackoffMax)
-				continue
-			}
-			v.queue = v.queue[1:]
-			backoff = supervisor.BackoffMin
-			retry.Reset(0)
 		case <-done:
 			done = nil
 			if !waited {

@@ -1,4 +1,8 @@
-package main
+// Package node is the assembled torpor service as a library: a Config in,
+// a running Node out (Start), whose parts run until its context ends or
+// Stop is called. cmd/torpor turns flags into a Config; tests and the bench
+// start one or several nodes in one process through it.
+package node
 
 import (
 	"cmp"
@@ -7,20 +11,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/fanout"
@@ -36,12 +39,13 @@ import (
 	"github.com/torpor/torpor/services/compute/process"
 	"github.com/torpor/torpor/services/compute/remote"
 	"github.com/torpor/torpor/services/compute/sim"
+	"github.com/torpor/torpor/services/compute/supervisor"
 	"github.com/torpor/torpor/services/forward"
 	"github.com/torpor/torpor/services/gateway"
 )
 
-// serveConfig is everything `torpor serve` takes from its flags.
-type serveConfig struct {
+// Config is everything `torpor serve` takes from its flags.
+type Config struct {
 	Data       string
 	HTTP       string
 	NATSListen string
@@ -119,17 +123,21 @@ type serveConfig struct {
 	// NATSURL with (--nats-creds, a service user: `torpor creds --role
 	// service`); empty: none, as the server wants it.
 	NATSCreds string
-	// wrapDrivers, when set, may replace drivers of the registry before
+	// wrapStore, when set, wraps the store the command service appends
+	// and reads through: the fault tests make appends fail. No flag sets
+	// it.
+	wrapStore func(events.Store) events.Store
+	// WrapDrivers, when set, may replace drivers of the registry before
 	// anything uses them: tests wrap a real driver to make it refuse a call.
 	// No flag sets it.
-	wrapDrivers func(compute.Registry)
+	WrapDrivers func(compute.Registry)
 }
 
 // minHeartbeatLimit is the shortest --heartbeat-limit: supervisors beat
 // every third of it, and a beat takes a round trip on the bus.
 const minHeartbeatLimit = 100 * time.Millisecond
 
-func (c serveConfig) Validate() error {
+func (c Config) Validate() error {
 	switch {
 	case c.Fsync != "always" && c.Fsync != "interval":
 		return fmt.Errorf("--fsync %q: want always or interval", c.Fsync)
@@ -181,7 +189,7 @@ func (c serveConfig) Validate() error {
 
 // natsCA is the CA file torpor's own NATS clients trust: --nats-ca, else,
 // with --tls-cert on the embedded server, that certificate's file.
-func (c serveConfig) natsCA() string {
+func (c Config) natsCA() string {
 	if c.NATSCA != "" || c.NATSURL != "" {
 		return c.NATSCA
 	}
@@ -189,7 +197,7 @@ func (c serveConfig) natsCA() string {
 }
 
 // embedded is the embedded NATS server of c, when it has no --nats-url.
-func (c serveConfig) embedded() embedded.Config {
+func (c Config) embedded() embedded.Config {
 	return embedded.Config{Data: c.Data, Listen: c.NATSListen, SyncAlways: c.Fsync == "always", Name: "torpor-" + c.Node}
 }
 
@@ -217,8 +225,8 @@ func (s sharedStore) Follow(ctx context.Context, after uint64, max int, h events
 	return s.log.Follow(ctx, after, max, h)
 }
 
-// app is a running torpor service: every part started, the addresses bound.
-type app struct {
+// Node is a running torpor service: every part started, the addresses bound.
+type Node struct {
 	httpAddr string
 	// httpScheme is https with --tls-cert, else http.
 	httpScheme string
@@ -226,8 +234,10 @@ type app struct {
 
 	ns     *server.Server
 	nc     *nats.Conn
-	g      *errgroup.Group
 	cancel context.CancelFunc
+	// done is closed once every part stopped, with err the first error.
+	done   chan struct{}
+	err    error
 	hsrv   *http.Server
 	driver *sim.Driver
 	svc    *gateway.Service
@@ -249,17 +259,18 @@ type app struct {
 	// user is who the service connects as: minted under auth, or read from
 	// --nats-creds.
 	user *busauth.User
-	// data is --data.
-	data string
+	// data is --data; name is --node.
+	data, name string
+	closeOnce  sync.Once
 }
 
-// start binds and starts every part of the service; they run until ctx ends
+// Start binds and starts every part of the service; they run until ctx ends
 // or Stop is called. Wait returns when all have finished.
-func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, err error) {
+func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, invalid(err)
 	}
-	a = &app{data: cfg.Data}
+	a = &Node{data: cfg.Data, name: cfg.Node}
 	parts := a // a is nil once a return gives an error
 	defer func() {
 		if err != nil {
@@ -332,7 +343,7 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	if err != nil {
 		return nil, err
 	}
-	creds, err := credentials(log.WithContext(ctx), js) // the logger for a replaced secret
+	creds, err := Credentials(log.WithContext(ctx), js) // the logger for a replaced secret
 	if err != nil {
 		return nil, err
 	}
@@ -366,15 +377,15 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		if drivers["process"], err = process.New(process.Config{Data: cfg.Data, NATSURL: url, NATSCA: natsCA, Binary: cfg.Torpor, Heartbeat: cfg.HeartbeatLimit / 3, Path: os.Getenv("PATH"), RunAs: cfg.RunAs}); err != nil {
 			return nil, err
 		}
-		warnRoot(log, cfg.RunAs)
+		WarnRoot(log, cfg.RunAs)
 		// The vm driver is there whatever the node has: a node without
 		// QEMU or a kernel refuses each vm create, saying what it lacks.
 		if drivers["vm"], err = newVM(a.nc, true, cfg.Data, url, natsCA, cfg.Torpor, cfg.VMKernel, cfg.HeartbeatLimit/3); err != nil {
 			return nil, err
 		}
 	}
-	if cfg.wrapDrivers != nil {
-		cfg.wrapDrivers(drivers)
+	if cfg.WrapDrivers != nil {
+		cfg.WrapDrivers(drivers)
 	}
 	if len(cfg.RemoteNodes) > 0 {
 		// Each driver's calls go to the node the sandbox is on: this
@@ -385,7 +396,11 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 			}}
 		}
 	}
-	svc, err := gateway.NewService(store, names, drivers, creds, gateway.Config{Node: cfg.Node, Nodes: cfg.RemoteNodes, HeartbeatLimit: cfg.HeartbeatLimit, Metrics: m}, log.With().Str("part", "gateway").Logger())
+	var appends events.Store = store
+	if cfg.wrapStore != nil {
+		appends = cfg.wrapStore(store)
+	}
+	svc, err := gateway.NewService(appends, names, drivers, creds, gateway.Config{Node: cfg.Node, Nodes: cfg.RemoteNodes, HeartbeatLimit: cfg.HeartbeatLimit, Metrics: m}, log.With().Str("part", "gateway").Logger())
 	if err != nil {
 		return nil, err
 	}
@@ -449,48 +464,39 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 	h.WithLogSandboxes(store.Sandboxes) // torpor check: the sandboxes of the log, not of a view
 	// torpor replay: a rebuild streams its progress, so the server has no
 	// write timeout.
-	replay := replayDeps{Store: store, KV: view, Log: log.With().Str("part", "replay").Logger()}
+	replay := ReplayDeps{Store: store, KV: view, Log: log.With().Str("part", "replay").Logger()}
 	if a.sql != nil {
 		replay.SQL = a.sql.reader // UNAVAILABLE until its database was reached
 	}
-	h.Handle("POST /v1/replay", events.ScopeAdmin, newReplayHandler(replay))
+	h.Handle("POST /v1/replay", events.ScopeAdmin, NewReplayHandler(replay))
 	// Slow or idle clients are cut off (gateway.Timeouts); watch, wait and
 	// replay lift the deadlines for their own answers.
 	a.hsrv = cfg.HTTPTimeouts.Server(h)
 
-	ctx, a.cancel = context.WithCancel(ctx)
-	a.g, ctx = errgroup.WithContext(ctx)
-	// Every part runs until ctx ends; one that fails stops them all, and says why.
-	run := func(part string, f func() error) {
-		a.g.Go(func() error {
-			err := f()
-			if err != nil {
-				log.Error().Err(err).Str("part", part).Msg("stopped with an error; shutting down")
-			}
-			return err
-		})
-	}
+	// The long-running parts, in the order they start; they stop in the
+	// reverse order (actors).
+	g := newActors(ctx)
 	bus := gateway.NewBus(a.nc, svc, 0, log.With().Str("part", "bus").Logger())
-	if err := bus.Listen(ctx); err != nil {
-		a.cancel()
+	busCtx := g.add("bus", bus.Run)
+	if err := bus.Listen(busCtx); err != nil {
+		g.cancel()
 		_ = ln.Close()
 		return nil, err
 	}
 	// A round trip to the server, so that its subscriptions are in place
-	// when start returns: a request sent right after must find a responder.
+	// when Start returns: a request sent right after must find a responder.
 	if err := a.nc.FlushTimeout(10 * time.Second); err != nil {
-		a.cancel()
+		g.cancel()
 		_ = ln.Close()
 		return nil, fmt.Errorf("bus: %w", err)
 	}
-	run("bus", func() error { return bus.Run(ctx) })
-	run("sagas", func() error { return runner.Run(ctx) })
-	run("tokens", func() error { return tokens.Run(ctx) })
-	run("kvview", func() error { return proj.Run(ctx) })
+	g.add("sagas", runner.Run)
+	g.add("tokens", tokens.Run)
+	g.add("kvview", proj.Run)
 	if a.sql != nil {
-		run("sqlview", func() error { return a.sql.Run(ctx) })
+		g.add("sqlview", a.sql.Run)
 	}
-	run("forwards", func() error {
+	g.add("forwards", func(ctx context.Context) error {
 		// The forwards the log still has open come back where they were bound.
 		if _, err := fwd.Restore(ctx); err != nil {
 			log.Warn().Err(err).Str("part", "forwards").Msg("forwards not brought back")
@@ -499,9 +505,11 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 		return nil
 	})
 	if a.ns != nil && a.auth != nil && cfg.Data != "" {
-		run("revocations", func() error { return a.followRevocations(ctx, filepath.Join(cfg.Data, "auth"), log) })
+		g.add("revocations", func(ctx context.Context) error {
+			return a.followRevocations(ctx, filepath.Join(cfg.Data, "auth"), log)
+		})
 	}
-	run("reaper", func() error {
+	g.add("reaper", func(ctx context.Context) error {
 		// Views of the past (KV buckets, SQL tables) expire after
 		// --replay-ttl, and a crash mid-rebuild leaves a bucket: all are
 		// removed here.
@@ -526,25 +534,36 @@ func start(ctx context.Context, cfg serveConfig, log zerolog.Logger) (a *app, er
 			}
 		}
 	})
-	run("http", func() error {
-		if err := a.hsrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
+	g.add("http", func(ctx context.Context) error {
+		served := make(chan error, 1)
+		go func() { served <- a.hsrv.Serve(ln) }()
+		select {
+		case err := <-served:
+			return err // never http.ErrServerClosed: only Shutdown below closes it
+		case <-ctx.Done():
 		}
-		return nil
-	})
-	run("shutdown", func() error {
-		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		return a.hsrv.Shutdown(sctx)
+		err := a.hsrv.Shutdown(sctx)
+		if serr := <-served; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+			err = serr
+		}
+		return err
 	})
+	var runCtx context.Context
+	runCtx, a.cancel = context.WithCancel(ctx)
+	a.done = make(chan struct{})
+	go func() {
+		defer close(a.done)
+		a.err = g.run(runCtx, log)
+	}()
 	return a, nil
 }
 
 // bootstrapAdmin makes sure the operator of this machine can reach the
 // service: <data>/admin.token holds an admin token (minted on the first
 // start), whose secret a keeps for the startup banner and the tests.
-func (a *app) bootstrapAdmin(ctx context.Context, tokens *access.Tokens, cfg serveConfig) error {
+func (a *Node) bootstrapAdmin(ctx context.Context, tokens *access.Tokens, cfg Config) error {
 	path := filepath.Join(cfg.Data, access.AdminFile)
 	name, minted, err := tokens.Bootstrap(ctx, path, cfg.Node)
 	if err != nil {
@@ -563,7 +582,7 @@ func (a *app) bootstrapAdmin(ctx context.Context, tokens *access.Tokens, cfg ser
 }
 
 // AdminToken is the secret of the admin token under --data ("" if none).
-func (a *app) AdminToken() string { return a.adminToken }
+func (a *Node) AdminToken() string { return a.adminToken }
 
 // phaseNames are the phases torpor_sandboxes reports, 0 when none is in it.
 var phaseNames = func() []string {
@@ -586,19 +605,19 @@ func phaseCounts(ctx context.Context, v gateway.Views) (map[string]int, error) {
 }
 
 // HTTPAddr is where the HTTP API listens.
-func (a *app) HTTPAddr() string { return a.httpAddr }
+func (a *Node) HTTPAddr() string { return a.httpAddr }
 
 // HTTPURL is the HTTP API's URL: https:// with --tls-cert.
-func (a *app) HTTPURL() string { return a.httpScheme + "://" + a.httpAddr }
+func (a *Node) HTTPURL() string { return a.httpScheme + "://" + a.httpAddr }
 
 // NATSURL is the URL of the NATS server the service runs on.
-func (a *app) NATSURL() string { return a.natsURL }
+func (a *Node) NATSURL() string { return a.natsURL }
 
 // Server is the embedded NATS server, nil with --nats-url.
-func (a *app) Server() *server.Server { return a.ns }
+func (a *Node) Server() *server.Server { return a.ns }
 
 // Ready reports whether the service may take traffic (/readyz).
-func (a *app) Ready(ctx context.Context) error {
+func (a *Node) Ready(ctx context.Context) error {
 	if !a.nc.IsConnected() {
 		return errors.New("not connected to NATS")
 	}
@@ -619,7 +638,7 @@ func (a *app) Ready(ctx context.Context) error {
 }
 
 // lags is how many events each view has yet to apply, for /readyz.
-func (a *app) lags(ctx context.Context) map[string]uint64 {
+func (a *Node) lags(ctx context.Context) map[string]uint64 {
 	m := map[string]uint64{}
 	if lag, err := a.proj.Lag(ctx); err == nil {
 		m["kv"] = lag
@@ -633,22 +652,34 @@ func (a *app) lags(ctx context.Context) map[string]uint64 {
 }
 
 // ViewLag is how many events of the log the phase view has yet to apply.
-func (a *app) ViewLag(ctx context.Context) (uint64, error) { return a.proj.Lag(ctx) }
+func (a *Node) ViewLag(ctx context.Context) (uint64, error) { return a.proj.Lag(ctx) }
 
 // Stop ends every part and waits for them.
-func (a *app) Stop() error {
+func (a *Node) Stop() error {
 	a.cancel()
 	return a.Wait()
 }
 
-// Wait waits for every part to finish, then closes NATS.
-func (a *app) Wait() error {
-	err := a.g.Wait()
-	a.close()
-	return err
+// Wait waits for every part to finish (they stop in the reverse order of
+// their start), then closes what they used, in the reverse order it was
+// opened: the view's follower, the sim, the NATS connection, the embedded
+// server, the SQL view's database.
+func (a *Node) Wait() error {
+	<-a.done
+	a.closeOnce.Do(a.close)
+	return a.err
 }
 
-func (a *app) close() {
+// Run starts a node of cfg and runs it until ctx ends (Start, then Wait).
+func Run(ctx context.Context, cfg Config, log zerolog.Logger) error {
+	n, err := Start(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	return n.Wait()
+}
+
+func (a *Node) close() {
 	if a.stopFollow != nil {
 		a.stopFollow()
 	}
@@ -673,7 +704,7 @@ func (a *app) close() {
 // credentials loads the supervisor credential secret from the KV bucket
 // torpor_config, creating it on first start (the first writer wins, so every
 // replica shares one secret).
-func credentials(ctx context.Context, js jetstream.JetStream) (*compute.Credentials, error) {
+func Credentials(ctx context.Context, js jetstream.JetStream) (*compute.Credentials, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "torpor_config", Description: "torpor service settings", MaxBytes: 1 << 20, MaxValueSize: 4 << 10})
 	if err != nil {
 		return nil, fmt.Errorf("config bucket: %w", err)
@@ -716,7 +747,9 @@ func isWrongLast(err error) bool {
 }
 
 // busReporter sends supervisor reports on torpor.supervisor.<id> and waits for
-// the gateway to take them, retrying while nobody answers.
+// the gateway to take them, retrying while nobody answers or an answer is
+// not final (supervisor.Final: an append that failed once must not lose
+// the report).
 func busReporter(nc *nats.Conn) compute.Reporter {
 	return compute.ReporterFunc(func(ctx context.Context, r compute.Report) error {
 		data, err := json.Marshal(r)
@@ -731,9 +764,12 @@ func busReporter(nc *nats.Conn) compute.Reporter {
 			if err == nil {
 				var body events.ErrorBody
 				if json.Unmarshal(msg.Data, &body) == nil && body.Error != nil {
-					return body.Error
+					if supervisor.Final(body.Error.Code) {
+						return body.Error
+					}
+				} else {
+					return nil
 				}
-				return nil
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -791,30 +827,53 @@ func (a viewAdapter) List(ctx context.Context, q gateway.ListQuery) (events.Page
 
 var _ gateway.Views = viewAdapter{}
 
-// printBanner says where serve listens and how to reach it: the admin
-// token's file and a line to paste.
-func printBanner(w io.Writer, a *app, cfg serveConfig) {
-	fmt.Fprintf(w, "\ntorpor is up: HTTP on %s, NATS on %s\n", a.HTTPURL(), a.NATSURL())
-	auth := ""
-	switch {
-	case cfg.NoAuth:
-		fmt.Fprintln(w, "WARNING: --no-auth: the HTTP API takes every request from loopback without a token")
-	case a.AdminToken() != "":
-		path := filepath.Join(cfg.Data, access.AdminFile)
-		what := "is in"
-		if a.adminMinted {
-			what = "was written to"
-		}
-		fmt.Fprintf(w, "an admin token %s %s (mode 0600); the CLI in this directory finds it, others take --token or TORPOR_TOKEN\n", what, path)
-		fmt.Fprintf(w, "  TOKEN=$(cat %s)\n", path)
-		auth = ` -H "Authorization: Bearer $TOKEN"`
-	default:
-		fmt.Fprintln(w, "no admin token under --data (revoked?): make one with torpor token create, or delete the file and restart")
-		auth = ` -H "Authorization: Bearer $TOKEN"`
+// Store is the node's event store (the log on its NATS).
+func (a *Node) Store() *jsstore.Store { return a.store }
+
+// Service is the node's command service.
+func (a *Node) Service() *gateway.Service { return a.svc }
+
+// Projection is the runner of the node's KV view.
+func (a *Node) Projection() *projections.Runner { return a.proj }
+
+// Conn is the node's own NATS connection (the service's user).
+func (a *Node) Conn() *nats.Conn { return a.nc }
+
+// Auth is the bus's operator and accounts when the node holds their keys
+// (<data>/auth), else nil.
+func (a *Node) Auth() *busauth.Auth { return a.auth }
+
+// Name is the node's name (the sandboxes it drives are on it).
+func (a *Node) Name() string { return a.name }
+
+// Data is the node's data directory.
+func (a *Node) Data() string { return a.data }
+
+// AdminMinted says this start minted the admin token of <data>/admin.token.
+func (a *Node) AdminMinted() bool { return a.adminMinted }
+
+// SQLLag is how many events of the log the SQL view has yet to apply
+// (FAILED_PRECONDITION without --projection-db).
+func (a *Node) SQLLag(ctx context.Context) (uint64, error) {
+	if a.sql == nil {
+		return 0, events.Errorf(events.CodeFailedPrecondition, "no SQL view (--projection-db)")
 	}
-	if a.auth != nil && cfg.Data != "" {
-		fmt.Fprintf(w, "the bus takes users of its accounts only (keys under %s): torpor creds --role producer,dashboard -o client.creds, then nats --creds client.creds --inbox-prefix <the inbox it prints> …\n",
-			filepath.Join(cfg.Data, "auth"))
-	}
-	fmt.Fprintf(w, "create a sandbox:\n  curl -s%s -H 'Content-Type: application/json' -X POST %s/v1/sandboxes -d '{\"name\":\"demo\",\"driver\":\"sim\"}'\n\n", auth, a.HTTPURL())
+	return a.sql.Lag(ctx)
 }
+
+// Sim is the node's sim driver (its calls, for tests).
+func (a *Node) Sim() *sim.Driver { return a.driver }
+
+// The defaults of the settings serve's flags start from.
+var (
+	// DefaultTokenLimits are each token's limits on one server.
+	DefaultTokenLimits = gateway.DefaultTokenLimits
+	// DefaultHTTPTimeouts bound slow HTTP clients.
+	DefaultHTTPTimeouts = gateway.Timeouts{ReadHeader: gateway.DefaultReadHeaderTimeout, Read: gateway.DefaultReadTimeout, Write: gateway.DefaultWriteTimeout, Idle: gateway.DefaultIdleTimeout}
+)
+
+// DefaultReplayTTL is how long a view of the past is kept.
+const DefaultReplayTTL = kvview.DefaultPastTTL
+
+// ReplayDone is the phase of a replay's last line when the rebuild is done.
+const ReplayDone = projections.PhaseDone

@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 
 // openAuth opens the bus's keys under <data>/auth (making them on the
 // embedded server's first start) and the user the service connects as.
-func (a *app) openAuth(cfg serveConfig) error {
+func (a *Node) openAuth(cfg Config) error {
 	dir := filepath.Join(cfg.Data, "auth")
 	if cfg.NATSURL == "" || cfg.Data != "" && exists(filepath.Join(dir, busauth.AccountFile)) {
 		var err error
@@ -51,7 +51,7 @@ func (a *app) openAuth(cfg serveConfig) error {
 // (busauth.Copies), which producers and dashboards read, as this
 // service's user of that account; a service without the bus's keys (it
 // joined with --nats-creds) leaves them to the one that has them.
-func (a *app) makeCopies(ctx context.Context, url, ca string, maxLog int64, log zerolog.Logger) error {
+func (a *Node) makeCopies(ctx context.Context, url, ca string, maxLog int64, log zerolog.Logger) error {
 	if a.auth == nil {
 		if a.user != nil {
 			log.Info().Msg("no bus keys under --data (auth/): the clients' copies of the log and the view are made by a service that has them")
@@ -88,7 +88,7 @@ const revocationPoll = time.Second
 // followRevocations gives the embedded server the accounts signed anew
 // each time <data>/auth/revoked changes, until ctx ends: a revoked user's
 // connections are closed and it cannot connect again, without a restart.
-func (a *app) followRevocations(ctx context.Context, dir string, log zerolog.Logger) error {
+func (a *Node) followRevocations(ctx context.Context, dir string, log zerolog.Logger) error {
 	path := filepath.Join(dir, busauth.RevokedFile)
 	stamp := func() string {
 		fi, err := os.Stat(path)
@@ -141,7 +141,7 @@ func exists(path string) bool {
 // its sandbox only, for its generation. A service that joined a server
 // without holding the account's key (--nats-url, no <data>/auth) hands its
 // supervisors its own credentials, and says so.
-func (a *app) supervisorCreds(log zerolog.Logger) func(id string, gen int64) (string, error) {
+func (a *Node) supervisorCreds(log zerolog.Logger) func(id string, gen int64) (string, error) {
 	if a.auth == nil {
 		if a.user == nil {
 			return nil
@@ -160,9 +160,9 @@ func (a *app) supervisorCreds(log zerolog.Logger) func(id string, gen int64) (st
 	}
 }
 
-// natsOptions are the nats.Connect options of a user holding grants,
+// NATSOptionsAs are the nats.Connect options of a user holding grants,
 // minted under the bus's keys (for tests and in-process clients).
-func (a *app) natsOptions(grants ...busauth.Grant) ([]nats.Option, error) {
+func (a *Node) NATSOptionsAs(grants ...busauth.Grant) ([]nats.Option, error) {
 	if a.auth == nil {
 		return nil, errors.New("no bus keys to mint a user with")
 	}
@@ -175,7 +175,7 @@ func (a *app) natsOptions(grants ...busauth.Grant) ([]nats.Option, error) {
 
 // NATSOptions are the options that connect to the service's NATS as the
 // service (the bench's connections).
-func (a *app) NATSOptions() []nats.Option {
+func (a *Node) NATSOptions() []nats.Option {
 	if a.user == nil {
 		return nil
 	}

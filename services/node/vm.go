@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -17,7 +17,15 @@ import (
 // be able to run here (QEMU, the kernel, busybox), or the verb refuses to
 // start (FAILED_PRECONDITION, naming what is missing). torpor serve adds it
 // whatever the node has, and refuses each vm create instead.
-func vmDriver(cfg driverConfig, nc *nats.Conn) (compute.Driver, error) {
+func vmDriver(cfg DriverConfig, nc *nats.Conn) (compute.Driver, error) {
+	// What the node lacks first: it says more than a missing object store.
+	probe, err := vm.New(vm.Config{Data: cfg.Data, NATSURL: cfg.NATSURL, NATSCA: cfg.NATSCA, Binary: cfg.Torpor, Kernel: cfg.VMKernel, Heartbeat: cfg.Heartbeat})
+	if err != nil {
+		return nil, err
+	}
+	if err := probe.Missing(); err != nil {
+		return nil, err
+	}
 	d, err := newVM(nc, false, cfg.Data, cfg.NATSURL, cfg.NATSCA, cfg.Torpor, cfg.VMKernel, cfg.Heartbeat)
 	if err != nil {
 		return nil, err

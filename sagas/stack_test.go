@@ -1,0 +1,215 @@
+package sagas_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/check"
+	"github.com/torpor/torpor/events/jsstore"
+	"github.com/torpor/torpor/events/natstest"
+	"github.com/torpor/torpor/sagas"
+	"github.com/torpor/torpor/services/compute"
+	"github.com/torpor/torpor/services/compute/sim"
+	"github.com/torpor/torpor/services/gateway"
+)
+
+// stack is the sagas over a real log: an in-process NATS server's
+// JetStream (events/natstest), the gateway deciding the commands and
+// judging the sagas' outcomes and the supervisor reports, and a sim driver
+// that reports through it. Every append passes through the stack, which
+// tells waiters of it.
+type stack struct {
+	t     *testing.T
+	store *jsstore.Store
+	svc   *gateway.Service
+	sim   *sim.Driver
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced on every append
+}
+
+// newStack starts a stack whose sagas run with deadline and reports, at
+// cleanup, every violation the checker finds in the log.
+func newStack(t *testing.T, deadline time.Duration) *stack {
+	t.Helper()
+	srv := natstest.Start(t)
+	ctx := context.Background()
+	store, err := jsstore.New(ctx, srv.JS, jsstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := gateway.NewKVNames(ctx, srv.JS, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := compute.NewCredentials([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &stack{t: t, store: store, changed: make(chan struct{})}
+	t.Cleanup(func() { // runs last: after the runner and the sim stopped
+		vs, err := check.Replay(context.Background(), store, check.Options{})
+		if err != nil {
+			t.Error(err)
+		}
+		for _, v := range vs {
+			t.Errorf("the log breaks an invariant: %v", v)
+		}
+	})
+	if s.sim, err = sim.New(reporter{s}, sim.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.sim.Close)
+	drivers := compute.Registry{"sim": s.sim}
+	if s.svc, err = gateway.NewService(store, names, drivers, creds, gateway.Config{Node: node}, zerolog.Nop()); err != nil {
+		t.Fatal(err)
+	}
+	pos, err := store.Position(ctx, sagas.PositionKey(node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := sagas.New(store, pos, recording{s}, drivers, creds, sagas.Config{Node: node, Deadline: deadline}, zerolog.New(zerolog.NewTestWriter(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v, want nil", err)
+		}
+	})
+	return s
+}
+
+func (s *stack) notify() {
+	s.mu.Lock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// recording is the runner's Recorder: the gateway, telling the stack.
+type recording struct{ s *stack }
+
+func (r recording) Record(ctx context.Context, cause events.Envelope, actor string, evs ...events.Event) error {
+	defer r.s.notify()
+	return r.s.svc.Record(ctx, cause, actor, evs...)
+}
+
+// reporter sends the sim's supervisor reports to the gateway, as the bus
+// does, telling the stack.
+type reporter struct{ s *stack }
+
+func (r reporter) Report(ctx context.Context, rep compute.Report) error {
+	defer r.s.notify()
+	data, err := json.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	_, err = r.s.svc.Report(ctx, rep.SandboxID, data)
+	return err
+}
+
+// do runs a command through the gateway and returns its answer.
+func (s *stack) do(c gateway.Command) (events.View, error) {
+	s.t.Helper()
+	defer s.notify()
+	return s.svc.Handle(context.Background(), c)
+}
+
+// view is sandbox id's view as the log holds it now.
+func (s *stack) view(id string) events.View {
+	s.t.Helper()
+	envs, err := s.store.Load(context.Background(), id, 0)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var v events.View
+	for _, env := range envs {
+		v.Fold(env)
+	}
+	return v
+}
+
+// await waits until sandbox id's log holds an event after seq that leaves
+// it in a phase other than those passed over, and returns the view then.
+func (s *stack) await(id string, after uint64, over ...events.Phase) events.View {
+	s.t.Helper()
+	timeout := time.After(wait)
+	for {
+		s.mu.Lock()
+		ch := s.changed
+		s.mu.Unlock()
+		v := s.view(id)
+		if v.Seq > after && !phaseIn(v.Phase, over) {
+			return v
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			s.t.Fatalf("sandbox %s still %s at seq %d: timed out waiting for it to leave %v", id, v.Phase, v.Seq, over)
+		}
+	}
+}
+
+func phaseIn(p events.Phase, ps []events.Phase) bool {
+	for _, q := range ps {
+		if p == q {
+			return true
+		}
+	}
+	return false
+}
+
+// suspended creates a sim sandbox with opts, waits until it is ready,
+// suspends it and waits until it is suspended.
+func (s *stack) suspended(opts map[string]string) events.View {
+	s.t.Helper()
+	v, err := s.do(gateway.Command{Verb: gateway.VerbCreate, Create: events.CreateRequest{Driver: "sim", DriverOptions: opts}})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if v = s.await(v.ID, 0, events.PhaseProvisioning); v.Phase != events.PhaseReady {
+		s.t.Fatalf("after the create: %s, want ready", v.Phase)
+	}
+	acc, err := s.do(gateway.Command{Verb: gateway.VerbSuspend, ID: v.ID})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if v = s.await(v.ID, acc.Seq, events.PhaseSuspending); v.Phase != events.PhaseSuspended || !v.Restore.Held {
+		s.t.Fatalf("after the suspend: %+v, want suspended, the state held", v)
+	}
+	return v
+}
+
+// TestLateResumeAnswerAfterConsumption (issue 24, hole 2): the driver
+// consumes the retained state, its restore fails, and its answer comes
+// only after the resume's deadline (the sim's resume=fail_after_consume,
+// answer_delay=1s, under a 300 ms deadline). The answer says what it
+// says: consumed, so the sandbox takes the path after the consumption
+// (stopped, RetainedStateLost) and is never suspended again on the
+// consumed reference. It used to go back to suspended with the state
+// held, and every later resume failed with "consumed by generation 2".
+func TestLateResumeAnswerAfterConsumption(t *testing.T) {
+	s := newStack(t, 300*time.Millisecond)
+	v := s.suspended(map[string]string{"resume": "fail_after_consume", "answer_delay": "1s"})
+	acc, err := s.do(gateway.Command{Verb: gateway.VerbResume, ID: v.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.await(v.ID, acc.Seq, events.PhaseStarting)
+	want := events.View{Phase: events.PhaseStopped, Restore: events.Restore{Consumed: true}, Reason: events.ReasonRetainedStateLost, LastOutcome: events.OutcomeRestoreFailed}
+	if got.Phase != want.Phase || got.Restore != want.Restore || got.Reason != want.Reason || got.LastOutcome != want.LastOutcome {
+		t.Fatalf("after the resume: phase %s, restore %+v, reason %q, outcome %q; want phase %s, restore %+v, reason %q, outcome %q",
+			got.Phase, got.Restore, got.Reason, got.LastOutcome, want.Phase, want.Restore, want.Reason, want.LastOutcome)
+	}
+}

@@ -1,0 +1,137 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/services/compute"
+)
+
+// TestRecordAtTheHead: a report recorded through a gateway whose cache is
+// behind the log (another instance moved the sandbox since) is judged
+// again on the subject's head before it is refused: a suspend, stop or
+// deadline outcome the stale instance would refuse is taken, and a report
+// that is wrong at the head too is still refused (FAILED_PRECONDITION).
+func TestRecordAtTheHead(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		// moves is what instance a does after b cached the ready sandbox.
+		moves func(t *testing.T, a *Service, id string)
+		// report is what b then records.
+		report events.Event
+		// code is the answer wanted ("" taken), phase the phase after.
+		code  events.Code
+		phase events.Phase
+	}{
+		{"suspended", command(VerbSuspend), &events.Suspended{Generation: 1, RestoreRef: "ref-1"}, "", events.PhaseSuspended},
+		{"stopped", command(VerbStop), &events.Stopped{Generation: 1}, "", events.PhaseStopped},
+		{"deadline", command(VerbSuspend), &events.DeadlinePassed{Phase: events.PhaseSuspending, Deadline: "1ns"}, "", events.PhaseError},
+		{"a stop outcome while suspending", command(VerbSuspend), &events.Stopped{Generation: 1}, events.CodeFailedPrecondition, events.PhaseSuspending},
+		{"an exit of a generation stopped and started since", func(t *testing.T, a *Service, id string) {
+			command(VerbStop)(t, a, id)
+			if err := a.Record(ctx, events.Envelope{SandboxID: id}, "test", &events.Stopped{Generation: 1}); err != nil {
+				t.Fatal(err)
+			}
+			command(VerbStart)(t, a, id)
+		}, &events.Exited{Generation: 1, Code: 3}, events.CodeFailedPrecondition, events.PhaseStarting},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			a, b := r.service(t), r.service(t)
+			v := readySandbox(t, a)
+			if _, err := b.Sandbox(ctx, v.ID); err != nil { // b caches it ready
+				t.Fatal(err)
+			}
+			tc.moves(t, a, v.ID)
+			err := b.Record(ctx, events.Envelope{SandboxID: v.ID}, "test", tc.report)
+			if got := events.CodeOf(err); got != tc.code {
+				t.Fatalf("%s recorded through the stale instance: %v (code %q), want code %q", tc.report.Type(), err, got, tc.code)
+			}
+			sb, err := r.service(t).Sandbox(ctx, v.ID)
+			if err != nil || sb.Phase != tc.phase {
+				t.Fatalf("after the report: %+v, %v; want %s", sb, err, tc.phase)
+			}
+		})
+	}
+}
+
+// TestResumedAttachAtTheHead: the attach of a resumed generation reaching a
+// gateway that cached the sandbox suspended (another instance took the
+// resume) is taken with what it proves, the consumption of the retained
+// state and the restore, and the sandbox is ready; it was fenced ("speaks
+// for generation 2, current is 1") and lost.
+func TestResumedAttachAtTheHead(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	a, b := r.service(t), r.service(t)
+	v := readySandbox(t, a)
+	command(VerbSuspend)(t, a, v.ID)
+	if err := a.Record(ctx, events.Envelope{SandboxID: v.ID}, "test", &events.Suspended{Generation: 1, RestoreRef: "ref-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Sandbox(ctx, v.ID); err != nil { // b caches it suspended, generation 1
+		t.Fatal(err)
+	}
+	command(VerbResume)(t, a, v.ID)
+	attach, _ := json.Marshal(compute.Report{SandboxID: v.ID, Generation: 2, Credential: r.creds.Mint(v.ID, 2), Kind: compute.ReportAttached})
+	if _, err := b.Report(ctx, v.ID, attach); err != nil {
+		t.Fatalf("attach of the resumed generation through the stale instance: %v", err)
+	}
+	sb, err := r.service(t).Sandbox(ctx, v.ID)
+	if err != nil || sb.Phase != events.PhaseReady || sb.Attached != 2 || sb.RestoreRef != "" || sb.Restored != 2 {
+		t.Fatalf("after the attach: %+v, %v; want ready, generation 2 attached and restored, nothing held", sb, err)
+	}
+	n := countTypes(t, r.store, v.ID)
+	if n[events.TypeRetainedStateConsumed] != 1 || n[events.TypeResumed] != 1 || n[events.TypeSupervisorAttached] != 2 {
+		t.Fatalf("log %v: want the consumption and the restore once, two attaches", n)
+	}
+}
+
+// command returns a step that runs verb on a sandbox through svc.
+func command(verb string) func(t *testing.T, svc *Service, id string) {
+	return func(t *testing.T, svc *Service, id string) {
+		t.Helper()
+		if _, err := svc.Handle(context.Background(), Command{Verb: verb, ID: id}); err != nil {
+			t.Fatalf("%s: %v", verb, err)
+		}
+	}
+}
+
+// TestReattachAtTheHead: a supervisor recorded detached by one gateway
+// attaches again through another that cached it attached: the attach is
+// taken (the sandbox ready again, the log showing the detach and the new
+// attach) and its beats are taken after. The stale instance took the
+// attach for a repeat of one recorded already, appended nothing and
+// answered OK, and the sandbox stayed provisioning until its deadline put
+// it in error.
+func TestReattachAtTheHead(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	a, b := r.service(t), r.service(t)
+	v := readySandbox(t, a)
+	cred := r.creds.Mint(v.ID, 1)
+	beat, _ := json.Marshal(compute.Report{SandboxID: v.ID, Generation: 1, Credential: cred, Kind: compute.ReportHeartbeat})
+	attach, _ := json.Marshal(compute.Report{SandboxID: v.ID, Generation: 1, Credential: cred, Kind: compute.ReportAttached})
+	if _, err := b.Report(ctx, v.ID, beat); err != nil { // b caches it attached
+		t.Fatal(err)
+	}
+	if err := a.Record(ctx, events.Envelope{SandboxID: v.ID}, "gateway:heartbeats", &events.SupervisorDetached{Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Report(ctx, v.ID, attach); err != nil {
+		t.Fatalf("attach again through the stale instance: %v", err)
+	}
+	sb, err := r.service(t).Sandbox(ctx, v.ID)
+	if err != nil || sb.Phase != events.PhaseReady || sb.Attached != 1 {
+		t.Fatalf("after the attach: %+v, %v; want ready, generation 1 attached", sb, err)
+	}
+	if n := countTypes(t, r.store, v.ID); n[events.TypeSupervisorDetached] != 1 || n[events.TypeSupervisorAttached] != 2 {
+		t.Fatalf("log %v: want one detach between two attaches", n)
+	}
+	if _, err := b.Report(ctx, v.ID, beat); err != nil {
+		t.Fatalf("a beat after the attach: %v", err)
+	}
+}

@@ -160,9 +160,12 @@ func (l *life) next(e events.Event) (events.Phase, string) {
 		switch {
 		case p.Transient() && e.Phase != p:
 			return "", fmt.Sprintf("a deadline of %s settles %s", e.Phase, p)
-		case p == starting && l.resume && !l.consumed:
-			return "", "a resume's deadline before the consumption returns to suspended (resume_failed in the same append)"
 		case p.Transient():
+			// A resume's deadline too, its state not consumed in the log:
+			// back to suspended only on the driver's word that the state
+			// is still held (resume_failed first, in the same append);
+			// otherwise the path after a consumption, error (issue 24,
+			// hole 2; CONTRACT §1's v1 row said suspended).
 			return errored, ""
 		case in(ready, suspended) && l.settled != "" && e.Phase == l.settled:
 			return p, ""

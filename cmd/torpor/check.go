@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -14,19 +15,29 @@ import (
 
 // checkCmd is `torpor check [ID|NAME…]`: the invariant checker of
 // events/check over the live log of the named sandboxes, or of every one
-// the server lists, read through the history endpoint. It exits non-zero
-// when it finds a violation, printing each.
+// the log holds (GET /v1/log/sandboxes: the stream's subjects, not a
+// view), read through the history endpoint. Transient stays are judged
+// against the server's own deadline (GET /v1/server) unless --deadline
+// says otherwise. It exits non-zero when it finds a violation, printing
+// each.
 func checkCmd(f *clientFlags) *cobra.Command {
 	var deadline, slack time.Duration
 	cmd := &cobra.Command{
 		Use:   "check [ID|NAME...]",
-		Short: "check the invariants of CONTRACT §1 over the live log (every sandbox when none is named); non-zero on a violation",
+		Short: "check the invariants of CONTRACT §1 over the live log (every sandbox the log holds when none is named); non-zero on a violation",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if deadline < 0 || slack < 0 {
 				return invalid(fmt.Errorf("--deadline %s, --slack %s: want 0 or more", deadline, slack))
 			}
 			c := f.client()
 			ctx := cmd.Context()
+			if !cmd.Flags().Changed("deadline") {
+				srv, err := c.Server(ctx)
+				if err != nil {
+					return fmt.Errorf("the server's deadline (GET /v1/server; --deadline to give it): %w", err)
+				}
+				deadline = srv.Deadline()
+			}
 			ids := make([]string, 0, len(args))
 			for _, ref := range args {
 				id, err := resolve(cmd, c, ref)
@@ -35,32 +46,29 @@ func checkCmd(f *clientFlags) *cobra.Command {
 				}
 				ids = append(ids, id)
 			}
-			if len(args) == 0 {
-				for cursor := ""; ; {
-					p, err := c.List(ctx, "", "", 1000, cursor)
-					if err != nil {
-						return err
-					}
-					for _, v := range p.Items {
-						ids = append(ids, v.ID)
-					}
-					if cursor = p.Next; cursor == "" {
-						break
-					}
+			all := len(args) == 0
+			if all {
+				var err error
+				if ids, err = c.LogSandboxes(ctx); err != nil {
+					return err
 				}
 			}
 			refused := 0 // events the lifecycle table refuses: every reader passes over them
 			opts := check.Options{Deadline: deadline, Slack: slack, Now: time.Now(),
 				Refused: func(events.Envelope, error) { refused++ }}
 			vs := []check.Violation{}
-			n := 0
+			n, checked := 0, 0
 			for _, id := range ids {
 				h, err := c.History(ctx, id, 0)
+				if all && errors.Is(err, torpor.ErrNotFound) {
+					continue // a subject of foreign messages only: no sandbox
+				}
 				if err != nil {
 					return err
 				}
 				vs = append(vs, check.Log(envelopes(id, h), opts)...)
 				n += len(h)
+				checked++
 			}
 			out := cmd.OutOrStdout()
 			if f.output == "json" {
@@ -73,7 +81,7 @@ func checkCmd(f *clientFlags) *cobra.Command {
 				for _, v := range vs {
 					fmt.Fprintln(out, v)
 				}
-				fmt.Fprintf(out, "checked %d sandboxes, %d events: %d violations", len(ids), n, len(vs))
+				fmt.Fprintf(out, "checked %d sandboxes, %d events: %d violations", checked, n, len(vs))
 				if refused > 0 {
 					fmt.Fprintf(out, " (%d events the lifecycle table refuses passed over)", refused)
 				}
@@ -85,8 +93,8 @@ func checkCmd(f *clientFlags) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().DurationVar(&deadline, "deadline", 2*time.Minute, "the server's --deadline: a sandbox in a transient phase longer than this (and --slack) is stuck; 0 leaves that out")
-	cmd.Flags().DurationVar(&slack, "slack", 10*time.Second, "how much past --deadline a transient phase may last before it counts as stuck")
+	cmd.Flags().DurationVar(&deadline, "deadline", 0, "the deadline of transient phases: a sandbox in one longer than this (and --slack) is stuck; default the server's (GET /v1/server), 0 leaves that out")
+	cmd.Flags().DurationVar(&slack, "slack", 10*time.Second, "how much past the deadline a transient phase may last before it counts as stuck")
 	return cmd
 }
 

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/check"
 )
@@ -138,6 +141,57 @@ func TestCheckVerb(t *testing.T) {
 	if code, _, stderr := cli(t, srv, "check", "nobody"); code == 0 || !strings.HasPrefix(stderr, "torpor: NOT_FOUND: ") {
 		t.Fatalf("check of an unknown sandbox: exit %d, %s", code, stderr)
 	}
+	checkFromTheLog(t, a, srv)
+}
+
+// checkFromTheLog: `torpor check` enumerates the sandboxes of the log, not
+// of a view, and judges stays against the server's deadline (GET
+// /v1/server: 10s here), not a default of its own. A sandbox whose view is
+// gone, that stayed 30s in provisioning (appended as is, on a node no
+// runner drives), is found and reported.
+func checkFromTheLog(t *testing.T, a *app, srv string) {
+	t.Helper()
+	ctx := context.Background()
+	id := uuid.Must(uuid.NewV7()).String()
+	now := time.Now()
+	created, _ := events.NewEnvelope(id, &events.Created{Name: "unviewed", Driver: "sim", Node: "elsewhere", Generation: 1}, events.Meta{CommandID: "c1"}, now.Add(-30*time.Second))
+	attached, _ := events.NewEnvelope(id, &events.SupervisorAttached{Generation: 1}, events.Meta{}, now)
+	created.Phase, attached.Phase = events.PhaseProvisioning, events.PhaseReady
+	if _, err := a.Store().Append(ctx, id, 0, created, attached); err != nil {
+		t.Fatal(err)
+	}
+	c := appClient(a)
+	if _, err := c.Wait(ctx, id, events.PhaseReady, 10*time.Second); err != nil {
+		t.Fatalf("the view never showed %s ready: %v", id, err)
+	}
+	js, _ := jetstream.New(a.Conn())
+	kv, err := js.KeyValue(ctx, "torpor_phases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.List(ctx, "", "", 1000, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range p.Items {
+		if v.ID == id {
+			t.Fatalf("list still shows %s", id)
+		}
+	}
+	code, out, _ := cli(t, srv, "check", "-o", "json")
+	var vs []check.Violation
+	if code == 0 || json.Unmarshal([]byte(out), &vs) != nil {
+		t.Fatalf("check -o json: exit %d\n%s", code, out)
+	}
+	for _, v := range vs {
+		if v.SandboxID == id && v.Rule == check.RuleStay && v.Seq != 0 {
+			return
+		}
+	}
+	t.Fatalf("check -o json: %v; want the 30s stay of %s in provisioning past the server's 10s deadline", vs, id)
 }
 
 // TestFlagsRefusedWithContractCode: a verb that refuses the flags it was

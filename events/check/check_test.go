@@ -47,6 +47,8 @@ var (
 	consumed2 = step{&events.RetainedStateConsumed{Generation: 2, RestoreRef: "r1"}, "starting", "c3"}
 	resumed2  = step{&events.Resumed{Generation: 2, Outcome: "restored"}, "starting", "c3"}
 	attached2 = step{&events.SupervisorAttached{Generation: 2}, "ready", ""}
+	// resumedReady is the saga's record of the restore after the attach.
+	resumedReady = step{&events.Resumed{Generation: 2, Outcome: "restored"}, "ready", "c3"}
 )
 
 // TestCleanLogs: the contract's own paths have no violation.
@@ -82,11 +84,43 @@ func TestCleanLogs(t *testing.T) {
 		"a deadline settles suspending": {created, attached1, suspend1,
 			{&events.SuspendRejected{Generation: 1, Reason: events.ReasonDeadlineExceeded}, "ready", "c2"},
 			{&events.DeadlinePassed{Phase: "suspending"}, "ready", "c2"}},
+		"a deadline settles stopping, the workload running": {created, attached1,
+			{&events.StopRequested{Generation: 1}, "stopping", "c2"},
+			{&events.StopRejected{Generation: 1}, "ready", "c2"},
+			{&events.DeadlinePassed{Phase: "stopping"}, "ready", "c2"}},
+		"a resume's deadline before the consumption": {created, attached1, suspend1, suspended, resume2,
+			{&events.ResumeFailed{Generation: 2}, "suspended", "c3"},
+			{&events.DeadlinePassed{Phase: "starting"}, "suspended", "c3"}},
+		"a restore lost after the consumption falls back to a cold start": {created, attached1, suspend1, suspended,
+			{&events.ResumeRequested{Generation: 2, RestoreRef: "r1", RestartIfRestoreFails: true}, "starting", "c3"},
+			consumed2,
+			{&events.StartRequested{Generation: 3, Fallback: true}, "starting", "c3"},
+			{&events.Started{Generation: 3}, "starting", "c3"},
+			{&events.SupervisorAttached{Generation: 3}, "ready", ""}},
+		"the restore recorded after the attach": {created, attached1, suspend1, suspended, resume2, consumed2, attached2, resumedReady},
+		"a start, an exit, a delete": {created,
+			{&events.Started{Generation: 1}, "provisioning", "c1"},
+			attached1,
+			{&events.ForwardOpened{ForwardID: "f1", Port: 80}, "ready", "c2"},
+			{&events.Exited{Generation: 1, Code: 2}, "error", ""},
+			{&events.ForwardClosed{ForwardID: "f1"}, "error", ""},
+			{&events.DeleteRequested{}, "deleting", "c3"},
+			{&events.Deleted{}, "deleted", "c3"}},
+		"a resume's deadline, nothing saying the state is held, ends in error": {created, attached1, suspend1, suspended, resume2,
+			{&events.DeadlinePassed{Phase: "starting"}, "error", "c3"}},
+		"a deadline ends provisioning in error": {created,
+			{&events.DeadlinePassed{Phase: "provisioning"}, "error", "c1"}},
 	}
 	for name, steps := range logs {
 		t.Run(name, func(t *testing.T) {
-			if vs := check.Log(build(t, steps...), check.Options{}); len(vs) != 0 {
+			log := build(t, steps...)
+			if vs := check.Log(log, check.Options{}); len(vs) != 0 {
 				t.Fatalf("violations in a clean log: %v", vs)
+			}
+			// Every stay is a second or so: within a deadline of ten.
+			o := check.Options{Deadline: 10 * time.Second, Now: log[len(log)-1].Time.Add(time.Second)}
+			if vs := check.Log(log, o); len(vs) != 0 {
+				t.Fatalf("violations in a clean log, under a deadline: %v", vs)
 			}
 		})
 	}
@@ -100,46 +134,81 @@ func TestViolations(t *testing.T) {
 		steps     []step
 		invariant int
 		seq       uint64
+		rule      string // when set, the violation's rule too
 	}{
 		{"suspended again after the consumption", []step{created, attached1, suspend1, suspended, resume2, consumed2,
-			{&events.ResumeFailed{Generation: 2}, "suspended", "c3"}}, check.RetainedStateOnce, 7},
+			{&events.ResumeFailed{Generation: 2}, "suspended", "c3"}}, check.RetainedStateOnce, 7, ""},
 		{"a resume of a consumed reference", []step{created, attached1, suspend1, suspended, resume2, consumed2,
 			{&events.ResumeFailed{Generation: 2}, "suspended", "c3"},
-			{&events.ResumeRequested{Generation: 3, RestoreRef: ""}, "starting", "c4"}}, check.RetainedStateOnce, 8},
+			{&events.ResumeRequested{Generation: 3, RestoreRef: ""}, "starting", "c4"}}, check.RetainedStateOnce, 8, ""},
 		{"a suspension on a discarded reference", []step{created, attached1, suspend1, suspended,
 			{&events.StartRequested{Generation: 2}, "starting", "c3"},
 			{&events.RetainedStateDiscarded{RestoreRef: "r1"}, "starting", "c3"},
 			{&events.SupervisorAttached{Generation: 2}, "ready", ""},
 			{&events.SuspendRequested{Generation: 2}, "suspending", "c4"},
-			{&events.Suspended{Generation: 2, RestoreRef: "r1"}, "suspended", "c4"}}, check.RetainedStateOnce, 9},
+			{&events.Suspended{Generation: 2, RestoreRef: "r1"}, "suspended", "c4"}}, check.RetainedStateOnce, 9, ""},
 		{"a second exit of a generation", []step{created, attached1,
 			{&events.StopRequested{Generation: 1}, "stopping", "c2"},
 			{&events.Exited{Generation: 1, Code: 3}, "stopping", ""},
-			{&events.Exited{Generation: 1, Code: 0}, "stopping", ""}}, check.ExitKept, 5},
+			{&events.Exited{Generation: 1, Code: 0}, "stopping", ""}}, check.ExitKept, 5, ""},
 		{"a start that mints no new generation", []step{created, attached1,
 			{&events.StopRequested{Generation: 1}, "stopping", "c2"},
 			{&events.Stopped{Generation: 1}, "stopped", "c2"},
-			{&events.StartRequested{Generation: 1}, "starting", "c3"}}, check.GenerationsFenced, 5},
+			{&events.StartRequested{Generation: 1}, "starting", "c3"}}, check.GenerationsFenced, 5, ""},
 		{"an old generation's report recorded", []step{created, attached1, suspend1, suspended, resume2, consumed2, resumed2, attached2,
-			{&events.Exited{Generation: 1, Code: 9}, "error", ""}}, check.GenerationsFenced, 9},
+			{&events.Exited{Generation: 1, Code: 9}, "error", ""}}, check.GenerationsFenced, 9, ""},
 		{"a failed resume's generation reports in suspended", []step{created, attached1, suspend1, suspended, resume2,
 			{&events.ResumeFailed{Generation: 2}, "suspended", "c3"},
-			{&events.Exited{Generation: 2, Code: 9}, "error", ""}}, check.GenerationsFenced, 7},
+			{&events.Exited{Generation: 2, Code: 9}, "error", ""}}, check.GenerationsFenced, 7, ""},
 		{"a command appended twice", []step{created, attached1, suspend1,
 			{&events.SuspendRejected{Generation: 1}, "ready", "c2"},
-			{&events.SuspendRequested{Generation: 1}, "suspending", "c2"}}, check.CommandsOnce, 5},
+			{&events.SuspendRequested{Generation: 1}, "suspending", "c2"}}, check.CommandsOnce, 5, ""},
 		{"a passed deadline that leaves a transient phase", []step{created,
-			{&events.DeadlinePassed{Phase: "provisioning"}, "provisioning", ""}}, check.TransientsHaveAnEnd, 2},
+			{&events.DeadlinePassed{Phase: "provisioning"}, "provisioning", ""}}, check.TransientsHaveAnEnd, 2, check.RuleSettles},
+
+		// The phase stamp is judged, never trusted.
+		{"a stamp that is not the phase the events lead to", []step{
+			{&events.Created{Name: "a", Driver: "sim", Generation: 1}, "ready", "c1"}}, check.Lifecycle, 1, check.RuleStamp},
+		{"error left by a stamp", []step{created, attached1,
+			{&events.Exited{Generation: 1, Code: 2}, "error", ""},
+			{&events.RetainedStateInvalidated{RestoreRef: "r0"}, "ready", ""}}, check.Lifecycle, 4, check.RuleTerminal},
+		// Rows the views' table takes where CONTRACT §1 does not.
+		{"a deadline of ready without a compensation", []step{created, attached1,
+			{&events.DeadlinePassed{Phase: "ready"}, "ready", ""}}, check.Lifecycle, 3, check.RuleTable},
+		{"restored before the consumption", []step{created, attached1, suspend1, suspended, resume2,
+			{&events.Resumed{Generation: 2, Outcome: "restored"}, "starting", "c3"}}, check.Lifecycle, 6, check.RuleTable},
+		{"restored in a cold start", []step{created, attached1,
+			{&events.StopRequested{Generation: 1}, "stopping", "c2"},
+			{&events.Stopped{Generation: 1}, "stopped", "c2"},
+			{&events.StartRequested{Generation: 2}, "starting", "c3"},
+			{&events.Resumed{Generation: 2, Outcome: "restored"}, "starting", ""}}, check.Lifecycle, 6, check.RuleTable},
+		{"a cold start stopped with no stop", []step{created, attached1,
+			{&events.StopRequested{Generation: 1}, "stopping", "c2"},
+			{&events.Stopped{Generation: 1}, "stopped", "c2"},
+			{&events.StartRequested{Generation: 2}, "starting", "c3"},
+			{&events.Stopped{Generation: 2}, "stopped", ""}}, check.Lifecycle, 6, check.RuleTable},
+		// Invariant 1: suspended, held, after the consumption (issue 24, hole 2).
+		{"a resume's deadline suspends on a consumed reference", []step{created, attached1, suspend1, suspended, resume2, consumed2,
+			{&events.ResumeFailed{Generation: 2}, "suspended", "c3"},
+			{&events.DeadlinePassed{Phase: "starting"}, "suspended", "c3"}}, check.RetainedStateOnce, 7, check.RuleRetained},
+		// Invariant 4: an intent has at most one outcome.
+		{"a restore recorded twice (two writers)", []step{created, attached1, suspend1, suspended, resume2, consumed2, resumed2, attached2,
+			resumedReady}, check.CommandsOnce, 9, check.RuleOutcome},
+		{"the retained state consumed twice", []step{created, attached1, suspend1, suspended, resume2, consumed2, consumed2},
+			check.CommandsOnce, 7, check.RuleOutcome},
+		{"a start answered twice", []step{created,
+			{&events.Started{Generation: 1}, "provisioning", "c1"},
+			{&events.StartFailed{Generation: 1}, "error", "c1"}}, check.CommandsOnce, 3, check.RuleOutcome},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			vs := check.Log(build(t, c.steps...), check.Options{})
 			for _, v := range vs {
-				if v.Invariant == c.invariant && v.Seq == c.seq && v.SandboxID == id {
+				if v.Invariant == c.invariant && v.Seq == c.seq && v.SandboxID == id && (c.rule == "" || v.Rule == c.rule) {
 					return
 				}
 			}
-			t.Fatalf("violations %v; want one of invariant %d at seq %d", vs, c.invariant, c.seq)
+			t.Fatalf("violations %v; want one of invariant %d (%q) at seq %d", vs, c.invariant, c.rule, c.seq)
 		})
 	}
 }
@@ -213,7 +282,8 @@ func TestAll(t *testing.T) {
 // TestForgedEventsCountedNotFollowed: events the lifecycle table refuses
 // (forged on the bus, whatever phase they are stamped with) are counted
 // and change nothing: no violation appears or disappears for them, and a
-// hung stop is still reported stuck past its deadline.
+// hung stop is still reported stuck past its deadline. A forged event the
+// table takes is followed, and its stamp judged like any other.
 func TestForgedEventsCountedNotFollowed(t *testing.T) {
 	stop := []step{created, attached1,
 		{&events.StopRequested{Generation: 1}, "stopping", "c2"}}
@@ -226,9 +296,14 @@ func TestForgedEventsCountedNotFollowed(t *testing.T) {
 	o := check.Options{Deadline: time.Minute, Now: t0.Add(time.Hour), Refused: func(env events.Envelope, err error) {
 		refused = append(refused, env.Type)
 	}}
+	// The exit, which the table takes in stopping, is stamped error: a
+	// reader that trusted the stamp would show error, so the stamp is
+	// reported; the hung stop is reported at the end.
 	vs := check.Log(append(hung, forged...), o)
-	if len(vs) != 1 || vs[0].Invariant != check.TransientsHaveAnEnd || !strings.HasPrefix(vs[0].Message, "stopping for") {
-		t.Errorf("violations %v; want the hung stop (invariant 5, stopping) only", vs)
+	exit := uint64(len(hung) + 3)
+	if len(vs) != 2 || vs[0].Rule != check.RuleStamp || vs[0].Seq != exit ||
+		vs[1].Invariant != check.TransientsHaveAnEnd || !strings.HasPrefix(vs[1].Message, "stopping for") {
+		t.Errorf("violations %v; want the forged exit's stamp (seq %d) and the hung stop (invariant 5, stopping) only", vs, exit)
 	}
 	// All but the exit, which the table takes in stopping as a fact.
 	if want := len(forged) - 1; len(refused) != want {
@@ -246,5 +321,92 @@ func TestForgedEventsCountedNotFollowed(t *testing.T) {
 	}
 	if len(refused) != len(forged) {
 		t.Errorf("refused %v; want all %d", refused, len(forged))
+	}
+}
+
+// TestStaysPastTheDeadline: a transient stay longer than the deadline and
+// its slack is reported, whether it ended or not; one within it is not.
+func TestStaysPastTheDeadline(t *testing.T) {
+	stop := step{&events.StopRequested{Generation: 1}, "stopping", "c2"}
+	stopped := step{&events.Stopped{Generation: 1}, "stopped", "c2"}
+	o := check.Options{Deadline: time.Minute, Slack: time.Second}
+	cases := []struct {
+		name  string
+		steps []step
+		took  time.Duration // from the third event (the stop) to the fourth
+		want  []uint64      // seqs of the violations
+	}{
+		{"a stop within the deadline", []step{created, attached1, stop, stopped}, time.Minute, nil},
+		{"a stop that ended past the deadline", []step{created, attached1, stop, stopped}, time.Minute + 2*time.Second, []uint64{4}},
+		{"a suspension that ended past the deadline", []step{created, attached1, suspend1, suspended}, time.Hour, []uint64{4}},
+		{"a provisioning of a detach that ended past the deadline", []step{created, attached1,
+			{&events.SupervisorDetached{Generation: 1}, "provisioning", ""}, attached1}, 2 * time.Minute, []uint64{4}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			log := build(t, c.steps...)
+			log[3].Time = log[2].Time.Add(c.took)
+			var got []uint64
+			for _, v := range check.Log(log, o) {
+				if v.Invariant != check.TransientsHaveAnEnd || v.Rule != check.RuleStay {
+					t.Errorf("violation %v; want invariant 5 (stay)", v)
+				}
+				got = append(got, v.Seq)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Errorf("violations at %v; want at %v", got, c.want)
+			}
+			// Without a deadline, stays are not judged.
+			if vs := check.Log(log, check.Options{}); len(vs) != 0 {
+				t.Errorf("violations without a deadline: %v", vs)
+			}
+		})
+	}
+}
+
+// raw is an envelope of a type this build may not know, as the log holds it.
+func raw(typ string, seq uint64, at time.Time) events.Envelope {
+	return events.Envelope{ID: fmt.Sprintf("raw-%d", seq), SandboxID: id, Type: typ, Schema: events.SchemaVersion,
+		Time: at, Phase: events.PhaseError, Data: []byte(`{}`), Seq: seq}
+}
+
+// TestDeadlineCleanup: a deadline that ends a phase in error tells the
+// driver to clean up (CONTRACT §1); a clean-up asked for and not confirmed
+// past the deadline is reported, and, once the writer records clean-ups,
+// a deadline in error with none asked for.
+func TestDeadlineCleanup(t *testing.T) {
+	log := build(t, created, step{&events.DeadlinePassed{Phase: "provisioning"}, "error", "c1"})
+	asked := raw(check.TypeCleanupRequested, 3, t0.Add(2*time.Second))
+	done := raw(check.TypeCleanedUp, 4, t0.Add(3*time.Second))
+	late := check.Options{Deadline: time.Minute, Slack: time.Second, Now: t0.Add(time.Hour)}
+	soon := late
+	soon.Now = t0.Add(30 * time.Second)
+	recorded := late
+	recorded.CleanupRecorded = true
+	cases := []struct {
+		name string
+		log  []events.Envelope
+		o    check.Options
+		want []uint64
+	}{
+		{"asked for and done", append(log[:2:2], asked, done), recorded, nil},
+		{"asked for, not done, within the deadline", append(log[:2:2], asked), soon, nil},
+		{"asked for, not done, past the deadline", append(log[:2:2], asked), late, []uint64{3}},
+		{"never asked for, the writer records none", log, late, nil},
+		{"never asked for, the writer records them", log, recorded, []uint64{2}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var got []uint64
+			for _, v := range check.Log(c.log, c.o) {
+				if v.Invariant != check.TransientsHaveAnEnd || v.Rule != check.RuleCleanup {
+					t.Errorf("violation %v; want invariant 5 (cleanup)", v)
+				}
+				got = append(got, v.Seq)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Errorf("violations at %v; want at %v", got, c.want)
+			}
+		})
 	}
 }

@@ -359,6 +359,17 @@ func (c *Client) Server(ctx context.Context) (Server, error) {
 	return s, c.do(ctx, http.MethodGet, "/v1/server", "", nil, &s)
 }
 
+// LogSandboxes lists the id of every sandbox the server's log holds
+// (GET /v1/log/sandboxes): read from the event stream's subjects, not from
+// a view, deleted sandboxes too. A server older than this call answers
+// ErrNotFound.
+func (c *Client) LogSandboxes(ctx context.Context) ([]string, error) {
+	var out struct {
+		Items []string `json:"items"`
+	}
+	return out.Items, c.do(ctx, http.MethodGet, "/v1/log/sandboxes", "", nil, &out)
+}
+
 // Phases returns the count of sandboxes per phase.
 func (c *Client) Phases(ctx context.Context) (map[events.Phase]int, error) {
 	var m map[events.Phase]int

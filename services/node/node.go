@@ -470,6 +470,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 		readFrom = "kv"
 	}
 	h.WithServerInfo(gateway.ServerInfo{Node: cfg.Node, DeadlineSeconds: cfg.Deadline.Seconds(), ReadFrom: readFrom})
+	h.WithLogSandboxes(store.Sandboxes) // torpor check: the sandboxes of the log, not of a view
 	// torpor replay: a rebuild streams its progress, so the server has no
 	// write timeout.
 	replay := ReplayDeps{Store: store, KV: view, Log: log.With().Str("part", "replay").Logger()}

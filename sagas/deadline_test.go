@@ -316,3 +316,32 @@ func TestForgedEventsKeepTheDeadline(t *testing.T) {
 		t.Errorf("driver calls %v: a forged intent drove a step", drv.calls)
 	}
 }
+
+// TestDeadlineDoesNotWaitBehindSlowSteps (issue 24, hole 10): with every
+// worker slot held by a step whose driver call does not return (a
+// suspend of another sandbox, stuck in its driver), a passed deadline is
+// still settled: deadlines have a lane of their own. The order is the
+// assertion: the provisioning deadline of one sandbox is recorded while
+// the other's suspend is still held in its driver (released only once the
+// deadline is in the log), so no clock speed is assumed.
+func TestDeadlineDoesNotWaitBehindSlowSteps(t *testing.T) {
+	h := newHarness(t, sagas.Config{Deadline: short, Workers: 1})
+	drv := newCounting(h.sim, "suspend")
+	drv.stubborn = true
+	h.run(drv)
+	t.Cleanup(func() { close(drv.release) }) // before the runner stops
+	never, created := h.create(node, map[string]string{"attach": "never"})
+	never.then(never.outcome(created, 1), &events.Started{Generation: 1})
+	slow := h.ready(nil)
+	suspend := slow.when(&events.SuspendRequested{Generation: 1})
+	select {
+	case <-drv.entered: // the only worker slot is held in the driver
+	case <-time.After(wait):
+		t.Fatal("the suspend never reached the driver")
+	}
+	got := never.outcome(created, 2)
+	never.then(got[:2], &events.Started{Generation: 1}, passed(events.PhaseProvisioning))
+	if n := len(slow.causedBy(suspend)); n != 0 {
+		t.Fatalf("the held suspend has %d outcome events, want none while it is held", n)
+	}
+}

@@ -290,6 +290,12 @@ type counting struct {
 	// unavailable is how many calls answer compute.ErrUnavailable before
 	// any reaches the driver.
 	unavailable int
+	// stubborn makes the operation named block ignore its call's context:
+	// it waits for release alone, holding whatever its caller holds.
+	stubborn bool
+	// unreachable, while set, makes every call (Observe too) answer
+	// compute.ErrUnavailable: the driver's node is cut off.
+	unreachable bool
 	// lose names the operation whose answer is lost: the call reaches the
 	// driver, which does what it does, and then answers nothing until the
 	// call's context ends.
@@ -313,10 +319,11 @@ func newCounting(d full, block string) *counting {
 func (c *counting) enter(ctx context.Context, op string) error {
 	c.mu.Lock()
 	c.calls[op]++
-	down := c.unavailable > 0
-	if down {
+	down := c.unavailable > 0 || c.unreachable
+	if c.unavailable > 0 {
 		c.unavailable--
 	}
+	stubborn := c.stubborn
 	c.mu.Unlock()
 	if down {
 		return fmt.Errorf("%s: no answer: %w", op, compute.ErrUnavailable)
@@ -325,12 +332,23 @@ func (c *counting) enter(ctx context.Context, op string) error {
 		return nil
 	}
 	c.entered <- op
+	if stubborn {
+		<-c.release
+		return nil
+	}
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-c.release:
 		return nil
 	}
+}
+
+// setUnreachable cuts the driver off (every call unanswered) or heals it.
+func (c *counting) setUnreachable(down bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unreachable = down
 }
 
 func (c *counting) count(op string) int {
@@ -449,8 +467,11 @@ func (r *reports) list() []compute.Report {
 func (c *counting) Observe(ctx context.Context, spec compute.Spec) (compute.Observation, error) {
 	c.mu.Lock()
 	c.calls["observe"]++
-	observed := c.observed
+	observed, down := c.observed, c.unreachable
 	c.mu.Unlock()
+	if down {
+		return compute.Observation{}, fmt.Errorf("observe: no answer: %w", compute.ErrUnavailable)
+	}
 	if observed != nil {
 		return observed()
 	}

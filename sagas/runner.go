@@ -71,7 +71,10 @@ type Runner struct {
 	cfg   Config
 	log   zerolog.Logger
 
-	sem     chan struct{} // a token per running step
+	sem chan struct{} // a token per running step
+	// lane is the passed deadlines' own tokens: a settle never waits for a
+	// slot held by a slow step of another sandbox (issue 24, hole 10).
+	lane    chan struct{}
 	workers sync.WaitGroup
 	warm    *warm.Pool // runs the workers on goroutines with grown stacks
 	started atomic.Bool
@@ -128,6 +131,7 @@ func New(src Source, pos Position, rec Recorder, drv Drivers, creds *compute.Cre
 		cfg:    cfg,
 		log:    log,
 		sem:    make(chan struct{}, cfg.Workers),
+		lane:   make(chan struct{}, cfg.Workers),
 		warm:   warm.New(warmKeep),
 		specs:  newSpecCache(specCacheSize),
 		jobs:   map[uint64]*job{},
@@ -398,16 +402,23 @@ func (r *Runner) work(ctx context.Context, id string) {
 		r.mu.Unlock()
 
 		later := j.later
+		// A passed deadline takes its token from its own lane: the steps of
+		// other sandboxes may hold every worker slot for as long as their
+		// driver calls last, and a deadline must not wait for them.
+		sem := r.sem
+		if j.deadline != nil {
+			sem = r.lane
+		}
 		for wait := retryMin; ; wait = min(2*wait, retryMax) {
 			var err error
 			select {
-			case r.sem <- struct{}{}:
+			case sem <- struct{}{}:
 				if j.deadline != nil {
 					err = r.settle(ctx, j.deadline)
 				} else {
 					err = r.step(ctx, j, later, seen)
 				}
-				<-r.sem
+				<-sem
 			case <-ctx.Done():
 				return
 			}

@@ -19,7 +19,7 @@ import (
 //     observed exited        → exited{code} (error, the exit code kept)
 //     observed running, and the deadline passed while the service was down → wait Config.Grace from the
 //                              runner's start for the supervisor's attach, retried across the restart, then as below
-//     otherwise              → deadline_passed (error, DeadlineExceeded); then driver.Stop cleans up
+//     otherwise              → deadline_passed (error, DeadlineExceeded) + cleanup_requested{stop}: driver.Stop cleans up
 //                              (after a consumption the driver proved: retained_state_consumed first)
 //   starting (a resume, the retained state held in the log)
 //     a resume on another node, the target observed running it or having consumed the state for it
@@ -48,6 +48,10 @@ import (
 //   deleting
 //     observed gone          → retained_state_invalidated (if one is held) + deleted
 //     otherwise              → deadline_passed (error); then driver.Delete again
+//
+// Every "then driver.X" is a sandbox.cleanup_requested appended with the
+// deadline: an intent the runner drives until the driver confirms it with
+// sandbox.cleaned_up (cleanup.go), never a call made once and forgotten.
 //
 // The deadline is durable: the runner's saved position never passes the
 // event that entered a transient phase it has not seen end, so a restarted
@@ -205,6 +209,11 @@ func (r *Runner) settle(ctx context.Context, o *open) error {
 		r.rearm(o, wait)
 		return nil
 	}
+	if cleanup != "" {
+		// The clean-up is an intent, in the same append: the runner drives
+		// it until the driver confirms it (cleanup.go), across restarts.
+		evs = append(evs, &events.CleanupRequested{Generation: st.view.Generation, Action: cleanup})
+	}
 	log.Warn().Str("observed", string(obs.State)).Str("outcome", evs[0].Type()).Msg("deadline passed")
 	err = r.record(ctx, s, evs...)
 	switch {
@@ -218,22 +227,13 @@ func (r *Runner) settle(ctx context.Context, o *open) error {
 		return err
 	}
 	r.cfg.Metrics.DeadlineFired(string(st.view.Phase))
-	if cleanup != "" && s.driver != nil {
-		t := compute.Target{Spec: s.spec, Generation: st.view.Generation}
-		_ = r.compensate(ctx, s, "clean up: "+cleanup, cleanup, func(ctx context.Context) error {
-			if cleanup == cleanDelete {
-				return s.driver.Delete(ctx, s.spec)
-			}
-			return s.driver.Stop(ctx, t)
-		})
-	}
 	return nil
 }
 
 // What the driver is told after a deadline ended a phase in error.
 const (
-	cleanStop   = "stop"   // the workload that never attached, or never stopped
-	cleanDelete = "delete" // the resources of a delete that never finished
+	cleanStop   = events.CleanupStop
+	cleanDelete = events.CleanupDelete
 )
 
 // observe asks the driver what is true of s's sandbox; an unknown state

@@ -19,6 +19,12 @@ func passed(p events.Phase) *events.DeadlinePassed {
 	return &events.DeadlinePassed{Phase: p, Deadline: short.String()}
 }
 
+// stopAfter is the clean-up a deadline that ended generation gen's phase
+// in error asks for: the workload stopped.
+func stopAfter(gen int64) *events.CleanupRequested {
+	return &events.CleanupRequested{Generation: gen, Action: events.CleanupStop}
+}
+
 // TestSuspendDeadline: a suspension that outlives its deadline is settled by
 // what the driver observes then.
 func TestSuspendDeadline(t *testing.T) {
@@ -74,7 +80,7 @@ func TestAttachDeadline(t *testing.T) {
 	drv := newCounting(h.sim, "")
 	h.run(drv)
 	sb, created := h.create(node, map[string]string{"attach": "never"})
-	sb.then(sb.outcome(created, 2), &events.Started{Generation: 1}, passed(events.PhaseProvisioning))
+	sb.then(sb.outcome(created, 2), &events.Started{Generation: 1}, passed(events.PhaseProvisioning), stopAfter(1))
 	h.store.waitUntil(t, "the clean-up stop", func() bool { return drv.count("stop") == 1 })
 	if o, _ := h.sim.Observe(context.Background(), compute.Spec{SandboxID: sb.id}); o.State != compute.StateStopped {
 		t.Fatalf("after the clean-up the sim observes %+v, want stopped", o)
@@ -115,7 +121,7 @@ func TestResumeDeadlineLostAnswer(t *testing.T) {
 		want     func(ref string) []events.Event
 	}{
 		{"consumed, the restore failed: error", "fail_after_consume", nil, func(ref string) []events.Event {
-			return []events.Event{consumed(ref), passed(events.PhaseStarting)}
+			return []events.Event{consumed(ref), passed(events.PhaseStarting), stopAfter(2)}
 		}},
 		{"failed before consuming, the state held: suspended", "fail", nil, func(string) []events.Event {
 			return []events.Event{&events.ResumeFailed{Generation: 2}, passed(events.PhaseStarting)}
@@ -123,7 +129,7 @@ func TestResumeDeadlineLostAnswer(t *testing.T) {
 		{"nothing known: error", "fail", func() (compute.Observation, error) {
 			return compute.Observation{}, errors.New("no idea")
 		}, func(string) []events.Event {
-			return []events.Event{passed(events.PhaseStarting)}
+			return []events.Event{passed(events.PhaseStarting), stopAfter(2)}
 		}},
 		{"the resumed generation exited: error, the code kept", "ok", func() (compute.Observation, error) {
 			return compute.Observation{State: compute.StateExited, Generation: 2, ExitCode: 5}, nil
@@ -182,7 +188,7 @@ func TestStartDeadlineObservesAnExit(t *testing.T) {
 		drv.observed = exited(1)
 		h.run(drv)
 		in := sb.when(&events.StartRequested{Generation: 2})
-		sb.then(sb.outcome(in, 2), &events.Started{Generation: 2}, passed(events.PhaseStarting))
+		sb.then(sb.outcome(in, 2), &events.Started{Generation: 2}, passed(events.PhaseStarting), stopAfter(2))
 	})
 }
 
@@ -220,9 +226,9 @@ func TestDeleteDeadline(t *testing.T) {
 		drv := newCounting(h.sim, "delete")
 		h.run(drv)
 		in := sb.when(&events.DeleteRequested{})
-		sb.then(sb.outcome(in, 1), passed(events.PhaseDeleting))
+		sb.then(sb.outcome(in, 1), passed(events.PhaseDeleting), &events.CleanupRequested{Generation: 1, Action: events.CleanupDelete})
 		// In error, the driver is told again to delete what it holds.
-		h.store.waitUntil(t, "the clean-up delete", func() bool { return drv.count("delete") == 2 })
+		h.store.waitUntil(t, "the clean-up delete", func() bool { return drv.count("delete") >= 2 })
 	})
 	t.Run("gone", func(t *testing.T) {
 		h := newHarness(t, sagas.Config{Deadline: short})
@@ -278,7 +284,7 @@ func TestDeadlineAcrossDowntime(t *testing.T) {
 	// Started again with a deadline that has passed since the create.
 	h.cfg = sagas.Config{Node: node, Deadline: time.Millisecond, Grace: 20 * time.Millisecond, CheckpointEvery: time.Millisecond}
 	h.run(drv)
-	sb.then(sb.outcome(created, 2), &events.Started{Generation: 1}, &events.DeadlinePassed{Phase: events.PhaseProvisioning, Deadline: "1ms"})
+	sb.then(sb.outcome(created, 2), &events.Started{Generation: 1}, &events.DeadlinePassed{Phase: events.PhaseProvisioning, Deadline: "1ms"}, stopAfter(1))
 	if n := drv.count("start"); n != 1 {
 		t.Errorf("start calls %d, want 1: the settled create is not driven again", n)
 	}
@@ -339,9 +345,102 @@ func TestDeadlineDoesNotWaitBehindSlowSteps(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatal("the suspend never reached the driver")
 	}
-	got := never.outcome(created, 2)
-	never.then(got[:2], &events.Started{Generation: 1}, passed(events.PhaseProvisioning))
+	never.then(never.outcome(created, 2), &events.Started{Generation: 1}, passed(events.PhaseProvisioning), stopAfter(1))
 	if n := len(slow.causedBy(suspend)); n != 0 {
 		t.Fatalf("the held suspend has %d outcome events, want none while it is held", n)
+	}
+}
+
+// observed is what the sim observes of sb's workload now.
+func (sb *sandbox) observed() compute.Observation {
+	sb.h.t.Helper()
+	o, err := sb.h.sim.Observe(context.Background(), compute.Spec{SandboxID: sb.id})
+	if err != nil {
+		sb.h.t.Fatal(err)
+	}
+	return o
+}
+
+// cleanedUp waits until sb's log confirms the clean-up it asked for (a
+// cleanup_requested, then the cleaned_up it caused) and checks what it
+// says.
+func (sb *sandbox) cleanedUp(want *events.CleanedUp) {
+	sb.h.t.Helper()
+	var got []events.Event
+	sb.h.store.waitUntil(sb.h.t, "the confirmed clean-up in the log", func() bool {
+		all, err := sb.h.store.Load(context.Background(), sb.id, 0)
+		if err != nil {
+			sb.h.t.Fatal(err)
+		}
+		for _, asked := range all {
+			if asked.Type != events.TypeCleanupRequested {
+				continue
+			}
+			got = nil
+			for _, e := range all {
+				if e.CausationID == asked.ID {
+					d, err := e.Decode()
+					if err != nil {
+						sb.h.t.Fatal(err)
+					}
+					got = append(got, d)
+				}
+			}
+		}
+		return len(got) > 0
+	})
+	sb.then(got, want)
+}
+
+// TestDeadlineCleanupOutlivesAnUnreachableDriver (issue 24, hole 7): the
+// driver is cut off when a provisioning deadline passes; the clean-up it
+// asks for is called again until the driver, reachable again, confirms it:
+// the workload that never attached is stopped, and the log says so. It
+// used to be called once and forgotten: the workload ran on behind error.
+func TestDeadlineCleanupOutlivesAnUnreachableDriver(t *testing.T) {
+	h := newHarness(t, sagas.Config{Deadline: short})
+	drv := newCounting(h.sim, "")
+	drv.notify = h.store.notify
+	h.run(drv)
+	sb, created := h.create(node, map[string]string{"attach": "never"})
+	sb.then(sb.outcome(created, 1), &events.Started{Generation: 1})
+	drv.setUnreachable(true)
+	got := sb.outcome(created, 2)
+	sb.then(got, &events.Started{Generation: 1}, passed(events.PhaseProvisioning), stopAfter(1))
+	h.store.waitUntil(t, "the clean-up called again while the driver is cut off", func() bool { return drv.count("stop") >= 2 })
+	if o := sb.observed(); o.State != compute.StateRunning {
+		t.Fatalf("while the driver is cut off the sim observes %+v, want the workload still running", o)
+	}
+	drv.setUnreachable(false)
+	h.store.waitUntil(t, "the workload stopped", func() bool { return sb.observed().State == compute.StateStopped })
+	sb.cleanedUp(&events.CleanedUp{Generation: 1, Action: events.CleanupStop})
+}
+
+// TestDeadlineCleanupAcrossARestart (issue 24, hole 7): the runner stops
+// while the clean-up of a passed deadline is in the driver, unanswered; a
+// runner started later drives it again from the log, and the workload is
+// stopped. It used to be lost with the runner that had it in hand.
+func TestDeadlineCleanupAcrossARestart(t *testing.T) {
+	h := newHarness(t, sagas.Config{Deadline: short})
+	first := newCounting(h.sim, "stop") // the clean-up hangs in the driver
+	stop := h.run(first)
+	sb, created := h.create(node, map[string]string{"attach": "never"})
+	sb.then(sb.outcome(created, 2), &events.Started{Generation: 1}, passed(events.PhaseProvisioning), stopAfter(1))
+	select {
+	case <-first.entered:
+	case <-time.After(wait):
+		t.Fatal("the clean-up never reached the driver")
+	}
+	stop()
+	if o := sb.observed(); o.State != compute.StateRunning {
+		t.Fatalf("after the first runner the sim observes %+v, want the workload still running", o)
+	}
+	second := newCounting(h.sim, "")
+	second.notify = h.store.notify
+	h.run(second)
+	h.store.waitUntil(t, "the workload stopped", func() bool { return sb.observed().State == compute.StateStopped })
+	sb.cleanedUp(&events.CleanedUp{Generation: 1, Action: events.CleanupStop})
+	if n := second.count("stop"); n != 1 {
+		t.Errorf("stop calls of the second runner %d, want 1", n)
 	}
 }

@@ -296,6 +296,9 @@ type counting struct {
 	// unreachable, while set, makes every call (Observe too) answer
 	// compute.ErrUnavailable: the driver's node is cut off.
 	unreachable bool
+	// notify, when set, is called after every call is counted (a tracked
+	// store's notify: its waiters look again).
+	notify func()
 	// lose names the operation whose answer is lost: the call reaches the
 	// driver, which does what it does, and then answers nothing until the
 	// call's context ends.
@@ -323,8 +326,11 @@ func (c *counting) enter(ctx context.Context, op string) error {
 	if c.unavailable > 0 {
 		c.unavailable--
 	}
-	stubborn := c.stubborn
+	stubborn, notify := c.stubborn, c.notify
 	c.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
 	if down {
 		return fmt.Errorf("%s: no answer: %w", op, compute.ErrUnavailable)
 	}

@@ -281,7 +281,7 @@ func (r *Runner) dispatch(ctx context.Context, envs []events.Envelope, pending u
 		// its job takes it to the step.
 		created := r.createdOf(env)
 		r.moved(env)
-		if events.Intent(env.Type) {
+		if drivesStep(env.Type) {
 			j := &job{env: env}
 			if created != nil {
 				j.intent = created

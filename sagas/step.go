@@ -56,10 +56,19 @@ type step struct {
 	log       zerolog.Logger
 }
 
+// drivesStep says whether an event of type typ is one the runner drives a
+// step for: an intent of a command, or the clean-up a deadline asked for.
+func drivesStep(typ string) bool {
+	return events.Intent(typ) || typ == events.TypeCleanupRequested
+}
+
 // sagaOf names the saga an intent type starts, "" for any other type: the
-// verb of sandbox.<verb>_requested, and create for sandbox.created.
+// verb of sandbox.<verb>_requested, create for sandbox.created, and cleanup
+// for sandbox.cleanup_requested.
 func sagaOf(typ string) string {
 	switch {
+	case typ == events.TypeCleanupRequested:
+		return "cleanup"
 	case !events.Intent(typ):
 		return ""
 	case typ == events.TypeCreated:
@@ -148,6 +157,8 @@ func (r *Runner) step(ctx context.Context, j *job, later []events.Envelope, seen
 		return r.resume(ctx, s, e)
 	case *events.DeleteRequested:
 		return r.delete(ctx, s)
+	case *events.CleanupRequested:
+		return r.cleanup(ctx, s, e)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package sagas_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -211,5 +212,53 @@ func TestLateResumeAnswerAfterConsumption(t *testing.T) {
 	if got.Phase != want.Phase || got.Restore != want.Restore || got.Reason != want.Reason || got.LastOutcome != want.LastOutcome {
 		t.Fatalf("after the resume: phase %s, restore %+v, reason %q, outcome %q; want phase %s, restore %+v, reason %q, outcome %q",
 			got.Phase, got.Restore, got.Reason, got.LastOutcome, want.Phase, want.Restore, want.Reason, want.LastOutcome)
+	}
+}
+
+// TestDeadlineCleanupThroughTheGateway (issue 24, hole 7): through the
+// gateway, a provisioning deadline ends in error with its clean-up asked in
+// the same append, and the driver's confirmation is recorded in error: the
+// workload that never attached is stopped, and the log says so.
+func TestDeadlineCleanupThroughTheGateway(t *testing.T) {
+	s := newStack(t, 300*time.Millisecond)
+	v, err := s.do(gateway.Command{Verb: gateway.VerbCreate, Create: events.CreateRequest{Driver: "sim", DriverOptions: map[string]string{"attach": "never"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.await(v.ID, v.Seq, events.PhaseProvisioning); got.Phase != events.PhaseError || got.Reason != events.ReasonDeadlineExceeded {
+		t.Fatalf("after the deadline: phase %s, reason %q; want error, DeadlineExceeded", got.Phase, got.Reason)
+	}
+	var types []string
+	timeout := time.After(wait)
+	for {
+		s.mu.Lock()
+		ch := s.changed
+		s.mu.Unlock()
+		envs, err := s.store.Load(context.Background(), v.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		types = types[:0]
+		for _, e := range envs {
+			types = append(types, e.Type)
+		}
+		if slices.Contains(types, events.TypeCleanedUp) {
+			break
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			t.Fatalf("the log %v never confirms the clean-up", types)
+		}
+	}
+	want := []string{events.TypeCreated, events.TypeStarted, events.TypeDeadlinePassed, events.TypeCleanupRequested, events.TypeCleanedUp}
+	if !slices.Equal(types, want) {
+		t.Fatalf("the log %v, want %v", types, want)
+	}
+	if o, _ := s.sim.Observe(context.Background(), compute.Spec{SandboxID: v.ID}); o.State != compute.StateStopped {
+		t.Fatalf("the sim observes %+v, want the workload stopped", o)
+	}
+	if got := s.view(v.ID); got.Phase != events.PhaseError {
+		t.Fatalf("after the clean-up: %s, want error", got.Phase)
 	}
 }

@@ -3,6 +3,7 @@ package sagas_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -442,5 +443,45 @@ func TestDeadlineCleanupAcrossARestart(t *testing.T) {
 	sb.cleanedUp(&events.CleanedUp{Generation: 1, Action: events.CleanupStop})
 	if n := second.count("stop"); n != 1 {
 		t.Errorf("stop calls of the second runner %d, want 1", n)
+	}
+}
+
+// TestLateSuspendAnswerAfterTheDeadline (issue 24, hole 9): a suspend
+// whose driver answers only after the phase's deadline settled it back to
+// ready (the workload was observed running then; the suspension happened
+// after, as a remote node that took the call late does it) is not left
+// frozen behind the ready view: the late reference is released by
+// resuming it in place, under the same generation, and the workload runs
+// again. The fake driver answers when the test lets it, after the
+// deadline's outcome is in the log, whatever its call's context says.
+func TestLateSuspendAnswerAfterTheDeadline(t *testing.T) {
+	h := newHarness(t, sagas.Config{Deadline: short})
+	sb := h.ready(nil)
+	drv := newCounting(h.sim, "suspend")
+	drv.stubborn = true
+	drv.notify = h.store.notify
+	h.run(drv)
+	var once sync.Once
+	release := func() { once.Do(func() { close(drv.release) }) }
+	t.Cleanup(release) // before the runner stops
+	in := sb.when(&events.SuspendRequested{Generation: 1})
+	sb.then(sb.outcome(in, 2), &events.SuspendRejected{Generation: 1, Reason: events.ReasonDeadlineExceeded}, passed(events.PhaseSuspending))
+	release() // the suspension happens now, and its answer comes
+	h.store.waitUntil(t, "the late reference released, the workload running", func() bool {
+		return drv.count("resume")+drv.count("discard") > 0 && sb.observed().State == compute.StateRunning
+	})
+	if o := sb.observed(); o.Generation != 1 || o.RestoreRef != "" {
+		t.Fatalf("after the late answer the sim observes %+v, want generation 1 running, nothing retained", o)
+	}
+	all, err := h.store.Load(context.Background(), sb.id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v events.View
+	for _, env := range all {
+		v.Fold(env)
+	}
+	if v.Phase != events.PhaseReady || v.Generation != 1 || v.Restore.Held {
+		t.Fatalf("the view after the late answer: %+v, want ready at generation 1, nothing held", v)
 	}
 }

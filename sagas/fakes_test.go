@@ -357,6 +357,16 @@ func (c *counting) setUnreachable(down bool) {
 	c.unreachable = down
 }
 
+// after tells the waiters that a call the driver took has ended.
+func (c *counting) after() {
+	c.mu.Lock()
+	notify := c.notify
+	c.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
+}
+
 func (c *counting) count(op string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -391,6 +401,7 @@ func (c *counting) Suspend(ctx context.Context, t compute.Target) (string, error
 	if err := c.enter(ctx, "suspend"); err != nil {
 		return "", err
 	}
+	defer c.after()
 	return c.full.Suspend(ctx, t)
 }
 
@@ -398,6 +409,7 @@ func (c *counting) Resume(ctx context.Context, req compute.Resume) (compute.Resu
 	if err := c.enter(ctx, "resume"); err != nil {
 		return compute.ResumeResult{}, err
 	}
+	defer c.after()
 	res, err := c.full.Resume(ctx, req)
 	if c.lose == "resume" {
 		<-ctx.Done()
@@ -410,6 +422,7 @@ func (c *counting) Discard(ctx context.Context, spec compute.Spec, ref string) e
 	if err := c.enter(ctx, "discard"); err != nil {
 		return err
 	}
+	defer c.after()
 	return c.full.Discard(ctx, spec, ref)
 }
 

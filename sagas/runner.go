@@ -77,6 +77,9 @@ type Runner struct {
 	lane    chan struct{}
 	workers sync.WaitGroup
 	warm    *warm.Pool // runs the workers on goroutines with grown stacks
+	// late runs the suspend calls a deadline cut short, and waits for
+	// their answers (suspend.go).
+	late    sync.WaitGroup
 	started atomic.Bool
 	specs   *specCache
 
@@ -109,6 +112,9 @@ type job struct {
 	later []events.Envelope
 	// deadline, when set, makes this the job of that passed deadline.
 	deadline *open
+	// late, when set, makes this the job of a suspend's answer that came
+	// after its deadline (env is the suspend's intent).
+	late *lateSuspend
 }
 
 // New returns a Runner over the log src, keeping its place in pos, that
@@ -198,6 +204,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	r.workers.Wait()
+	r.late.Wait()  // late answers queue no job once stopping
 	r.warm.Close() // no goroutine of the pool outlives Run
 	saver.Wait()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -413,9 +420,12 @@ func (r *Runner) work(ctx context.Context, id string) {
 			var err error
 			select {
 			case sem <- struct{}{}:
-				if j.deadline != nil {
+				switch {
+				case j.deadline != nil:
 					err = r.settle(ctx, j.deadline)
-				} else {
+				case j.late != nil:
+					err = r.takeLate(ctx, j)
+				default:
 					err = r.step(ctx, j, later, seen)
 				}
 				<-sem
@@ -434,8 +444,8 @@ func (r *Runner) work(ctx context.Context, id string) {
 			}
 			seen, later = false, nil // the log moved meanwhile: load it again
 		}
-		if j.deadline != nil {
-			continue // a deadline holds the floor through its open phase, not as a job
+		if j.deadline != nil || j.late != nil {
+			continue // a deadline holds the floor through its open phase, not as a job; a late answer holds none
 		}
 		r.mu.Lock()
 		delete(r.jobs, j.env.Seq)

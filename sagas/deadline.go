@@ -39,7 +39,10 @@ import (
 //     observed running       → suspend_rejected{DeadlineExceeded} + deadline_passed (ready, forwards untouched)
 //     observed exited        → exited{code} (error, the exit code kept)
 //     observed gone          → resource_lost (error)
-//     otherwise              → deadline_passed (error); a reference the driver returns later is released
+//     otherwise              → deadline_passed (error)
+//   (a suspension the driver answers later, or is observed to have made when its call ends with no answer,
+//   is recorded if the sandbox is still suspending, else its reference is released: resumed in place when the
+//   sandbox is back in ready on its generation, else discarded; suspend.go)
 //   stopping
 //     observed stopped, exited → stopped
 //     observed running       → stop_rejected + deadline_passed (ready, DeadlineExceeded)

@@ -61,6 +61,9 @@ func (r *Runner) suspend(ctx context.Context, s *step, in *events.SuspendRequest
 		if !errors.Is(err, errRefused) {
 			return err
 		}
+		if owned, err := r.logged(ctx, s.intent.SandboxID, ref); err != nil || owned {
+			return err // the log holds the reference (another record of the same suspension): it is the log's
+		}
 		s.log.Info().Err(err).Str("step", "record").Msg("suspended refused; releasing the reference")
 		return r.compensate(ctx, s, "discard", "discard", func(ctx context.Context) error { return s.suspender.Discard(ctx, s.spec, ref) })
 	case errors.Is(err, errStopping):
@@ -154,13 +157,8 @@ func (r *Runner) takeLate(ctx context.Context, j *job) error {
 	if err != nil {
 		return fmt.Errorf("load %s: %w", id, err)
 	}
-	for _, env := range all {
-		if env.Type != events.TypeSuspended {
-			continue
-		}
-		if e, err := env.Decode(); err == nil && e.(*events.Suspended).RestoreRef == l.ref {
-			return nil // the log holds it: the deadline observed it frozen
-		}
+	if suspendedOn(all, l.ref) {
+		return nil // the log holds it: the deadline observed it frozen
 	}
 	st := fold(all)
 	if st.created == nil || !r.drives(st.created.Node) {
@@ -182,6 +180,14 @@ func (r *Runner) takeLate(ctx context.Context, j *job) error {
 	if !errors.Is(err, errRefused) {
 		return err
 	}
+	// Refused: judged again on the log as it is now.
+	if all, err = r.src.Load(ctx, id, 0); err != nil {
+		return fmt.Errorf("load %s: %w", id, err)
+	}
+	if suspendedOn(all, l.ref) {
+		return nil // recorded meanwhile (a later suspend of the same generation got the same reference)
+	}
+	st = fold(all)
 	if st.view.Phase == events.PhaseReady && st.view.Generation == l.gen {
 		// The deadline cancelled the suspension and the view says ready:
 		// the workload is thawed where it is, under its own generation.
@@ -199,4 +205,27 @@ func (r *Runner) takeLate(ctx context.Context, j *job) error {
 		log.Warn().Err(err).Msg("the late reference could not be resumed in place; discarding it")
 	}
 	return r.compensate(ctx, s, "discard", "discard", func(ctx context.Context) error { return s.suspender.Discard(ctx, s.spec, l.ref) })
+}
+
+// logged says whether sandbox id's log holds a suspension on ref: the
+// reference is then the log's, released only by the log's own sagas.
+func (r *Runner) logged(ctx context.Context, id, ref string) (bool, error) {
+	all, err := r.src.Load(ctx, id, 0)
+	if err != nil {
+		return false, fmt.Errorf("load %s: %w", id, err)
+	}
+	return suspendedOn(all, ref), nil
+}
+
+// suspendedOn says whether log holds a sandbox.suspended on ref.
+func suspendedOn(log []events.Envelope, ref string) bool {
+	for _, env := range log {
+		if env.Type != events.TypeSuspended {
+			continue
+		}
+		if e, err := env.Decode(); err == nil && e.(*events.Suspended).RestoreRef == ref {
+			return true
+		}
+	}
+	return false
 }

@@ -116,7 +116,8 @@ func (r *Runner) track(ctx context.Context, env events.Envelope, created *events
 }
 
 // due queues the deadline of o on its sandbox's queue, behind any step
-// under way there, unless o was closed or replaced meanwhile.
+// under way there but before those waiting for a worker slot, unless o was
+// closed or replaced meanwhile.
 func (r *Runner) due(ctx context.Context, o *open) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -126,6 +127,11 @@ func (r *Runner) due(ctx context.Context, o *open) {
 	}
 	if r.enqueue(&job{env: o.env, deadline: o}) {
 		r.warm.Go(func() { r.work(ctx, id) })
+	}
+	if w := r.waking[id]; w != nil {
+		// Its worker waits for a slot for a step: the deadline goes first.
+		close(w)
+		delete(r.waking, id)
 	}
 }
 

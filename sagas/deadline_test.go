@@ -333,22 +333,22 @@ func TestForgedEventsKeepTheDeadline(t *testing.T) {
 // deadline is in the log), so no clock speed is assumed.
 func TestDeadlineDoesNotWaitBehindSlowSteps(t *testing.T) {
 	h := newHarness(t, sagas.Config{Deadline: short, Workers: 1})
-	drv := newCounting(h.sim, "suspend")
+	drv := newCounting(h.sim, "stop")
 	drv.stubborn = true
 	h.run(drv)
 	t.Cleanup(func() { close(drv.release) }) // before the runner stops
 	never, created := h.create(node, map[string]string{"attach": "never"})
 	never.then(never.outcome(created, 1), &events.Started{Generation: 1})
 	slow := h.ready(nil)
-	suspend := slow.when(&events.SuspendRequested{Generation: 1})
+	stop := slow.when(&events.StopRequested{Generation: 1})
 	select {
 	case <-drv.entered: // the only worker slot is held in the driver
 	case <-time.After(wait):
-		t.Fatal("the suspend never reached the driver")
+		t.Fatal("the stop never reached the driver")
 	}
 	never.then(never.outcome(created, 2), &events.Started{Generation: 1}, passed(events.PhaseProvisioning), stopAfter(1))
-	if n := len(slow.causedBy(suspend)); n != 0 {
-		t.Fatalf("the held suspend has %d outcome events, want none while it is held", n)
+	if n := len(slow.causedBy(stop)); n != 0 {
+		t.Fatalf("the held stop has %d outcome events, want none while it is held", n)
 	}
 }
 
@@ -483,5 +483,34 @@ func TestLateSuspendAnswerAfterTheDeadline(t *testing.T) {
 	}
 	if v.Phase != events.PhaseReady || v.Generation != 1 || v.Restore.Held {
 		t.Fatalf("the view after the late answer: %+v, want ready at generation 1, nothing held", v)
+	}
+}
+
+// TestDeadlineDoesNotWaitBehindItsOwnQueuedStep (issue 24, hole 10): a
+// sandbox's step that waits for a worker slot, every slot held by a step
+// stuck in its driver, does not hold up that sandbox's own passed
+// deadline: the deadline is settled while the slot is still held, and the
+// step, once it runs, finds its intent settled.
+func TestDeadlineDoesNotWaitBehindItsOwnQueuedStep(t *testing.T) {
+	h := newHarness(t, sagas.Config{Deadline: short, Workers: 1})
+	drv := newCounting(h.sim, "stop")
+	drv.stubborn = true
+	h.run(drv)
+	t.Cleanup(func() { close(drv.release) }) // before the runner stops
+	slow := h.ready(nil)
+	stop := slow.when(&events.StopRequested{Generation: 1})
+	select {
+	case <-drv.entered: // the only worker slot is held in the driver
+	case <-time.After(wait):
+		t.Fatal("the stop never reached the driver")
+	}
+	sb := h.ready(nil)
+	in := sb.when(&events.SuspendRequested{Generation: 1}) // its step waits for the slot
+	sb.then(sb.outcome(in, 2), &events.SuspendRejected{Generation: 1, Reason: events.ReasonDeadlineExceeded}, passed(events.PhaseSuspending))
+	if n := len(slow.causedBy(stop)); n != 0 {
+		t.Fatalf("the held stop has %d outcome events, want none while it is held", n)
+	}
+	if n := drv.count("suspend"); n != 0 {
+		t.Errorf("suspend calls %d while the slot is held, want none", n)
 	}
 }

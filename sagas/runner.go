@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,16 +85,17 @@ type Runner struct {
 	specs   *specCache
 
 	mu        sync.Mutex
-	jobs      map[uint64]*job         // unfinished intents by sequence
-	queues    map[string][]*job       // per sandbox, jobs waiting for its worker; a key exists while the worker runs
-	freed     chan struct{}           // closed and replaced when a job finishes
-	processed uint64                  // the last sequence handed to dispatch
-	caughtUp  uint64                  // the last sequence of the newest batch that reached the head of the log
-	open      map[string]*open        // per sandbox, the transient phase it is in and its deadline
-	phases    map[string]events.Phase // per sandbox read, its phase as the lifecycle table folds it
-	refused   atomic.Uint64           // events passed over: the table refuses them (Refused)
-	stopping  bool                    // Run is ending: no deadline starts a job
-	began     time.Time               // when Run started (the attach grace after a restart)
+	jobs      map[uint64]*job          // unfinished intents by sequence
+	queues    map[string][]*job        // per sandbox, jobs waiting for its worker; a key exists while the worker runs
+	freed     chan struct{}            // closed and replaced when a job finishes
+	processed uint64                   // the last sequence handed to dispatch
+	caughtUp  uint64                   // the last sequence of the newest batch that reached the head of the log
+	open      map[string]*open         // per sandbox, the transient phase it is in and its deadline
+	waking    map[string]chan struct{} // per sandbox whose worker waits for a slot, closed by a deadline queued (due)
+	phases    map[string]events.Phase  // per sandbox read, its phase as the lifecycle table folds it
+	refused   atomic.Uint64            // events passed over: the table refuses them (Refused)
+	stopping  bool                     // Run is ending: no deadline starts a job
+	began     time.Time                // when Run started (the attach grace after a restart)
 }
 
 // warmKeep is how long a worker's goroutine waits for the next sandbox
@@ -110,6 +112,9 @@ type job struct {
 	// later holds the sandbox's events that came after the intent while the
 	// job waited in its queue.
 	later []events.Envelope
+	// reload says the job left its queue for a while (it gave way to a
+	// deadline): later misses what came meanwhile, and is loaded.
+	reload bool
 	// deadline, when set, makes this the job of that passed deadline.
 	deadline *open
 	// late, when set, makes this the job of a suspend's answer that came
@@ -143,6 +148,7 @@ func New(src Source, pos Position, rec Recorder, drv Drivers, creds *compute.Cre
 		jobs:   map[uint64]*job{},
 		queues: map[string][]*job{},
 		open:   map[string]*open{},
+		waking: map[string]chan struct{}{},
 		phases: map[string]events.Phase{},
 		freed:  make(chan struct{}),
 	}, nil
@@ -394,6 +400,7 @@ func (r *Runner) room(ctx context.Context) error {
 // floor, for the next Run.
 func (r *Runner) work(ctx context.Context, id string) {
 	defer r.workers.Done()
+next:
 	for {
 		r.mu.Lock()
 		q := r.queues[id]
@@ -402,10 +409,19 @@ func (r *Runner) work(ctx context.Context, id string) {
 			r.mu.Unlock()
 			return
 		}
+		// A passed deadline goes before the steps that have not started:
+		// they wait for a worker slot, it has a lane of its own, and the
+		// step of a phase it settles finds its intent settled.
 		j := q[0]
-		r.queues[id] = q[1:]
-		// Every event up to caughtUp went to the job while it waited.
-		seen := r.caughtUp >= j.env.Seq
+		if i := slices.IndexFunc(q, func(k *job) bool { return k.deadline != nil }); i > 0 {
+			j, q = q[i], append(q[:i:i], q[i+1:]...)
+		} else {
+			q = q[1:]
+		}
+		r.queues[id] = q
+		// Every event up to caughtUp went to the job while it waited in
+		// the queue (and it did not leave it meanwhile).
+		seen := r.caughtUp >= j.env.Seq && !j.reload
 		r.mu.Unlock()
 
 		later := j.later
@@ -418,8 +434,18 @@ func (r *Runner) work(ctx context.Context, id string) {
 		}
 		for wait := retryMin; ; wait = min(2*wait, retryMax) {
 			var err error
+			// A step waiting for a slot gives way to a deadline of its
+			// sandbox that passes meanwhile (wake is nil for a deadline).
+			var wake chan struct{}
+			if j.deadline == nil {
+				wake = r.wakeOn(id)
+			}
 			select {
+			case <-wake:
+				r.requeue(j)
+				continue next
 			case sem <- struct{}{}:
+				r.unwake(id, wake)
 				switch {
 				case j.deadline != nil:
 					err = r.settle(ctx, j.deadline)
@@ -430,6 +456,7 @@ func (r *Runner) work(ctx context.Context, id string) {
 				}
 				<-sem
 			case <-ctx.Done():
+				r.unwake(id, wake)
 				return
 			}
 			if err == nil {
@@ -453,6 +480,39 @@ func (r *Runner) work(ctx context.Context, id string) {
 		r.freed = make(chan struct{})
 		r.mu.Unlock()
 	}
+}
+
+// wakeOn returns a channel that a deadline of sandbox id queued from now
+// on closes (due), for the worker of id waiting for a slot.
+func (r *Runner) wakeOn(id string) chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := make(chan struct{})
+	r.waking[id] = w
+	return w
+}
+
+// unwake forgets w, if a deadline did not close it.
+func (r *Runner) unwake(id string, w chan struct{}) {
+	if w == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.waking[id] == w {
+		delete(r.waking, id)
+	}
+}
+
+// requeue puts j back at the head of its sandbox's queue, to be taken again
+// after the deadline that woke its worker; what followed its intent is
+// loaded then (it missed what came while it was out of the queue).
+func (r *Runner) requeue(j *job) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id := j.env.SandboxID
+	j.later, j.reload = nil, true
+	r.queues[id] = append([]*job{j}, r.queues[id]...)
 }
 
 // sleep waits d; false if ctx ended first.

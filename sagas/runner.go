@@ -433,32 +433,22 @@ next:
 			sem = r.lane
 		}
 		for wait := retryMin; ; wait = min(2*wait, retryMax) {
-			var err error
-			// A step waiting for a slot gives way to a deadline of its
-			// sandbox that passes meanwhile (wake is nil for a deadline).
-			var wake chan struct{}
-			if j.deadline == nil {
-				wake = r.wakeOn(id)
-			}
-			select {
-			case <-wake:
-				r.requeue(j)
+			switch r.acquire(ctx, sem, j) {
+			case gaveWay:
 				continue next
-			case sem <- struct{}{}:
-				r.unwake(id, wake)
-				switch {
-				case j.deadline != nil:
-					err = r.settle(ctx, j.deadline)
-				case j.late != nil:
-					err = r.takeLate(ctx, j)
-				default:
-					err = r.step(ctx, j, later, seen)
-				}
-				<-sem
-			case <-ctx.Done():
-				r.unwake(id, wake)
+			case stopped:
 				return
 			}
+			var err error
+			switch {
+			case j.deadline != nil:
+				err = r.settle(ctx, j.deadline)
+			case j.late != nil:
+				err = r.takeLate(ctx, j)
+			default:
+				err = r.step(ctx, j, later, seen)
+			}
+			<-sem
 			if err == nil {
 				break
 			}
@@ -479,6 +469,40 @@ next:
 		close(r.freed)
 		r.freed = make(chan struct{})
 		r.mu.Unlock()
+	}
+}
+
+// How acquire ended.
+const (
+	acquired = iota // j holds a token of sem
+	gaveWay         // j went back to its queue, behind a deadline of its sandbox
+	stopped         // ctx ended
+)
+
+// acquire takes a token of sem for j. A step that has to wait for one
+// gives way to a deadline of its sandbox that passes meanwhile: it goes
+// back to the head of its queue, behind the deadline.
+func (r *Runner) acquire(ctx context.Context, sem chan struct{}, j *job) int {
+	select {
+	case sem <- struct{}{}:
+		return acquired
+	default:
+	}
+	id := j.env.SandboxID
+	var wake chan struct{} // nil for a deadline: it waits for its lane only
+	if j.deadline == nil {
+		wake = r.wakeOn(id)
+	}
+	select {
+	case sem <- struct{}{}:
+		r.unwake(id, wake)
+		return acquired
+	case <-wake:
+		r.requeue(j)
+		return gaveWay
+	case <-ctx.Done():
+		r.unwake(id, wake)
+		return stopped
 	}
 }
 

@@ -313,7 +313,11 @@ func TestLateSuspendAnswerThroughTheGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-late.entered
+	select {
+	case <-late.entered:
+	case <-time.After(wait):
+		t.Fatal("the suspend never reached the driver")
+	}
 	if got := s.await(v.ID, acc.Seq, events.PhaseSuspending); got.Phase != events.PhaseReady || got.LastOutcome != events.OutcomeSuspendTimedOut {
 		t.Fatalf("after the deadline: phase %s, outcome %q; want ready, %s", got.Phase, got.LastOutcome, events.OutcomeSuspendTimedOut)
 	}

@@ -37,6 +37,9 @@ func (r *Runner) suspend(ctx context.Context, s *step, in *events.SuspendRequest
 		if s.suspender == nil {
 			return fmt.Errorf("driver %s: %w", s.created.Driver, compute.ErrUnimplemented)
 		}
+		if err := dctx.Err(); err != nil {
+			return err // no suspension begins after the phase's deadline
+		}
 		// The call is bounded by one more deadline than the phase's: an
 		// answer after the phase's is still the driver's, taken late.
 		lctx, cancel := context.WithDeadline(ctx, at.Add(2*r.cfg.Deadline))

@@ -514,3 +514,31 @@ func TestDeadlineDoesNotWaitBehindItsOwnQueuedStep(t *testing.T) {
 		t.Errorf("suspend calls %d while the slot is held, want none", n)
 	}
 }
+
+// TestLateSuspendAnswerThatCannotBeResumedInPlace (issue 24, hole 9): when
+// the late reference cannot be resumed in place (the sim's restore fails),
+// it is discarded, and the view does not stay ready over the workload the
+// discard ended: the supervisor is recorded detached, and the provisioning
+// deadline then ends the sandbox in error.
+func TestLateSuspendAnswerThatCannotBeResumedInPlace(t *testing.T) {
+	h := newHarness(t, sagas.Config{Deadline: short})
+	sb := h.ready(map[string]string{"resume": "fail"})
+	drv := newCounting(h.sim, "suspend")
+	drv.stubborn = true
+	h.run(drv)
+	var once sync.Once
+	release := func() { once.Do(func() { close(drv.release) }) }
+	t.Cleanup(release) // before the runner stops
+	in := sb.when(&events.SuspendRequested{Generation: 1})
+	sb.then(sb.outcome(in, 2), &events.SuspendRejected{Generation: 1, Reason: events.ReasonDeadlineExceeded}, passed(events.PhaseSuspending))
+	release()
+	got := sb.outcome(in, 3)
+	sb.then(got, &events.SuspendRejected{Generation: 1, Reason: events.ReasonDeadlineExceeded}, passed(events.PhaseSuspending),
+		&events.SupervisorDetached{Generation: 1})
+	if n := drv.count("discard"); n != 1 {
+		t.Errorf("discard calls %d, want 1", n)
+	}
+	if o := sb.observed(); o.State == compute.StateFrozen || o.State == compute.StateRunning {
+		t.Fatalf("after the discard the sim observes %+v, want nothing frozen or running", o)
+	}
+}

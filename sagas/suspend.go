@@ -23,7 +23,9 @@ import (
 //                      → record sandbox.suspended{ref} if the sandbox is still suspending, else the reference is released:
 //                        the sandbox back in ready on the suspended generation (the suspension cancelled)
 //                          → driver.Resume(ref) in place, under that generation: the workload runs again behind ready
-//                        otherwise, or if that fails → driver.Discard(ref)
+//                        otherwise, or if that fails → driver.Discard(ref); when the sandbox was back in ready and the
+//                          workload is not observed running after it, record supervisor.detached{generation}
+//                          (provisioning: its deadline ends it in error and cleans up)
 
 func (r *Runner) suspend(ctx context.Context, s *step, in *events.SuspendRequested) error {
 	s.log = s.log.With().Int64("generation", in.Generation).Logger()
@@ -191,7 +193,8 @@ func (r *Runner) takeLate(ctx context.Context, j *job) error {
 		return nil // recorded meanwhile (a later suspend of the same generation got the same reference)
 	}
 	st = fold(all)
-	if st.view.Phase == events.PhaseReady && st.view.Generation == l.gen {
+	inPlace := st.view.Phase == events.PhaseReady && st.view.Generation == l.gen
+	if inPlace {
 		// The deadline cancelled the suspension and the view says ready:
 		// the workload is thawed where it is, under its own generation.
 		bus, err := r.busCreds(s, l.gen)
@@ -207,7 +210,19 @@ func (r *Runner) takeLate(ctx context.Context, j *job) error {
 		}
 		log.Warn().Err(err).Msg("the late reference could not be resumed in place; discarding it")
 	}
-	return r.compensate(ctx, s, "discard", "discard", func(ctx context.Context) error { return s.suspender.Discard(ctx, s.spec, l.ref) })
+	if err := r.compensate(ctx, s, "discard", "discard", func(ctx context.Context) error { return s.suspender.Discard(ctx, s.spec, l.ref) }); err != nil {
+		return err
+	}
+	if !inPlace {
+		return nil
+	}
+	if o := r.observe(ctx, s); o.State == compute.StateRunning && o.Generation == l.gen {
+		return nil
+	}
+	// Ready over a workload the discard ended: no supervisor is attached
+	// any more (provisioning, whose deadline ends it in error and cleans
+	// up, unless a supervisor attaches again).
+	return r.recordOrDrop(ctx, s, &events.SupervisorDetached{Generation: l.gen})
 }
 
 // logged says whether sandbox id's log holds a suspension on ref: the

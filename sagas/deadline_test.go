@@ -542,3 +542,25 @@ func TestLateSuspendAnswerThatCannotBeResumedInPlace(t *testing.T) {
 		t.Fatalf("after the discard the sim observes %+v, want nothing frozen or running", o)
 	}
 }
+
+// TestStepBackingOffLeavesItsSlot (issue 24, hole 10): a step whose driver
+// gets no answer calls again after a backoff until its deadline (a
+// minute here); while it backs off it holds no worker slot, so another
+// sandbox's stop, with the only slot, runs meanwhile. It used to wait for
+// the whole minute.
+func TestStepBackingOffLeavesItsSlot(t *testing.T) {
+	h := newHarness(t, sagas.Config{Deadline: time.Minute, Workers: 1})
+	drv := newCounting(h.sim, "")
+	drv.mute = "suspend" // unanswered, for as long as the test runs
+	drv.notify = h.store.notify
+	slow := h.ready(nil)
+	other := h.ready(nil)
+	h.run(drv)
+	suspend := slow.when(&events.SuspendRequested{Generation: 1})
+	h.store.waitUntil(t, "the suspend called again", func() bool { return drv.count("suspend") >= 2 })
+	in := other.when(&events.StopRequested{Generation: 1})
+	other.then(other.outcome(in, 1), &events.Stopped{Generation: 1})
+	if n := len(slow.causedBy(suspend)); n != 0 {
+		t.Fatalf("the suspend has %d outcome events, want none: it backs off until its deadline", n)
+	}
+}

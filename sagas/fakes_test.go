@@ -296,6 +296,9 @@ type counting struct {
 	// unreachable, while set, makes every call (Observe too) answer
 	// compute.ErrUnavailable: the driver's node is cut off.
 	unreachable bool
+	// mute names an operation every call of which answers
+	// compute.ErrUnavailable.
+	mute string
 	// notify, when set, is called after every call is counted (a tracked
 	// store's notify: its waiters look again).
 	notify func()
@@ -322,7 +325,7 @@ func newCounting(d full, block string) *counting {
 func (c *counting) enter(ctx context.Context, op string) error {
 	c.mu.Lock()
 	c.calls[op]++
-	down := c.unavailable > 0 || c.unreachable
+	down := c.unavailable > 0 || c.unreachable || op == c.mute
 	if c.unavailable > 0 {
 		c.unavailable--
 	}

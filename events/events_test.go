@@ -40,6 +40,8 @@ var samples = []Event{
 	&Exited{Generation: 2, Code: 137},
 	&ResourceLost{Generation: 2, Message: "node gone"},
 	&DeadlinePassed{Phase: PhaseSuspending, Deadline: "2m0s"},
+	&CleanupRequested{Generation: 2, Action: CleanupStop},
+	&CleanedUp{Generation: 2, Action: CleanupStop},
 	&SupervisorAttached{Generation: 2},
 	&SupervisorDetached{Generation: 2},
 	&ForwardOpened{ForwardID: "0193b0a4-0000-7000-8000-0000000000f1", Listen: "127.0.0.1:0", Address: "127.0.0.1:43117", Port: 8000},

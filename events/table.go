@@ -21,7 +21,9 @@ type Transition struct {
 // fact. A pair that is not in the table is refused. A passed deadline moves
 // a transient phase to error; a gentler compensation (back to ready, or to
 // suspended) is appended before it in the same append, and the deadline is
-// then a fact of the phase it settled in.
+// then a fact of the phase it settled in. A deadline that ends in error
+// appends the driver's clean-up with it (cleanup_requested), a fact of
+// error, confirmed by cleaned_up, another.
 var Table = []Transition{
 	{PhaseNone, TypeCreated, PhaseProvisioning},
 	{PhaseProvisioning, TypeStarted, PhaseProvisioning},
@@ -77,6 +79,8 @@ var Table = []Transition{
 	{PhaseDeleting, TypeDeleted, PhaseDeleted},
 	{PhaseDeleting, TypeDeadlinePassed, PhaseError},
 	{PhaseError, TypeRetainedStateInvalidated, PhaseError},
+	{PhaseError, TypeCleanupRequested, PhaseError},
+	{PhaseError, TypeCleanedUp, PhaseError},
 	{PhaseError, TypeDeleteRequested, PhaseDeleting},
 	{PhaseReady, TypeForwardOpened, PhaseReady},
 	{PhaseSuspended, TypeForwardOpened, PhaseSuspended},

@@ -20,7 +20,9 @@ type Config struct {
 	Nodes []string
 	// Deadline bounds every transient phase (default 2m).
 	Deadline time.Duration
-	// Workers bounds the driver steps running at once (default 64).
+	// Workers bounds the driver steps running at once (default 64); the
+	// passed deadlines being settled are bounded by as many again, in a
+	// lane of their own, so that slow steps never delay a deadline.
 	Workers int
 	// CheckpointEvery is how often the Runner saves its Position while it
 	// moves (default 1s); it also saves it when it stops. A crash re-reads

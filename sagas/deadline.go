@@ -24,7 +24,7 @@ import (
 //                              or for a resume retained_state_consumed (if held) + resumed{restored}; then wait
 //                              Config.Grace for the supervisor, whose attach the gateway holds until that record
 //                              (one writer per fact), then as below
-//     otherwise              → deadline_passed (error, DeadlineExceeded); then driver.Stop cleans up
+//     otherwise              → deadline_passed (error, DeadlineExceeded) + cleanup_requested{stop}: driver.Stop cleans up
 //                              (after a consumption the driver proved: retained_state_consumed first)
 //   starting (a resume, the retained state held in the log)
 //     a resume on another node, the target observed running it or having consumed the state for it
@@ -56,7 +56,10 @@ import (
 //     observed running       → suspend_rejected{DeadlineExceeded} + deadline_passed (ready, forwards untouched)
 //     observed exited        → exited{code} (error, the exit code kept)
 //     observed gone          → resource_lost (error)
-//     otherwise              → deadline_passed (error); a reference the driver returns later is released
+//     otherwise              → deadline_passed (error)
+//   (a suspension the driver answers later, or is observed to have made when its call ends with no answer,
+//   is recorded if the sandbox is still suspending, else its reference is released: resumed in place when the
+//   sandbox is back in ready on its generation, else discarded; suspend.go)
 //   stopping
 //     observed stopped, exited → stopped
 //     observed running       → stop_rejected + deadline_passed (ready, DeadlineExceeded)
@@ -65,6 +68,10 @@ import (
 //   deleting
 //     observed gone          → retained_state_invalidated (if one is held) + deleted
 //     otherwise              → deadline_passed (error); then driver.Delete again
+//
+// Every "then driver.X" is a sandbox.cleanup_requested appended with the
+// deadline: an intent the runner drives until the driver confirms it with
+// sandbox.cleaned_up (cleanup.go), never a call made once and forgotten.
 //
 // The deadline is durable: the runner's saved position never passes the
 // event that entered a transient phase it has not seen end, so a restarted
@@ -127,7 +134,8 @@ func (r *Runner) track(ctx context.Context, env events.Envelope, created *events
 }
 
 // due queues the deadline of o on its sandbox's queue, behind any step
-// under way there, unless o was closed or replaced meanwhile.
+// under way there but before those waiting for a worker slot, unless o was
+// closed or replaced meanwhile.
 func (r *Runner) due(ctx context.Context, o *open) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -137,6 +145,11 @@ func (r *Runner) due(ctx context.Context, o *open) {
 	}
 	if r.enqueue(&job{env: o.env, deadline: o}) {
 		r.warm.Go(func() { r.work(ctx, id) })
+	}
+	if w := r.waking[id]; w != nil {
+		// Its worker waits for a slot for a step: the deadline goes first.
+		close(w)
+		delete(r.waking, id)
 	}
 }
 
@@ -230,7 +243,12 @@ func (r *Runner) settle(ctx context.Context, o *open) error {
 		r.rearm(o, wait)
 		return nil
 	}
-	log.Warn().Str("observed", string(obs.State)).Str("outcome", evs[len(evs)-1].Type()).Msg("deadline passed")
+	if cleanup != "" {
+		// The clean-up is an intent, in the same append: the runner drives
+		// it until the driver confirms it (cleanup.go), across restarts.
+		evs = append(evs, &events.CleanupRequested{Generation: st.view.Generation, Action: cleanup})
+	}
+	log.Warn().Str("observed", string(obs.State)).Str("outcome", evs[0].Type()).Msg("deadline passed")
 	err = r.record(ctx, s, evs...)
 	switch {
 	case errors.Is(err, errRefused):
@@ -251,22 +269,13 @@ func (r *Runner) settle(ctx context.Context, o *open) error {
 		return nil
 	}
 	r.cfg.Metrics.DeadlineFired(string(st.view.Phase))
-	if cleanup != "" && s.driver != nil {
-		t := compute.Target{Spec: s.spec, Generation: st.view.Generation}
-		_ = r.compensate(ctx, s, "clean up: "+cleanup, cleanup, func(ctx context.Context) error {
-			if cleanup == cleanDelete {
-				return s.driver.Delete(ctx, s.spec)
-			}
-			return s.driver.Stop(ctx, t)
-		})
-	}
 	return nil
 }
 
 // What the driver is told after a deadline ended a phase in error.
 const (
-	cleanStop   = "stop"   // the workload that never attached, or never stopped
-	cleanDelete = "delete" // the resources of a delete that never finished
+	cleanStop   = events.CleanupStop
+	cleanDelete = events.CleanupDelete
 )
 
 // observe asks the driver what is true of s's sandbox; an unknown state

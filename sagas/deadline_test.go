@@ -3,6 +3,7 @@ package sagas_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,12 @@ const short = 100 * time.Millisecond
 
 func passed(p events.Phase) *events.DeadlinePassed {
 	return &events.DeadlinePassed{Phase: p, Deadline: short.String()}
+}
+
+// stopAfter is the clean-up a deadline that ended generation gen's phase
+// in error asks for: the workload stopped.
+func stopAfter(gen int64) *events.CleanupRequested {
+	return &events.CleanupRequested{Generation: gen, Action: events.CleanupStop}
 }
 
 // TestSuspendDeadline: a suspension that outlives its deadline is settled by
@@ -74,7 +81,7 @@ func TestAttachDeadline(t *testing.T) {
 	drv := newCounting(h.sim, "")
 	h.run(drv)
 	sb, created := h.create(node, map[string]string{"attach": "never"})
-	sb.then(sb.outcome(created, 2), &events.Started{Generation: 1}, passed(events.PhaseProvisioning))
+	sb.then(sb.outcome(created, 2), &events.Started{Generation: 1}, passed(events.PhaseProvisioning), stopAfter(1))
 	h.store.waitUntil(t, "the clean-up stop", func() bool { return drv.count("stop") == 1 })
 	if o, _ := h.sim.Observe(context.Background(), compute.Spec{SandboxID: sb.id}); o.State != compute.StateStopped {
 		t.Fatalf("after the clean-up the sim observes %+v, want stopped", o)
@@ -115,7 +122,7 @@ func TestResumeDeadlineLostAnswer(t *testing.T) {
 		want     func(ref string) []events.Event
 	}{
 		{"consumed, the restore failed: error", "fail_after_consume", nil, func(ref string) []events.Event {
-			return []events.Event{consumed(ref), passed(events.PhaseStarting)}
+			return []events.Event{consumed(ref), passed(events.PhaseStarting), stopAfter(2)}
 		}},
 		{"failed before consuming, the state held: suspended", "fail", nil, func(string) []events.Event {
 			return []events.Event{&events.ResumeFailed{Generation: 2}, passed(events.PhaseStarting)}
@@ -123,7 +130,7 @@ func TestResumeDeadlineLostAnswer(t *testing.T) {
 		{"nothing known: error", "fail", func() (compute.Observation, error) {
 			return compute.Observation{}, errors.New("no idea")
 		}, func(string) []events.Event {
-			return []events.Event{passed(events.PhaseStarting)}
+			return []events.Event{passed(events.PhaseStarting), stopAfter(2)}
 		}},
 		{"the resumed generation exited: error, the code kept", "ok", func() (compute.Observation, error) {
 			return compute.Observation{State: compute.StateExited, Generation: 2, ExitCode: 5}, nil
@@ -182,7 +189,7 @@ func TestStartDeadlineObservesAnExit(t *testing.T) {
 		drv.observed = exited(1)
 		h.run(drv)
 		in := sb.when(&events.StartRequested{Generation: 2})
-		sb.then(sb.outcome(in, 2), &events.Started{Generation: 2}, passed(events.PhaseStarting))
+		sb.then(sb.outcome(in, 2), &events.Started{Generation: 2}, passed(events.PhaseStarting), stopAfter(2))
 	})
 }
 
@@ -220,9 +227,9 @@ func TestDeleteDeadline(t *testing.T) {
 		drv := newCounting(h.sim, "delete")
 		h.run(drv)
 		in := sb.when(&events.DeleteRequested{})
-		sb.then(sb.outcome(in, 1), passed(events.PhaseDeleting))
+		sb.then(sb.outcome(in, 1), passed(events.PhaseDeleting), &events.CleanupRequested{Generation: 1, Action: events.CleanupDelete})
 		// In error, the driver is told again to delete what it holds.
-		h.store.waitUntil(t, "the clean-up delete", func() bool { return drv.count("delete") == 2 })
+		h.store.waitUntil(t, "the clean-up delete", func() bool { return drv.count("delete") >= 2 })
 	})
 	t.Run("gone", func(t *testing.T) {
 		h := newHarness(t, sagas.Config{Deadline: short})
@@ -278,7 +285,7 @@ func TestDeadlineAcrossDowntime(t *testing.T) {
 	// Started again with a deadline that has passed since the create.
 	h.cfg = sagas.Config{Node: node, Deadline: time.Millisecond, Grace: 20 * time.Millisecond, CheckpointEvery: time.Millisecond}
 	h.run(drv)
-	sb.then(sb.outcome(created, 2), &events.Started{Generation: 1}, &events.DeadlinePassed{Phase: events.PhaseProvisioning, Deadline: "1ms"})
+	sb.then(sb.outcome(created, 2), &events.Started{Generation: 1}, &events.DeadlinePassed{Phase: events.PhaseProvisioning, Deadline: "1ms"}, stopAfter(1))
 	if n := drv.count("start"); n != 1 {
 		t.Errorf("start calls %d, want 1: the settled create is not driven again", n)
 	}
@@ -314,5 +321,246 @@ func TestForgedEventsKeepTheDeadline(t *testing.T) {
 	}
 	if n := drv.total(); n != drv.count("stop")+drv.count("observe") {
 		t.Errorf("driver calls %v: a forged intent drove a step", drv.calls)
+	}
+}
+
+// TestDeadlineDoesNotWaitBehindSlowSteps (issue 24, hole 10): with every
+// worker slot held by a step whose driver call does not return (a
+// suspend of another sandbox, stuck in its driver), a passed deadline is
+// still settled: deadlines have a lane of their own. The order is the
+// assertion: the provisioning deadline of one sandbox is recorded while
+// the other's suspend is still held in its driver (released only once the
+// deadline is in the log), so no clock speed is assumed.
+func TestDeadlineDoesNotWaitBehindSlowSteps(t *testing.T) {
+	h := newHarness(t, sagas.Config{Deadline: short, Workers: 1})
+	drv := newCounting(h.sim, "stop")
+	drv.stubborn = true
+	h.run(drv)
+	t.Cleanup(func() { close(drv.release) }) // before the runner stops
+	never, created := h.create(node, map[string]string{"attach": "never"})
+	never.then(never.outcome(created, 1), &events.Started{Generation: 1})
+	slow := h.ready(nil)
+	stop := slow.when(&events.StopRequested{Generation: 1})
+	select {
+	case <-drv.entered: // the only worker slot is held in the driver
+	case <-time.After(wait):
+		t.Fatal("the stop never reached the driver")
+	}
+	never.then(never.outcome(created, 2), &events.Started{Generation: 1}, passed(events.PhaseProvisioning), stopAfter(1))
+	if n := len(slow.causedBy(stop)); n != 0 {
+		t.Fatalf("the held stop has %d outcome events, want none while it is held", n)
+	}
+}
+
+// observed is what the sim observes of sb's workload now.
+func (sb *sandbox) observed() compute.Observation {
+	sb.h.t.Helper()
+	o, err := sb.h.sim.Observe(context.Background(), compute.Spec{SandboxID: sb.id})
+	if err != nil {
+		sb.h.t.Fatal(err)
+	}
+	return o
+}
+
+// cleanedUp waits until sb's log confirms the clean-up it asked for (a
+// cleanup_requested, then the cleaned_up it caused) and checks what it
+// says.
+func (sb *sandbox) cleanedUp(want *events.CleanedUp) {
+	sb.h.t.Helper()
+	var got []events.Event
+	sb.h.store.waitUntil(sb.h.t, "the confirmed clean-up in the log", func() bool {
+		all, err := sb.h.store.Load(context.Background(), sb.id, 0)
+		if err != nil {
+			sb.h.t.Fatal(err)
+		}
+		for _, asked := range all {
+			if asked.Type != events.TypeCleanupRequested {
+				continue
+			}
+			got = nil
+			for _, e := range all {
+				if e.CausationID == asked.ID {
+					d, err := e.Decode()
+					if err != nil {
+						sb.h.t.Fatal(err)
+					}
+					got = append(got, d)
+				}
+			}
+		}
+		return len(got) > 0
+	})
+	sb.then(got, want)
+}
+
+// TestDeadlineCleanupOutlivesAnUnreachableDriver (issue 24, hole 7): the
+// driver is cut off when a provisioning deadline passes; the clean-up it
+// asks for is called again until the driver, reachable again, confirms it:
+// the workload that never attached is stopped, and the log says so. It
+// used to be called once and forgotten: the workload ran on behind error.
+func TestDeadlineCleanupOutlivesAnUnreachableDriver(t *testing.T) {
+	h := newHarness(t, sagas.Config{Deadline: short})
+	drv := newCounting(h.sim, "")
+	drv.notify = h.store.notify
+	h.run(drv)
+	sb, created := h.create(node, map[string]string{"attach": "never"})
+	sb.then(sb.outcome(created, 1), &events.Started{Generation: 1})
+	drv.setUnreachable(true)
+	got := sb.outcome(created, 2)
+	sb.then(got, &events.Started{Generation: 1}, passed(events.PhaseProvisioning), stopAfter(1))
+	h.store.waitUntil(t, "the clean-up called again while the driver is cut off", func() bool { return drv.count("stop") >= 2 })
+	if o := sb.observed(); o.State != compute.StateRunning {
+		t.Fatalf("while the driver is cut off the sim observes %+v, want the workload still running", o)
+	}
+	drv.setUnreachable(false)
+	h.store.waitUntil(t, "the workload stopped", func() bool { return sb.observed().State == compute.StateStopped })
+	sb.cleanedUp(&events.CleanedUp{Generation: 1, Action: events.CleanupStop})
+}
+
+// TestDeadlineCleanupAcrossARestart (issue 24, hole 7): the runner stops
+// while the clean-up of a passed deadline is in the driver, unanswered; a
+// runner started later drives it again from the log, and the workload is
+// stopped. It used to be lost with the runner that had it in hand.
+func TestDeadlineCleanupAcrossARestart(t *testing.T) {
+	h := newHarness(t, sagas.Config{Deadline: short})
+	first := newCounting(h.sim, "stop") // the clean-up hangs in the driver
+	stop := h.run(first)
+	sb, created := h.create(node, map[string]string{"attach": "never"})
+	sb.then(sb.outcome(created, 2), &events.Started{Generation: 1}, passed(events.PhaseProvisioning), stopAfter(1))
+	select {
+	case <-first.entered:
+	case <-time.After(wait):
+		t.Fatal("the clean-up never reached the driver")
+	}
+	stop()
+	if o := sb.observed(); o.State != compute.StateRunning {
+		t.Fatalf("after the first runner the sim observes %+v, want the workload still running", o)
+	}
+	second := newCounting(h.sim, "")
+	second.notify = h.store.notify
+	h.run(second)
+	h.store.waitUntil(t, "the workload stopped", func() bool { return sb.observed().State == compute.StateStopped })
+	sb.cleanedUp(&events.CleanedUp{Generation: 1, Action: events.CleanupStop})
+	if n := second.count("stop"); n != 1 {
+		t.Errorf("stop calls of the second runner %d, want 1", n)
+	}
+}
+
+// TestLateSuspendAnswerAfterTheDeadline (issue 24, hole 9): a suspend
+// whose driver answers only after the phase's deadline settled it back to
+// ready (the workload was observed running then; the suspension happened
+// after, as a remote node that took the call late does it) is not left
+// frozen behind the ready view: the late reference is released by
+// resuming it in place, under the same generation, and the workload runs
+// again. The fake driver answers when the test lets it, after the
+// deadline's outcome is in the log, whatever its call's context says.
+func TestLateSuspendAnswerAfterTheDeadline(t *testing.T) {
+	h := newHarness(t, sagas.Config{Deadline: short})
+	sb := h.ready(nil)
+	drv := newCounting(h.sim, "suspend")
+	drv.stubborn = true
+	drv.notify = h.store.notify
+	h.run(drv)
+	var once sync.Once
+	release := func() { once.Do(func() { close(drv.release) }) }
+	t.Cleanup(release) // before the runner stops
+	in := sb.when(&events.SuspendRequested{Generation: 1})
+	sb.then(sb.outcome(in, 2), &events.SuspendRejected{Generation: 1, Reason: events.ReasonDeadlineExceeded}, passed(events.PhaseSuspending))
+	release() // the suspension happens now, and its answer comes
+	h.store.waitUntil(t, "the late reference released, the workload running", func() bool {
+		return drv.count("resume")+drv.count("discard") > 0 && sb.observed().State == compute.StateRunning
+	})
+	if o := sb.observed(); o.Generation != 1 || o.RestoreRef != "" {
+		t.Fatalf("after the late answer the sim observes %+v, want generation 1 running, nothing retained", o)
+	}
+	all, err := h.store.Load(context.Background(), sb.id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v events.View
+	for _, env := range all {
+		v.Fold(env)
+	}
+	if v.Phase != events.PhaseReady || v.Generation != 1 || v.Restore.Held {
+		t.Fatalf("the view after the late answer: %+v, want ready at generation 1, nothing held", v)
+	}
+}
+
+// TestDeadlineDoesNotWaitBehindItsOwnQueuedStep (issue 24, hole 10): a
+// sandbox's step that waits for a worker slot, every slot held by a step
+// stuck in its driver, does not hold up that sandbox's own passed
+// deadline: the deadline is settled while the slot is still held, and the
+// step, once it runs, finds its intent settled.
+func TestDeadlineDoesNotWaitBehindItsOwnQueuedStep(t *testing.T) {
+	h := newHarness(t, sagas.Config{Deadline: short, Workers: 1})
+	drv := newCounting(h.sim, "stop")
+	drv.stubborn = true
+	h.run(drv)
+	t.Cleanup(func() { close(drv.release) }) // before the runner stops
+	slow := h.ready(nil)
+	stop := slow.when(&events.StopRequested{Generation: 1})
+	select {
+	case <-drv.entered: // the only worker slot is held in the driver
+	case <-time.After(wait):
+		t.Fatal("the stop never reached the driver")
+	}
+	sb := h.ready(nil)
+	in := sb.when(&events.SuspendRequested{Generation: 1}) // its step waits for the slot
+	sb.then(sb.outcome(in, 2), &events.SuspendRejected{Generation: 1, Reason: events.ReasonDeadlineExceeded}, passed(events.PhaseSuspending))
+	if n := len(slow.causedBy(stop)); n != 0 {
+		t.Fatalf("the held stop has %d outcome events, want none while it is held", n)
+	}
+	if n := drv.count("suspend"); n != 0 {
+		t.Errorf("suspend calls %d while the slot is held, want none", n)
+	}
+}
+
+// TestLateSuspendAnswerThatCannotBeResumedInPlace (issue 24, hole 9): when
+// the late reference cannot be resumed in place (the sim's restore fails),
+// it is discarded, and the view does not stay ready over the workload the
+// discard ended: the supervisor is recorded detached, and the provisioning
+// deadline then ends the sandbox in error.
+func TestLateSuspendAnswerThatCannotBeResumedInPlace(t *testing.T) {
+	h := newHarness(t, sagas.Config{Deadline: short})
+	sb := h.ready(map[string]string{"resume": "fail"})
+	drv := newCounting(h.sim, "suspend")
+	drv.stubborn = true
+	h.run(drv)
+	var once sync.Once
+	release := func() { once.Do(func() { close(drv.release) }) }
+	t.Cleanup(release) // before the runner stops
+	in := sb.when(&events.SuspendRequested{Generation: 1})
+	sb.then(sb.outcome(in, 2), &events.SuspendRejected{Generation: 1, Reason: events.ReasonDeadlineExceeded}, passed(events.PhaseSuspending))
+	release()
+	got := sb.outcome(in, 3)
+	sb.then(got, &events.SuspendRejected{Generation: 1, Reason: events.ReasonDeadlineExceeded}, passed(events.PhaseSuspending),
+		&events.SupervisorDetached{Generation: 1})
+	if n := drv.count("discard"); n != 1 {
+		t.Errorf("discard calls %d, want 1", n)
+	}
+	if o := sb.observed(); o.State == compute.StateFrozen || o.State == compute.StateRunning {
+		t.Fatalf("after the discard the sim observes %+v, want nothing frozen or running", o)
+	}
+}
+
+// TestStepBackingOffLeavesItsSlot (issue 24, hole 10): a step whose driver
+// gets no answer calls again after a backoff until its deadline (a
+// minute here); while it backs off it holds no worker slot, so another
+// sandbox's stop, with the only slot, runs meanwhile. It used to wait for
+// the whole minute.
+func TestStepBackingOffLeavesItsSlot(t *testing.T) {
+	h := newHarness(t, sagas.Config{Deadline: time.Minute, Workers: 1})
+	drv := newCounting(h.sim, "")
+	drv.mute = "suspend" // unanswered, for as long as the test runs
+	drv.notify = h.store.notify
+	slow := h.ready(nil)
+	other := h.ready(nil)
+	h.run(drv)
+	suspend := slow.when(&events.SuspendRequested{Generation: 1})
+	h.store.waitUntil(t, "the suspend called again", func() bool { return drv.count("suspend") >= 2 })
+	in := other.when(&events.StopRequested{Generation: 1})
+	other.then(other.outcome(in, 1), &events.Stopped{Generation: 1})
+	if n := len(slow.causedBy(suspend)); n != 0 {
+		t.Fatalf("the suspend has %d outcome events, want none: it backs off until its deadline", n)
 	}
 }

@@ -6,9 +6,13 @@
 // # Concurrency
 //
 // Events of one sandbox are handled in order, different sandboxes in
-// parallel, at most Config.Workers driver steps at once. A slow driver holds
-// up only its own sandbox, never the log, until 16×Workers intents are
-// unfinished; then the Runner reads no further until one finishes.
+// parallel, at most Config.Workers driver steps at once; a step backing off
+// between calls that got no answer gives its slot back meanwhile. A slow
+// driver holds up only its own sandbox, never the log, until 16×Workers
+// intents are unfinished; then the Runner reads no further until one
+// finishes. Passed deadlines are settled in a lane of their own (as many
+// again), before their sandbox's steps that wait for a slot: slow steps
+// never delay a deadline.
 //
 // # Reading the log, and crash recovery
 //
@@ -47,5 +51,8 @@
 // event that entered it; when it passes, the runner asks the driver what is
 // true and records the phase's outcome or its compensation (deadline.go
 // opens with the table). The deadline is durable: the saved position never
-// passes the start of a transient phase that has not ended.
+// passes the start of a transient phase that has not ended. The clean-up a
+// deadline asks of the driver is an intent in the log
+// (sandbox.cleanup_requested), driven like any other until the driver
+// confirms it (sandbox.cleaned_up; cleanup.go).
 package sagas

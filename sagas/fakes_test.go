@@ -290,6 +290,18 @@ type counting struct {
 	// unavailable is how many calls answer compute.ErrUnavailable before
 	// any reaches the driver.
 	unavailable int
+	// stubborn makes the operation named block ignore its call's context:
+	// it waits for release alone, holding whatever its caller holds.
+	stubborn bool
+	// unreachable, while set, makes every call (Observe too) answer
+	// compute.ErrUnavailable: the driver's node is cut off.
+	unreachable bool
+	// mute names an operation every call of which answers
+	// compute.ErrUnavailable.
+	mute string
+	// notify, when set, is called after every call is counted (a tracked
+	// store's notify: its waiters look again).
+	notify func()
 	// lose names the operation whose answer is lost: the call reaches the
 	// driver, which does what it does, and then answers nothing until the
 	// call's context ends.
@@ -313,11 +325,15 @@ func newCounting(d full, block string) *counting {
 func (c *counting) enter(ctx context.Context, op string) error {
 	c.mu.Lock()
 	c.calls[op]++
-	down := c.unavailable > 0
-	if down {
+	down := c.unavailable > 0 || c.unreachable || op == c.mute
+	if c.unavailable > 0 {
 		c.unavailable--
 	}
+	stubborn, notify := c.stubborn, c.notify
 	c.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
 	if down {
 		return fmt.Errorf("%s: no answer: %w", op, compute.ErrUnavailable)
 	}
@@ -325,11 +341,32 @@ func (c *counting) enter(ctx context.Context, op string) error {
 		return nil
 	}
 	c.entered <- op
+	if stubborn {
+		<-c.release
+		return nil
+	}
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-c.release:
 		return nil
+	}
+}
+
+// setUnreachable cuts the driver off (every call unanswered) or heals it.
+func (c *counting) setUnreachable(down bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unreachable = down
+}
+
+// after tells the waiters that a call the driver took has ended.
+func (c *counting) after() {
+	c.mu.Lock()
+	notify := c.notify
+	c.mu.Unlock()
+	if notify != nil {
+		notify()
 	}
 }
 
@@ -367,6 +404,7 @@ func (c *counting) Suspend(ctx context.Context, t compute.Target) (string, error
 	if err := c.enter(ctx, "suspend"); err != nil {
 		return "", err
 	}
+	defer c.after()
 	return c.full.Suspend(ctx, t)
 }
 
@@ -374,6 +412,7 @@ func (c *counting) Resume(ctx context.Context, req compute.Resume) (compute.Resu
 	if err := c.enter(ctx, "resume"); err != nil {
 		return compute.ResumeResult{}, err
 	}
+	defer c.after()
 	res, err := c.full.Resume(ctx, req)
 	if c.lose == "resume" {
 		<-ctx.Done()
@@ -386,6 +425,7 @@ func (c *counting) Discard(ctx context.Context, spec compute.Spec, ref string) e
 	if err := c.enter(ctx, "discard"); err != nil {
 		return err
 	}
+	defer c.after()
 	return c.full.Discard(ctx, spec, ref)
 }
 
@@ -449,8 +489,11 @@ func (r *reports) list() []compute.Report {
 func (c *counting) Observe(ctx context.Context, spec compute.Spec) (compute.Observation, error) {
 	c.mu.Lock()
 	c.calls["observe"]++
-	observed := c.observed
+	observed, down := c.observed, c.unreachable
 	c.mu.Unlock()
+	if down {
+		return compute.Observation{}, fmt.Errorf("observe: no answer: %w", compute.ErrUnavailable)
+	}
 	if observed != nil {
 		return observed()
 	}

@@ -227,7 +227,7 @@ func TestMoveDeadlineAsksTheTarget(t *testing.T) {
 	sb.then(sb.outcome(in, 3),
 		&events.RetainedStateConsumed{Generation: 2, RestoreRef: ref, Node: "n2"},
 		&events.Resumed{Generation: 2, Outcome: events.OutcomeRestored},
-		passed(events.PhaseStarting))
+		passed(events.PhaseStarting), stopAfter(2))
 	h.store.waitUntil(t, "the clean-up stop on n2", func() bool { return slices.Contains(m.answered(), "stop n2 2") })
 }
 
@@ -243,7 +243,7 @@ func TestMoveDeadlineTargetCannotTell(t *testing.T) {
 	m.setDown("n2", true)
 	h.run(m)
 	in := sb.when(&events.ResumeRequested{Generation: 2, RestoreRef: ref, Node: "n2"})
-	sb.then(sb.outcome(in, 1), passed(events.PhaseStarting))
+	sb.then(sb.outcome(in, 1), passed(events.PhaseStarting), stopAfter(2))
 	if o, _ := h.sim.Observe(context.Background(), compute.Spec{SandboxID: sb.id}); o.State != compute.StateFrozen || o.RestoreRef != ref {
 		t.Fatalf("the sim observes %+v, want the state still held behind %s (the delete invalidates it)", o, ref)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,23 +72,30 @@ type Runner struct {
 	cfg   Config
 	log   zerolog.Logger
 
-	sem     chan struct{} // a token per running step
+	sem chan struct{} // a token per running step
+	// lane is the passed deadlines' own tokens: a settle never waits for a
+	// slot held by a slow step of another sandbox (issue 24, hole 10).
+	lane    chan struct{}
 	workers sync.WaitGroup
 	warm    *warm.Pool // runs the workers on goroutines with grown stacks
+	// late runs the suspend calls a deadline cut short, and waits for
+	// their answers (suspend.go).
+	late    sync.WaitGroup
 	started atomic.Bool
 	specs   *specCache
 
 	mu        sync.Mutex
-	jobs      map[uint64]*job         // unfinished intents by sequence
-	queues    map[string][]*job       // per sandbox, jobs waiting for its worker; a key exists while the worker runs
-	freed     chan struct{}           // closed and replaced when a job finishes
-	processed uint64                  // the last sequence handed to dispatch
-	caughtUp  uint64                  // the last sequence of the newest batch that reached the head of the log
-	open      map[string]*open        // per sandbox, the transient phase it is in and its deadline
-	phases    map[string]events.Phase // per sandbox read, its phase as the lifecycle table folds it
-	refused   atomic.Uint64           // events passed over: the table refuses them (Refused)
-	stopping  bool                    // Run is ending: no deadline starts a job
-	began     time.Time               // when Run started (the attach grace after a restart)
+	jobs      map[uint64]*job          // unfinished intents by sequence
+	queues    map[string][]*job        // per sandbox, jobs waiting for its worker; a key exists while the worker runs
+	freed     chan struct{}            // closed and replaced when a job finishes
+	processed uint64                   // the last sequence handed to dispatch
+	caughtUp  uint64                   // the last sequence of the newest batch that reached the head of the log
+	open      map[string]*open         // per sandbox, the transient phase it is in and its deadline
+	waking    map[string]chan struct{} // per sandbox whose worker waits for a slot, closed by a deadline queued (due)
+	phases    map[string]events.Phase  // per sandbox read, its phase as the lifecycle table folds it
+	refused   atomic.Uint64            // events passed over: the table refuses them (Refused)
+	stopping  bool                     // Run is ending: no deadline starts a job
+	began     time.Time                // when Run started (the attach grace after a restart)
 	// live is caughtUp when the runner first read the log to its head: an
 	// intent after it was appended while this runner ran, and no runner
 	// before it drove it (one runner per node).
@@ -112,8 +120,14 @@ type job struct {
 	// later holds the sandbox's events that came after the intent while the
 	// job waited in its queue.
 	later []events.Envelope
+	// reload says the job left its queue for a while (it gave way to a
+	// deadline): later misses what came meanwhile, and is loaded.
+	reload bool
 	// deadline, when set, makes this the job of that passed deadline.
 	deadline *open
+	// late, when set, makes this the job of a suspend's answer that came
+	// after its deadline (env is the suspend's intent).
+	late *lateSuspend
 }
 
 // New returns a Runner over the log src, keeping its place in pos, that
@@ -139,11 +153,13 @@ func New(src Source, pos Position, rec Recorder, drv Drivers, creds *compute.Cre
 		cfg:    cfg,
 		log:    log,
 		sem:    make(chan struct{}, cfg.Workers),
+		lane:   make(chan struct{}, cfg.Workers),
 		warm:   warm.New(warmKeep),
 		specs:  newSpecCache(specCacheSize),
 		jobs:   map[uint64]*job{},
 		queues: map[string][]*job{},
 		open:   map[string]*open{},
+		waking: map[string]chan struct{}{},
 		phases: map[string]events.Phase{},
 		freed:  make(chan struct{}),
 
@@ -207,6 +223,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	r.workers.Wait()
+	r.late.Wait()  // late answers queue no job once stopping
 	r.warm.Close() // no goroutine of the pool outlives Run
 	saver.Wait()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -290,7 +307,7 @@ func (r *Runner) dispatch(ctx context.Context, envs []events.Envelope, pending u
 		// its job takes it to the step.
 		created := r.createdOf(env)
 		r.moved(env)
-		if events.Intent(env.Type) {
+		if drivesStep(env.Type) {
 			j := &job{env: env}
 			if created != nil {
 				j.intent = created
@@ -399,6 +416,7 @@ func (r *Runner) room(ctx context.Context) error {
 // floor, for the next Run.
 func (r *Runner) work(ctx context.Context, id string) {
 	defer r.workers.Done()
+next:
 	for {
 		r.mu.Lock()
 		q := r.queues[id]
@@ -407,28 +425,47 @@ func (r *Runner) work(ctx context.Context, id string) {
 			r.mu.Unlock()
 			return
 		}
+		// A passed deadline goes before the steps that have not started:
+		// they wait for a worker slot, it has a lane of its own, and the
+		// step of a phase it settles finds its intent settled.
 		j := q[0]
-		r.queues[id] = q[1:]
-		// Every event up to caughtUp went to the job while it waited.
-		seen := r.caughtUp >= j.env.Seq
+		if i := slices.IndexFunc(q, func(k *job) bool { return k.deadline != nil }); i > 0 {
+			j, q = q[i], append(q[:i:i], q[i+1:]...)
+		} else {
+			q = q[1:]
+		}
+		r.queues[id] = q
+		// Every event up to caughtUp went to the job while it waited in
+		// the queue (and it did not leave it meanwhile).
+		seen := r.caughtUp >= j.env.Seq && !j.reload
 		r.mu.Unlock()
 
 		later := j.later
+		// A passed deadline takes its token from its own lane: the steps of
+		// other sandboxes may hold every worker slot for as long as their
+		// driver calls last, and a deadline must not wait for them.
+		sem := r.sem
+		if j.deadline != nil {
+			sem = r.lane
+		}
 		for wait := retryMin; ; wait = min(2*wait, retryMax) {
-			var err error
-			select {
-			case r.sem <- struct{}{}:
-				switch err = r.fenced(); {
-				case err != nil: // not ours to drive any more: the runner is ending
-				case j.deadline != nil:
-					err = r.settle(ctx, j.deadline)
-				default:
-					err = r.step(ctx, j, later, seen)
-				}
-				<-r.sem
-			case <-ctx.Done():
+			switch r.acquire(ctx, sem, j) {
+			case gaveWay:
+				continue next
+			case stopped:
 				return
 			}
+			var err error
+			switch err = r.fenced(); {
+			case err != nil: // not ours to drive any more: the runner is ending
+			case j.deadline != nil:
+				err = r.settle(ctx, j.deadline)
+			case j.late != nil:
+				err = r.takeLate(ctx, j)
+			default:
+				err = r.step(ctx, j, later, seen)
+			}
+			<-sem
 			if err == nil {
 				break
 			}
@@ -441,8 +478,8 @@ func (r *Runner) work(ctx context.Context, id string) {
 			}
 			seen, later = false, nil // the log moved meanwhile: load it again
 		}
-		if j.deadline != nil {
-			continue // a deadline holds the floor through its open phase, not as a job
+		if j.deadline != nil || j.late != nil {
+			continue // a deadline holds the floor through its open phase, not as a job; a late answer holds none
 		}
 		r.mu.Lock()
 		delete(r.jobs, j.env.Seq)
@@ -458,6 +495,73 @@ func (r *Runner) fenced() error {
 		return nil
 	}
 	return r.cfg.Fence()
+}
+
+// How acquire ended.
+const (
+	acquired = iota // j holds a token of sem
+	gaveWay         // j went back to its queue, behind a deadline of its sandbox
+	stopped         // ctx ended
+)
+
+// acquire takes a token of sem for j. A step that has to wait for one
+// gives way to a deadline of its sandbox that passes meanwhile: it goes
+// back to the head of its queue, behind the deadline.
+func (r *Runner) acquire(ctx context.Context, sem chan struct{}, j *job) int {
+	select {
+	case sem <- struct{}{}:
+		return acquired
+	default:
+	}
+	id := j.env.SandboxID
+	var wake chan struct{} // nil for a deadline: it waits for its lane only
+	if j.deadline == nil {
+		wake = r.wakeOn(id)
+	}
+	select {
+	case sem <- struct{}{}:
+		r.unwake(id, wake)
+		return acquired
+	case <-wake:
+		r.requeue(j)
+		return gaveWay
+	case <-ctx.Done():
+		r.unwake(id, wake)
+		return stopped
+	}
+}
+
+// wakeOn returns a channel that a deadline of sandbox id queued from now
+// on closes (due), for the worker of id waiting for a slot.
+func (r *Runner) wakeOn(id string) chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := make(chan struct{})
+	r.waking[id] = w
+	return w
+}
+
+// unwake forgets w, if a deadline did not close it.
+func (r *Runner) unwake(id string, w chan struct{}) {
+	if w == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.waking[id] == w {
+		delete(r.waking, id)
+	}
+}
+
+// requeue puts j back at the head of its sandbox's queue, to be taken again
+// after the deadline that woke its worker; what followed its intent is
+// loaded then (it missed what came while it was out of the queue).
+func (r *Runner) requeue(j *job) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id := j.env.SandboxID
+	j.later, j.reload = nil, true
+	r.queues[id] = append([]*job{j}, r.queues[id]...)
 }
 
 // sleep waits d; false if ctx ended first.

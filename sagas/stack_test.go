@@ -3,6 +3,7 @@ package sagas_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -38,6 +39,13 @@ type stack struct {
 // cleanup, every violation the checker finds in the log.
 func newStack(t *testing.T, deadline time.Duration) *stack {
 	t.Helper()
+	return newStackWith(t, deadline, nil)
+}
+
+// newStackWith is newStack whose driver is wrap of the sim (the sim
+// itself when wrap is nil).
+func newStackWith(t *testing.T, deadline time.Duration, wrap func(*sim.Driver) compute.Driver) *stack {
+	t.Helper()
 	srv := natstest.Start(t)
 	ctx := context.Background()
 	store, err := jsstore.New(ctx, srv.JS, jsstore.Config{})
@@ -66,7 +74,11 @@ func newStack(t *testing.T, deadline time.Duration) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.sim.Close)
-	drivers := compute.Registry{"sim": s.sim}
+	var drv compute.Driver = s.sim
+	if wrap != nil {
+		drv = wrap(s.sim)
+	}
+	drivers := compute.Registry{"sim": drv}
 	if s.svc, err = gateway.NewService(store, names, drivers, creds, gateway.Config{Node: node}, zerolog.Nop()); err != nil {
 		t.Fatal(err)
 	}
@@ -211,5 +223,124 @@ func TestLateResumeAnswerAfterConsumption(t *testing.T) {
 	if got.Phase != want.Phase || got.Restore != want.Restore || got.Reason != want.Reason || got.LastOutcome != want.LastOutcome {
 		t.Fatalf("after the resume: phase %s, restore %+v, reason %q, outcome %q; want phase %s, restore %+v, reason %q, outcome %q",
 			got.Phase, got.Restore, got.Reason, got.LastOutcome, want.Phase, want.Restore, want.Reason, want.LastOutcome)
+	}
+}
+
+// TestDeadlineCleanupThroughTheGateway (issue 24, hole 7): through the
+// gateway, a provisioning deadline ends in error with its clean-up asked in
+// the same append, and the driver's confirmation is recorded in error: the
+// workload that never attached is stopped, and the log says so.
+func TestDeadlineCleanupThroughTheGateway(t *testing.T) {
+	s := newStack(t, 300*time.Millisecond)
+	v, err := s.do(gateway.Command{Verb: gateway.VerbCreate, Create: events.CreateRequest{Driver: "sim", DriverOptions: map[string]string{"attach": "never"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.await(v.ID, v.Seq, events.PhaseProvisioning); got.Phase != events.PhaseError || got.Reason != events.ReasonDeadlineExceeded {
+		t.Fatalf("after the deadline: phase %s, reason %q; want error, DeadlineExceeded", got.Phase, got.Reason)
+	}
+	var types []string
+	timeout := time.After(wait)
+	for {
+		s.mu.Lock()
+		ch := s.changed
+		s.mu.Unlock()
+		envs, err := s.store.Load(context.Background(), v.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		types = types[:0]
+		for _, e := range envs {
+			types = append(types, e.Type)
+		}
+		if slices.Contains(types, events.TypeCleanedUp) {
+			break
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			t.Fatalf("the log %v never confirms the clean-up", types)
+		}
+	}
+	want := []string{events.TypeCreated, events.TypeStarted, events.TypeDeadlinePassed, events.TypeCleanupRequested, events.TypeCleanedUp}
+	if !slices.Equal(types, want) {
+		t.Fatalf("the log %v, want %v", types, want)
+	}
+	if o, _ := s.sim.Observe(context.Background(), compute.Spec{SandboxID: v.ID}); o.State != compute.StateStopped {
+		t.Fatalf("the sim observes %+v, want the workload stopped", o)
+	}
+	if got := s.view(v.ID); got.Phase != events.PhaseError {
+		t.Fatalf("after the clean-up: %s, want error", got.Phase)
+	}
+}
+
+// lateSuspender is the sim whose suspensions wait for release, whatever
+// their call's context says, as a remote node that took the call late.
+type lateSuspender struct {
+	*sim.Driver
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (d *lateSuspender) Suspend(ctx context.Context, t compute.Target) (string, error) {
+	d.entered <- struct{}{}
+	<-d.release
+	return d.Driver.Suspend(ctx, t)
+}
+
+// TestLateSuspendAnswerThroughTheGateway (issue 24, hole 9): through the
+// gateway, a suspension that answers after its deadline settled the
+// sandbox back to ready (the workload running then) is refused as an
+// outcome, and its reference is released by resuming it in place: the view
+// says ready, and the workload runs.
+func TestLateSuspendAnswerThroughTheGateway(t *testing.T) {
+	late := &lateSuspender{entered: make(chan struct{}, 4), release: make(chan struct{})}
+	var once sync.Once
+	release := func() { once.Do(func() { close(late.release) }) }
+	s := newStackWith(t, 300*time.Millisecond, func(d *sim.Driver) compute.Driver {
+		late.Driver = d
+		return late
+	})
+	t.Cleanup(release) // before the runner stops
+	v, err := s.do(gateway.Command{Verb: gateway.VerbCreate, Create: events.CreateRequest{Driver: "sim"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v = s.await(v.ID, 0, events.PhaseProvisioning); v.Phase != events.PhaseReady {
+		t.Fatalf("after the create: %s, want ready", v.Phase)
+	}
+	acc, err := s.do(gateway.Command{Verb: gateway.VerbSuspend, ID: v.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-late.entered:
+	case <-time.After(wait):
+		t.Fatal("the suspend never reached the driver")
+	}
+	if got := s.await(v.ID, acc.Seq, events.PhaseSuspending); got.Phase != events.PhaseReady || got.LastOutcome != events.OutcomeSuspendTimedOut {
+		t.Fatalf("after the deadline: phase %s, outcome %q; want ready, %s", got.Phase, got.LastOutcome, events.OutcomeSuspendTimedOut)
+	}
+	release()
+	timeout := time.After(wait)
+	for {
+		s.mu.Lock()
+		ch := s.changed
+		s.mu.Unlock()
+		o, err := s.sim.Observe(context.Background(), compute.Spec{SandboxID: v.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.State == compute.StateRunning && o.Consumed != "" {
+			break // frozen, then resumed in place: its reference consumed
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			t.Fatalf("the sim observes %+v: the late reference never released", o)
+		}
+	}
+	if got := s.view(v.ID); got.Phase != events.PhaseReady || got.Restore.Held || got.Generation != 1 {
+		t.Fatalf("after the late answer: %+v, want ready at generation 1, nothing held", got)
 	}
 }

@@ -54,12 +54,24 @@ type step struct {
 	suspender compute.Suspender
 	later     []events.Envelope // the sandbox's events after the intent
 	log       zerolog.Logger
+	// slot is the worker slot the step holds, given back while it backs
+	// off (pause); nil when it holds none of the runner's.
+	slot chan struct{}
+}
+
+// drivesStep says whether an event of type typ is one the runner drives a
+// step for: an intent of a command, or the clean-up a deadline asked for.
+func drivesStep(typ string) bool {
+	return events.Intent(typ) || typ == events.TypeCleanupRequested
 }
 
 // sagaOf names the saga an intent type starts, "" for any other type: the
-// verb of sandbox.<verb>_requested, and create for sandbox.created.
+// verb of sandbox.<verb>_requested, create for sandbox.created, and cleanup
+// for sandbox.cleanup_requested.
 func sagaOf(typ string) string {
 	switch {
+	case typ == events.TypeCleanupRequested:
+		return "cleanup"
 	case !events.Intent(typ):
 		return ""
 	case typ == events.TypeCreated:
@@ -118,6 +130,7 @@ func (r *Runner) step(ctx context.Context, j *job, later []events.Envelope, seen
 		spec:    compute.SpecOf(env.SandboxID, created), // env opened below
 		later:   later,
 		log:     log,
+		slot:    r.sem,
 	}
 	s.driver, s.drvErr = r.drv.Driver(created.Driver)
 	if spec, err := r.creds.SpecOf(env.SandboxID, created); err == nil {
@@ -148,6 +161,8 @@ func (r *Runner) step(ctx context.Context, j *job, later []events.Envelope, seen
 		return r.resume(ctx, s, e)
 	case *events.DeleteRequested:
 		return r.delete(ctx, s)
+	case *events.CleanupRequested:
+		return r.cleanup(ctx, s, e)
 	}
 	return nil
 }
@@ -220,11 +235,25 @@ func (r *Runner) within(ctx context.Context, s *step, name string, retry func(er
 			return err
 		}
 		s.log.Warn().Err(err).Dur("backoff", wait).Msg("driver call without an answer; calling again")
-		if !sleep(dctx, wait) {
+		if !s.pause(dctx, wait) {
 			return ended(err)
 		}
 		wait = min(2*wait, backoffMax)
 	}
+}
+
+// pause waits d, false if ctx ended first. The step's worker slot is
+// given back meanwhile (issue 24, hole 10: a step backing off holds no
+// slot another sandbox's step could use) and taken again before pause
+// returns, whatever ctx says: the step's worker gives it back when the
+// step ends.
+func (s *step) pause(ctx context.Context, d time.Duration) bool {
+	if s.slot == nil {
+		return sleep(ctx, d)
+	}
+	<-s.slot
+	defer func() { s.slot <- struct{}{} }()
+	return sleep(ctx, d)
 }
 
 // answer says whether err, from a call that returned once its deadline had
@@ -267,11 +296,7 @@ func (r *Runner) record(ctx context.Context, s *step, evs ...events.Event) (err 
 			return fmt.Errorf("record %s: %d attempts: %w", evs[0].Type(), attempt, err)
 		}
 		s.log.Warn().Err(err).Str("step", "record").Int("attempt", attempt).Msg("record failed; retrying")
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !s.pause(ctx, wait) {
 			return fmt.Errorf("%w: %w", errStopping, ctx.Err())
 		}
 		wait = min(2*wait, backoffMax)

@@ -87,6 +87,10 @@ var contractEvents = []struct {
 	{"starting", "sandbox.deadline_passed", "error"},
 	{"stopping", "sandbox.deadline_passed", "error"},
 	{"deleting", "sandbox.deadline_passed", "error"},
+	// error — the driver is told to clean up after such a deadline, an
+	// intent appended with it, until it confirms (issue 24, hole 7): facts
+	{"error", "sandbox.cleanup_requested", "error"},
+	{"error", "sandbox.cleaned_up", "error"},
 	// stopping, stopped, starting, suspending, suspended — resource lost → error
 	{"stopping", "sandbox.resource_lost", "error"},
 	{"stopped", "sandbox.resource_lost", "error"},

@@ -3,6 +3,7 @@ package sagas_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -250,6 +251,20 @@ func (r *recorder) Record(ctx context.Context, cause events.Envelope, actor stri
 			return events.Errorf(events.CodeFailedPrecondition, "sandbox %s: %s refused", cause.SandboxID, e.Type())
 		}
 	}
+	// As the gateway has it: a consumption the log holds already for this
+	// intent is not recorded again (a re-driven resume says it anew).
+	logged, err := r.store.Load(ctx, cause.SandboxID, 0)
+	if err != nil {
+		return err
+	}
+	evs = slices.DeleteFunc(slices.Clone(evs), func(e events.Event) bool {
+		return e.Type() == events.TypeRetainedStateConsumed && slices.ContainsFunc(logged, func(l events.Envelope) bool {
+			return l.Type == events.TypeRetainedStateConsumed && l.CausationID == cause.ID
+		})
+	})
+	if len(evs) == 0 {
+		return nil
+	}
 	envs := make([]events.Envelope, len(evs))
 	for i, e := range evs {
 		env, err := events.NewEnvelope(cause.SandboxID, e, cause.Caused(actor), time.Now())
@@ -258,7 +273,7 @@ func (r *recorder) Record(ctx context.Context, cause events.Envelope, actor stri
 		}
 		envs[i] = env
 	}
-	_, err := r.store.appendNext(ctx, cause.SandboxID, true, envs...)
+	_, err = r.store.appendNext(ctx, cause.SandboxID, true, envs...)
 	return err
 }
 

@@ -298,7 +298,7 @@ func TestMoveDeadlineTargetReachedOnce(t *testing.T) {
 	in := sb.when(&events.ResumeRequested{Generation: 2, RestoreRef: ref, Node: "n2"})
 	h.store.waitUntil(t, "a resume sent to n2", func() bool { return m.tried("resume n2") >= 1 })
 	m.setUnserved("n2", true)
-	sb.then(sb.outcome(in, 1), passed(events.PhaseStarting))
+	sb.then(sb.outcome(in, 1), passed(events.PhaseStarting), stopAfter(2))
 }
 
 // TestMoveDeadlineUnservedOnTheBus is TestMoveDeadlineTargetNeverReached
@@ -339,5 +339,5 @@ func TestMoveDeadlineAfterARestart(t *testing.T) {
 	stop()
 	m.setUnserved("n2", true)
 	h.run(m)
-	sb.then(sb.outcome(in, 1), &events.DeadlinePassed{Phase: events.PhaseStarting, Deadline: deadline.String()})
+	sb.then(sb.outcome(in, 1), &events.DeadlinePassed{Phase: events.PhaseStarting, Deadline: deadline.String()}, stopAfter(2))
 }

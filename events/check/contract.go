@@ -129,6 +129,13 @@ func (l *life) next(e events.Event) (events.Phase, string) {
 		if in(deleting, errored) {
 			return p, ""
 		}
+	case *events.CleanupRequested, *events.CleanedUp:
+		// The deadline's clean-up of the driver (issue 24, hole 7): facts
+		// of an error, which they leave as it is.
+		if p == errored {
+			return p, ""
+		}
+		return "", "a clean-up is the deadline's, in error"
 	case *events.ResumeFailed:
 		switch {
 		case p == starting && l.resume && !l.consumed:

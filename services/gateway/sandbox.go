@@ -359,6 +359,9 @@ func reported(s *Sandbox, evs []events.Event, now time.Time) ([]events.Event, er
 			if s.RestoreRef == "" || s.RestoreRef != e.RestoreRef {
 				continue // recorded already, or never held
 			}
+			if !s.Resuming {
+				return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: a consumption but no resume is under way", s.ID)
+			}
 			held = ""
 		case *events.SupervisorAttached:
 			if s.Attached == e.Generation {
@@ -368,8 +371,11 @@ func reported(s *Sandbox, evs []events.Event, now time.Time) ([]events.Event, er
 			if s.Restored == e.Generation {
 				continue // recorded already, by this resume's saga before it was re-driven
 			}
-		case *events.ResumeFailed:
 			if !s.Resuming {
+				return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: a restore but no resume is under way", s.ID)
+			}
+		case *events.ResumeFailed:
+			if !s.Resuming || s.Phase != events.PhaseStarting {
 				return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: a restore failed but no resume is under way", s.ID)
 			}
 			if s.RestoreRef == "" {
@@ -379,12 +385,20 @@ func reported(s *Sandbox, evs []events.Event, now time.Time) ([]events.Event, er
 		// A report of a cold start (the fallback) or of the state lost
 		// comes of a resume only.
 		case *events.StartRequested:
-			if !s.Resuming {
+			if !s.Resuming || s.Phase != events.PhaseStarting {
 				return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: a fallback start (generation %d) but no resume is under way", s.ID, e.Generation)
+			}
+			if !s.Fallback {
+				return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: a fallback start (generation %d) of a resume that does not allow one", s.ID, e.Generation)
 			}
 		case *events.Stopped:
 			if e.Reason == events.ReasonRetainedStateLost && !s.Resuming {
 				return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: the retained state lost but no resume is under way", s.ID)
+			}
+			// In starting, the only stop is a resume's failure after its
+			// consumption (CONTRACT §1): the state lost, nothing held.
+			if s.Phase == events.PhaseStarting && (e.Reason != events.ReasonRetainedStateLost || held != "") {
+				return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: stopped in starting other than a resume's state lost after its consumption", s.ID)
 			}
 		case *events.Exited, *events.ResourceLost:
 			if held != "" {
@@ -392,6 +406,9 @@ func reported(s *Sandbox, evs []events.Event, now time.Time) ([]events.Event, er
 				continue
 			}
 		case *events.DeadlinePassed:
+			if !e.Phase.Transient() {
+				return nil, events.Errorf(events.CodeInvalidArgument, "sandbox %s: a deadline of %s, which is no transient phase", s.ID, e.Phase)
+			}
 			if err := passed(s, e, now); err != nil {
 				return nil, err
 			}

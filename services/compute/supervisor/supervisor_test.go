@@ -160,6 +160,15 @@ func newRig(t *testing.T, limit time.Duration, failOnce ...string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The create saga's record of the start, which a supervisor's attach
+	// waits for (one writer per fact).
+	envs, err := js.Load(ctx, v.ID, 0)
+	if err != nil || len(envs) == 0 {
+		t.Fatalf("the create: %v %v", envs, err)
+	}
+	if err := svc.Record(ctx, envs[0], "sagas", &events.Started{Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
 	nc, err := nats.Connect("", nats.InProcessServer(srv.Server))
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +229,7 @@ func TestReportsRetried(t *testing.T) {
 	q.Add(r.report(compute.ReportAttached, 1, 0))
 	q.Add(r.report(compute.ReportExited, 1, 7))
 	drain(t, q)
-	want := []string{events.TypeCreated, events.TypeSupervisorAttached, events.TypeExited}
+	want := []string{events.TypeCreated, events.TypeStarted, events.TypeSupervisorAttached, events.TypeExited}
 	if got := r.types(t); !slices.Equal(got, want) {
 		t.Fatalf("log %v, want %v", got, want)
 	}
@@ -266,7 +275,7 @@ func TestReattachAfterDetach(t *testing.T) {
 	// attaches again.
 	q.Beat(beat)
 	drain(t, q)
-	want := []string{events.TypeCreated, events.TypeSupervisorAttached, events.TypeSupervisorDetached, events.TypeSupervisorAttached}
+	want := []string{events.TypeCreated, events.TypeStarted, events.TypeSupervisorAttached, events.TypeSupervisorDetached, events.TypeSupervisorAttached}
 	if got := r.types(t); !slices.Equal(got, want) {
 		t.Fatalf("log %v, want %v", got, want)
 	}

@@ -46,6 +46,8 @@ type cluster struct {
 	driver  string // the worker's credentials file
 	// faults, when set, wraps each node's appends (faultyStore).
 	faults *faults
+	token  string     // the first node's admin token (tokens are shared)
+	mu     sync.Mutex // nodes, which the chaos replaces
 	nodes  []*Node
 	// driving is how many of the nodes drive the worker's sandboxes (the
 	// first ones).
@@ -55,6 +57,8 @@ type cluster struct {
 	// heartbeat) through proxy, in place of the sim.
 	process bool
 	proxy   *proxy
+	// proxied puts the worker behind proxy whatever its driver.
+	proxied bool
 	// deadline and limit are the nodes' --deadline and --heartbeat-limit.
 	deadline, limit time.Duration
 }
@@ -85,6 +89,7 @@ func newCluster(t *testing.T, instances, driving int, f *faults, opts ...func(*c
 	for i := range instances {
 		c.nodes = append(c.nodes, c.startNode(i))
 	}
+	c.token = c.nodes[0].AdminToken()
 	c.startWorker()
 	return c
 }
@@ -140,6 +145,12 @@ func (c *cluster) startWorker() {
 	w := &worker{cancel: cancel, done: make(chan error, 1)}
 	up := make(chan struct{})
 	cfg := DriverConfig{Node: "w1", Drivers: []string{"sim"}, NATSURL: c.ns.ClientURL(), NATSCreds: c.driver, Data: data, Heartbeat: time.Second}
+	if c.proxied && c.proxy == nil {
+		c.proxy = newProxy(c.t, c.ns.Addr().String())
+	}
+	if c.proxy != nil {
+		cfg.NATSURL = "nats://" + c.proxy.addr()
+	}
 	if c.process {
 		if c.proxy == nil {
 			c.proxy = newProxy(c.t, c.ns.Addr().String())
@@ -176,7 +187,7 @@ func (f writerFunc) Write(p []byte) (int, error) {
 // client is an HTTP client of node n, with the first node's admin token
 // (the tokens are shared).
 func (c *cluster) client(n *Node) *torpor.Client {
-	return torpor.New(n.HTTPURL(), nil).WithToken(c.nodes[0].AdminToken())
+	return torpor.New(n.HTTPURL(), nil).WithToken(c.token)
 }
 
 // faults make appends through the command service fail once in every:
@@ -252,8 +263,8 @@ func (c *cluster) load(t *testing.T, rng *rand.Rand, sandboxes int, during func(
 		complete atomic.Int64
 	)
 	live := func() *Node {
-		mu.Lock()
-		defer mu.Unlock()
+		c.mu.Lock()
+		defer c.mu.Unlock()
 		var up []*Node
 		for _, n := range c.nodes {
 			if n.Conn().IsConnected() {
@@ -429,6 +440,8 @@ func (c *cluster) converge(t *testing.T, acks []acked) time.Duration {
 
 // liveNode is a node still connected.
 func (c *cluster) liveNode() *Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, n := range c.nodes {
 		if n.Conn().IsConnected() {
 			return n
@@ -713,4 +726,75 @@ func TestFaultWorkerCutOff(t *testing.T) {
 	}
 	// Whether the gateway recorded the silence as detaches is printed, not
 	// asserted: in these runs it did not (see the note).
+}
+
+// TestFaultChaos: every fault at once, at random (CHAOS_SEED), for
+// CHAOS_DURATION (default 30s): appends failing once in ten, nodes killed
+// and replaced by fresh ones, the worker's driver restarted, the worker
+// cut off from NATS for a moment, while rounds of sandboxes go through
+// their cycle. Then everything must settle as in the tests above.
+func TestFaultChaos(t *testing.T) {
+	s := seed(t)
+	duration := 30 * time.Second
+	if d := os.Getenv("CHAOS_DURATION"); d != "" {
+		var err error
+		if duration, err = time.ParseDuration(d); err != nil {
+			t.Fatalf("CHAOS_DURATION %q: %v", d, err)
+		}
+	}
+	f := newFaults(s, 10)
+	c := newCluster(t, 3, 3, f, func(c *cluster) { c.proxied = true })
+	rng := rand.New(rand.NewPCG(s, 5))
+	chaos := rand.New(rand.NewPCG(s, 6))
+	var kills, restarts, cuts int
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(1000+chaos.IntN(2000)) * time.Millisecond):
+			}
+			switch chaos.IntN(3) {
+			case 0: // kill a node and start a fresh one in its place
+				c.mu.Lock()
+				i := chaos.IntN(len(c.nodes))
+				old := c.nodes[i]
+				c.mu.Unlock()
+				crash(old)
+				fresh := c.startNode(i)
+				c.mu.Lock()
+				c.nodes[i] = fresh
+				c.mu.Unlock()
+				kills++
+			case 1:
+				c.worker.stop()
+				time.Sleep(time.Duration(chaos.IntN(1000)) * time.Millisecond)
+				c.startWorker()
+				restarts++
+			case 2:
+				c.proxy.cut()
+				time.Sleep(time.Duration(200+chaos.IntN(1000)) * time.Millisecond)
+				c.proxy.heal()
+				cuts++
+			}
+		}
+	}()
+	var acks []acked
+	rounds, complete, started := 0, 0, 0
+	for end := time.Now().Add(duration); time.Now().Before(end); rounds++ {
+		a, n := c.load(t, rng, 8, nil)
+		acks, complete, started = append(acks, a...), complete+n, started+8
+	}
+	close(stop)
+	<-done
+	f.enabled.Store(false)
+	settled := c.converge(t, acks)
+	t.Logf("survived (seed %d, %s): %d rounds, %d commands answered OK, %d of %d sandboxes through their cycle; %d appends failed before, %d after storing; %d nodes killed and replaced, %d worker restarts, %d cuts; settled in %s",
+		s, duration, rounds, len(acks), complete, started, f.before.Load(), f.after.Load(), kills, restarts, cuts, settled.Round(time.Millisecond))
+	if complete < started*9/10 {
+		t.Errorf("%d of %d sandboxes went through their cycle, want nine in ten at least", complete, started)
+	}
 }

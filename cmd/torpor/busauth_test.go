@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -528,6 +530,72 @@ func TestBusActorIsTheUser(t *testing.T) {
 		}
 		if got, want := h[0].Actor, "bus:alice"; got != want {
 			t.Errorf("headers %v: actor %q, want %q", hdr, got, want)
+		}
+	}
+}
+
+// TestDriverDeliversNoCommand: a driver may make push consumers on the
+// snapshot store (its object store reads are ones), and the server delivers
+// where their deliver subject says (nats-server issue 8274). A driver that
+// writes a create command's body as an object chunk and aims a consumer of
+// it at torpor.cmd.create makes no sandbox: the gateway takes commands from
+// torpor's own account only answered on the service's inbox. Before, the
+// delivery ran as a service's command.
+func TestDriverDeliversNoCommand(t *testing.T) {
+	a := startApp(t, "", nil)
+	b, err := os.ReadFile(credsFile(t, a.Data(), "driver", "n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := busauth.ParseCreds(b, busauth.Grant{Role: busauth.Driver, Node: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(a.NATSURL(), u.Options()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	chunk := "$O." + busauth.SnapshotBucket + ".C.evil"
+	if err := nc.Publish(chunk, []byte(`{"name":"evil","driver":"sim"}`)); err != nil {
+		t.Fatal(err)
+	}
+	stream := "OBJ_" + busauth.SnapshotBucket
+	req := fmt.Sprintf(`{"stream_name":%q,"config":{"deliver_subject":"torpor.cmd.create","deliver_group":"torpor","filter_subject":%q,"ack_policy":"none","deliver_policy":"all"}}`, stream, chunk)
+	msg, err := nc.Request("$JS.API.CONSUMER.CREATE."+stream, []byte(req), waitFor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp struct {
+		Name  string `json:"name"`
+		Error any    `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil || resp.Error != nil {
+		t.Fatalf("the driver's push consumer: %s", msg.Data)
+	}
+	for end := time.Now().Add(waitFor); ; time.Sleep(10 * time.Millisecond) {
+		info, err := nc.Request("$JS.API.CONSUMER.INFO."+stream+"."+resp.Name, nil, waitFor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ci struct {
+			Delivered struct {
+				Consumer uint64 `json:"consumer_seq"`
+			} `json:"delivered"`
+		}
+		_ = json.Unmarshal(info.Data, &ci)
+		if ci.Delivered.Consumer > 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the consumer delivered nothing")
+		}
+	}
+	// An absence, watched for a second after the delivery: a command the
+	// gateway took is in the log within milliseconds.
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if v, err := appClient(a).Get(context.Background(), "evil"); err == nil {
+			t.Fatalf("a driver's delivery made sandbox %s", v.ID)
 		}
 	}
 }

@@ -53,6 +53,11 @@ const (
 // drivers and supervisors have theirs.
 const (
 	DefaultInbox = "_INBOX"
+	// ServiceInbox is the inbox of torpor's own connections: a request
+	// in the torpor account whose reply is not on it is not the service's
+	// (a push consumer's delivery a driver aimed at the command or driver
+	// subjects), and the gateway and the drivers refuse it.
+	ServiceInbox = serviceInbox
 	serviceInbox = "_TORPOR_SVC"
 	driverInbox  = "_TORPOR_DRV"
 	supervInbox  = "_TORPOR_SUP"

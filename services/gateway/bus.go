@@ -229,9 +229,16 @@ func (b *Bus) command(ctx context.Context, verb string, req micro.Request) (even
 		if actor, err = sender(info); err != nil {
 			return events.View{}, err
 		}
-	} else if a := req.Headers().Get(HeaderActor); a != "" {
-		// From the torpor account, whose users are the service's own.
-		actor = a
+	} else {
+		// From the torpor account: the service's own connections, whose
+		// answers come on their inbox; a request answered elsewhere (a
+		// push consumer's delivery a driver aimed here) is no command.
+		if in := b.svc.cfg.ServiceInbox; in != "" && !strings.HasPrefix(req.Reply(), in+".") {
+			return events.View{}, events.Errorf(events.CodePermissionDenied, "commands in torpor's account come from its own connections (answered on %s); producers send them from the clients' account", in)
+		}
+		if a := req.Headers().Get(HeaderActor); a != "" {
+			actor = a
+		}
 	}
 	c, err := decodeCommand(verb, req.Data(), b.svc.cfg.MaxBody)
 	if err != nil {

@@ -102,6 +102,10 @@ type Config struct {
 	Metrics *metrics.Set
 	// Limits bound what one request may ask (zero fields: the defaults).
 	Limits Limits
+	// ServiceInbox, when set (a bus with accounts: busauth.ServiceInbox),
+	// is the inbox every command from torpor's own account must be
+	// answered on; one answered elsewhere is PERMISSION_DENIED.
+	ServiceInbox string
 }
 
 // Defaults fills zero fields.

@@ -120,7 +120,13 @@ func RunDriver(ctx context.Context, cfg DriverConfig, out io.Writer, log zerolog
 	if err != nil {
 		return err
 	}
-	srv, err := remote.Serve(ctx, nc, cfg.Node, drivers, log)
+	var only []remote.ServeOption
+	if cfg.NATSCreds != "" {
+		// A bus with accounts: the service's requests come answered on its
+		// inbox; another node's driver could aim deliveries here.
+		only = append(only, remote.OnlyFrom(busauth.ServiceInbox))
+	}
+	srv, err := remote.Serve(ctx, nc, cfg.Node, drivers, log, only...)
 	if err != nil {
 		return err
 	}

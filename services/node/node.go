@@ -405,7 +405,13 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 	if cfg.wrapStore != nil {
 		appends = cfg.wrapStore(store)
 	}
-	svc, err := gateway.NewService(appends, names, drivers, creds, gateway.Config{Node: cfg.Node, Nodes: cfg.RemoteNodes, HeartbeatLimit: cfg.HeartbeatLimit, Metrics: m}, log.With().Str("part", "gateway").Logger())
+	gcfg := gateway.Config{Node: cfg.Node, Nodes: cfg.RemoteNodes, HeartbeatLimit: cfg.HeartbeatLimit, Metrics: m}
+	if a.user != nil {
+		// A bus with accounts: torpor's own commands come answered on
+		// its inbox, anything else in its account is refused.
+		gcfg.ServiceInbox = busauth.ServiceInbox
+	}
+	svc, err := gateway.NewService(appends, names, drivers, creds, gcfg, log.With().Str("part", "gateway").Logger())
 	if err != nil {
 		return nil, err
 	}

@@ -641,3 +641,33 @@ func TestRemoteStopWaitsForCalls(t *testing.T) {
 		t.Fatalf("the start under way at the stop: %v", err)
 	}
 }
+
+// TestRemoteOnlyFrom: a server told to serve the service's requests only
+// refuses, PERMISSION_DENIED, one answered on another inbox (a push
+// consumer's delivery another driver aimed at this node, on a bus with
+// accounts), and serves the service's; before, it served both.
+func TestRemoteOnlyFrom(t *testing.T) {
+	srv := natstest.Start(t)
+	started := 0
+	f := &fake{start: func(context.Context, compute.Start) error { started++; return nil }}
+	s, err := remote.Serve(context.Background(), srv.Connect(t), "n1", compute.Registry{"fake": f}, zerolog.Nop(), remote.OnlyFrom("_SVC"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
+	body := `{"driver":"fake","start":{"spec":{"sandbox_id":"a"},"generation":1}}`
+	if rep, _ := raw(t, srv.Conn, remote.Subject("n1", remote.OpStart), body); rep.Error == nil || rep.Error.Code != events.CodePermissionDenied {
+		t.Errorf("a request answered on _INBOX: %+v, want PERMISSION_DENIED", rep.Error)
+	}
+	svc, err := nats.Connect("", nats.InProcessServer(srv.Server), nats.CustomInboxPrefix("_SVC"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	if rep, _ := raw(t, svc, remote.Subject("n1", remote.OpStart), body); rep.Error != nil {
+		t.Errorf("the service's request: %+v", rep.Error)
+	}
+	if started != 1 {
+		t.Errorf("the driver started %d times, want once (the service's)", started)
+	}
+}

@@ -38,13 +38,25 @@ type Server struct {
 	once    sync.Once
 	err     error         // of Stop
 	stopped chan struct{} // closed when Stop is done
+	// from is the inbox prefix every request must be answered on ("":
+	// any), OnlyFrom.
+	from string
 }
+
+// ServeOption configures Serve.
+type ServeOption func(*Server)
+
+// OnlyFrom serves only requests answered on inbox (the service's,
+// busauth.ServiceInbox): on a bus with accounts, a request answered
+// elsewhere is not the service's (a push consumer's delivery another
+// node's driver aimed here) and is refused PERMISSION_DENIED.
+func OnlyFrom(inbox string) ServeOption { return func(s *Server) { s.from = inbox } }
 
 // Serve answers the operations of node's drivers on nc until ctx ends or
 // Stop is called. Its subscriptions are in place on the server when it
 // returns: a request sent right after finds a responder. The driver calls
 // run under ctx (ending it ends them) bounded by each request's timeout.
-func Serve(ctx context.Context, nc *nats.Conn, node string, drivers compute.Registry, log zerolog.Logger) (*Server, error) {
+func Serve(ctx context.Context, nc *nats.Conn, node string, drivers compute.Registry, log zerolog.Logger, opts ...ServeOption) (*Server, error) {
 	if err := checkNode(node); err != nil {
 		return nil, err
 	}
@@ -52,6 +64,9 @@ func Serve(ctx context.Context, nc *nats.Conn, node string, drivers compute.Regi
 		return nil, events.Errorf(events.CodeInvalidArgument, "node %s: no drivers to serve", node)
 	}
 	s := &Server{nc: nc, node: node, drivers: drivers, log: log.With().Str("node", node).Logger(), stopped: make(chan struct{})}
+	for _, o := range opts {
+		o(s)
+	}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        ServiceName,
 		Version:     "1.0.0",
@@ -141,6 +156,11 @@ func (s *Server) endpoint(ctx context.Context, op string) micro.HandlerFunc {
 		reply, data := req.Reply(), req.Data()
 		if reply == "" {
 			return // a publish: nobody asked for the outcome
+		}
+		if s.from != "" && !strings.HasPrefix(reply, s.from+".") {
+			s.answer(reply, Reply{Error: &Error{Code: events.CodePermissionDenied,
+				Message: fmt.Sprintf("the drivers of node %s serve the service's requests only (answered on %s)", s.node, s.from)}})
+			return
 		}
 		if !s.enter() {
 			s.answer(reply, Reply{Error: &Error{Code: events.CodeUnavailable, Kind: KindUnavailable,

@@ -556,6 +556,8 @@ type proxy struct {
 	conns  []net.Conn
 	down   bool
 	cuts   int
+	// refused counts the connections tried while down.
+	refused int
 }
 
 func newProxy(t *testing.T, target string) *proxy {
@@ -582,6 +584,9 @@ func (p *proxy) serve() {
 		down := p.down
 		p.mu.Unlock()
 		if down {
+			p.mu.Lock()
+			p.refused++
+			p.mu.Unlock()
 			_ = in.Close()
 			continue
 		}
@@ -715,8 +720,11 @@ func TestFaultWorkerCutOff(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; the worker cut off for %s (%d connections through the proxy cut); %d detaches, %d attached again; settled in %s",
-		s, len(acks), complete, sandboxes, cut, cutConns/2, detached, reattached, settled.Round(time.Millisecond))
+	c.proxy.mu.Lock()
+	refused := c.proxy.refused
+	c.proxy.mu.Unlock()
+	t.Logf("survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; the worker cut off for %s (%d connections through the proxy cut, %d tried again while cut); %d detaches, %d attached again; settled in %s",
+		s, len(acks), complete, sandboxes, cut, cutConns/2, refused, detached, reattached, settled.Round(time.Millisecond))
 	if complete != sandboxes {
 		t.Errorf("%d of %d sandboxes went through their cycle", complete, sandboxes)
 	}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +28,7 @@ import (
 	torpor "github.com/torpor/torpor/sdk/go"
 	"github.com/torpor/torpor/services/compute"
 	"github.com/torpor/torpor/services/compute/process"
+	"github.com/torpor/torpor/services/compute/remote"
 	"github.com/torpor/torpor/services/gateway"
 )
 
@@ -329,7 +331,12 @@ func (c *cluster) load(t *testing.T, rng *rand.Rand, sandboxes int, during func(
 			if !wait(events.PhaseReady) {
 				return
 			}
-			for step, verb := range []string{"suspend", "resume", "stop", "start", "delete"} {
+			verbs := []string{"suspend", "resume", "stop", "start", "delete"}
+			if i%4 == 1 {
+				// Deleted while suspended: the retained state is let go.
+				verbs = []string{"suspend", "delete"}
+			}
+			for step, verb := range verbs {
 				if verb == "delete" && i%2 == 0 {
 					break
 				}
@@ -414,6 +421,43 @@ func (c *cluster) converge(t *testing.T, acks []acked) time.Duration {
 		cmd := gateway.CommandID(a.verb, id, a.key)
 		if !slices.ContainsFunc(h, func(e torpor.Event) bool { return e.CommandID == cmd }) {
 			t.Errorf("%s of %s answered OK (key %s), and the log has no event of it", a.verb, a.id, a.key)
+		}
+	}
+	// No restore reference was let go (discarded, invalidated) while the
+	// worker's driver still held the state behind it.
+	drv := "sim"
+	if c.process {
+		drv = "process"
+	}
+	worker := remote.NewClient(c.liveNode().Conn(), "w1", drv)
+	letGo := 0
+	defer func() { t.Logf("references let go in the log, each checked against w1: %d", letGo) }()
+	for _, v := range views {
+		h, err := cl.History(ctx, v.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gone []string
+		for _, e := range h {
+			if e.Type == events.TypeRetainedStateDiscarded || e.Type == events.TypeRetainedStateInvalidated {
+				var d struct {
+					RestoreRef string `json:"restore_ref"`
+				}
+				_ = json.Unmarshal(e.Data, &d)
+				gone = append(gone, d.RestoreRef)
+			}
+		}
+		if len(gone) == 0 {
+			continue
+		}
+		letGo += len(gone)
+		o, err := worker.Observe(ctx, compute.Spec{SandboxID: v.ID, Node: "w1"})
+		if err != nil {
+			t.Errorf("observe %s on w1: %v", v.ID, err)
+			continue
+		}
+		if o.State == compute.StateFrozen && slices.Contains(gone, o.RestoreRef) {
+			t.Errorf("sandbox %s: reference %s let go in the log, and w1 still holds the state behind it", v.ID, o.RestoreRef)
 		}
 	}
 	vs, err := check.Replay(ctx, c.liveNode().Store(), check.Options{})
@@ -772,19 +816,24 @@ func TestFaultChaos(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		// The kinds of fault take turns from a random first one, at
+		// random moments, so that a run of any length meets each.
+		kind := chaos.IntN(3)
 		for {
 			select {
 			case <-stop:
 				return
 			case <-time.After(time.Duration(1000+chaos.IntN(2000)) * time.Millisecond):
 			}
-			switch chaos.IntN(3) {
+			kind = (kind + 1) % 3
+			switch kind {
 			case 0: // kill a node and start a fresh one in its place
 				c.mu.Lock()
 				i := chaos.IntN(len(c.nodes))
 				old := c.nodes[i]
 				c.mu.Unlock()
-				crash(old)
+				old.nc.Close() // dead from here on; its parts stop meanwhile
+				go crash(old)
 				fresh := c.startNode(i)
 				c.mu.Lock()
 				c.nodes[i] = fresh

@@ -23,6 +23,11 @@ type Report struct {
 	Credential string `json:"credential"`
 	Kind       string `json:"kind"`
 	ExitCode   int    `json:"exit_code,omitempty"`
+	// Beats, on an attach, says the supervisor heartbeats, every Beats
+	// milliseconds: the gateways watch it from its attach, so that one cut
+	// off before its first heartbeat is found silent too. A supervisor
+	// that never beats (the sim's) leaves it out and is never watched.
+	Beats int64 `json:"beats_ms,omitempty"`
 }
 
 // Reporter delivers supervisor reports (over the bus in production).

@@ -87,6 +87,12 @@ func (b *Bus) listenBeats() (*nats.Subscription, error) {
 			return
 		}
 		if r.Kind == compute.ReportAttached {
+			if r.Beats > 0 {
+				// A supervisor that beats is watched from its attach: cut
+				// off before its first beat, it is found silent too.
+				b.beats.note(id, r.Generation, time.Now())
+				return
+			}
 			b.beats.renew(id, r.Generation, time.Now())
 			return
 		}

@@ -198,3 +198,36 @@ func TestAttachRenewsTheWatch(t *testing.T) {
 		t.Fatal("the attach made a gateway that did not watch the supervisor watch it")
 	}
 }
+
+// TestAttachStartsTheWatch: a supervisor that says in its attach that it
+// heartbeats is watched from the attach: cut off before its first beat, it
+// is recorded detached once the limit passes. Before, only a first beat
+// started the watch, and a worker cut off right after its supervisors
+// attached left their sandboxes ready for ever.
+func TestAttachStartsTheWatch(t *testing.T) {
+	r := newRig(t)
+	const limit = 300 * time.Millisecond
+	a := r.busOf(t, limit)
+	ctx := context.Background()
+	v, err := a.svc.Handle(ctx, Command{Verb: VerbCreate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	envs, err := r.store.Load(ctx, v.ID, 0)
+	if err != nil || len(envs) == 0 {
+		t.Fatalf("the create: %v %v", envs, err)
+	}
+	if err := a.svc.Record(ctx, envs[0], "sagas", &events.Started{Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(compute.Report{SandboxID: v.ID, Generation: 1, Credential: r.creds.Mint(v.ID, 1), Kind: compute.ReportAttached, Beats: 100})
+	reply, err := r.srv.Connect(t).Request(compute.ReportSubject(v.ID), body, 10*time.Second)
+	if err != nil || string(reply.Data) != `{"ok":true}` {
+		t.Fatalf("the attach: %v %v", reply, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); countTypes(t, r.store, v.ID)[events.TypeSupervisorDetached] == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a supervisor that attached and never beat was not recorded detached")
+		}
+	}
+}

@@ -736,10 +736,9 @@ func TestFaultWorkerCutOff(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		once.Do(func() {
-			// A supervisor is watched from its first heartbeat taken (an
-			// attach starts no watch: the sim's never beat): let each
-			// beat a few times first.
-			time.Sleep(c.limit)
+			// Right after the attaches: a supervisor that beats is
+			// watched from its attach (compute.Report.Beats), not from
+			// its first beat.
 			cut = 2 * c.limit
 			c.proxy.mu.Lock()
 			cutConns = len(c.proxy.conns)

@@ -275,7 +275,11 @@ func (v *supervision) loop(ctx context.Context, chld, usr1 <-chan os.Signal) err
 }
 
 func (v *supervision) report(kind string, code int) compute.Report {
-	return compute.Report{SandboxID: v.s.Sandbox, Generation: v.gen, Credential: v.cred, Kind: kind, ExitCode: code}
+	r := compute.Report{SandboxID: v.s.Sandbox, Generation: v.gen, Credential: v.cred, Kind: kind, ExitCode: code}
+	if kind == compute.ReportAttached {
+		r.Beats = v.s.Heartbeat.Milliseconds()
+	}
+	return r
 }
 
 // reap reaps every child that has ended, and returns the exit code of the

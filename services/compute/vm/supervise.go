@@ -152,7 +152,11 @@ type vmSupervision struct {
 }
 
 func (v *vmSupervision) report(kind string, code int) compute.Report {
-	return compute.Report{SandboxID: v.s.Sandbox, Generation: v.s.Generation, Credential: v.s.Credential, Kind: kind, ExitCode: code}
+	r := compute.Report{SandboxID: v.s.Sandbox, Generation: v.s.Generation, Credential: v.s.Credential, Kind: kind, ExitCode: code}
+	if kind == compute.ReportAttached {
+		r.Beats = v.s.Heartbeat.Milliseconds()
+	}
+	return r
 }
 
 func (v *vmSupervision) loop(ctx context.Context, out io.Reader, m machine) error {

@@ -105,6 +105,12 @@ func (b *Bus) Listen(ctx context.Context) error {
 		return fmt.Errorf("heartbeats: %w", err)
 	}
 	b.srv, b.sub, b.beatSub = srv, sub, beatSub
+	// A round trip, so that the subscriptions are in place on the server
+	// when Listen returns: a beat another gateway passes on right after
+	// reaches this one too.
+	if err := b.nc.FlushTimeout(10 * time.Second); err != nil {
+		return fmt.Errorf("bus: %w", err)
+	}
 	return nil
 }
 

@@ -46,6 +46,46 @@ func newStack(t *testing.T, deadline time.Duration) *stack {
 // itself when wrap is nil).
 func newStackWith(t *testing.T, deadline time.Duration, wrap func(*sim.Driver) compute.Driver) *stack {
 	t.Helper()
+	lr := newLogRig(t)
+	ctx, store := context.Background(), lr.store
+	s := &stack{t: t, store: store, changed: make(chan struct{})}
+	var err error
+	if s.sim, err = sim.New(reporter{s}, sim.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.sim.Close)
+	var drv compute.Driver = s.sim
+	if wrap != nil {
+		drv = wrap(s.sim)
+	}
+	drivers := compute.Registry{"sim": drv}
+	if s.svc, err = gateway.NewService(store, lr.names, drivers, lr.creds, gateway.Config{Node: node}, zerolog.Nop()); err != nil {
+		t.Fatal(err)
+	}
+	pos, err := store.Position(ctx, sagas.PositionKey(node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := sagas.New(store, pos, recording{s}, drivers, lr.creds, sagas.Config{Node: node, Deadline: deadline}, zerolog.New(zerolog.NewTestWriter(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, r)
+	return s
+}
+
+// logRig is a real NATS server with the log and what a gateway keeps
+// beside it; the checker runs over the log at cleanup, after every part
+// the test starts later has stopped.
+type logRig struct {
+	srv   *natstest.Server
+	store *jsstore.Store
+	names *gateway.KVNames
+	creds *compute.Credentials
+}
+
+func newLogRig(t *testing.T) logRig {
+	t.Helper()
 	srv := natstest.Start(t)
 	ctx := context.Background()
 	store, err := jsstore.New(ctx, srv.JS, jsstore.Config{})
@@ -60,8 +100,7 @@ func newStackWith(t *testing.T, deadline time.Duration, wrap func(*sim.Driver) c
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &stack{t: t, store: store, changed: make(chan struct{})}
-	t.Cleanup(func() { // runs last: after the runner and the sim stopped
+	t.Cleanup(func() { // registered first: runs last
 		vs, err := check.Replay(context.Background(), store, check.Options{})
 		if err != nil {
 			t.Error(err)
@@ -70,36 +109,21 @@ func newStackWith(t *testing.T, deadline time.Duration, wrap func(*sim.Driver) c
 			t.Errorf("the log breaks an invariant: %v", v)
 		}
 	})
-	if s.sim, err = sim.New(reporter{s}, sim.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.sim.Close)
-	var drv compute.Driver = s.sim
-	if wrap != nil {
-		drv = wrap(s.sim)
-	}
-	drivers := compute.Registry{"sim": drv}
-	if s.svc, err = gateway.NewService(store, names, drivers, creds, gateway.Config{Node: node}, zerolog.Nop()); err != nil {
-		t.Fatal(err)
-	}
-	pos, err := store.Position(ctx, sagas.PositionKey(node))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := sagas.New(store, pos, recording{s}, drivers, creds, sagas.Config{Node: node, Deadline: deadline}, zerolog.New(zerolog.NewTestWriter(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
+	return logRig{srv: srv, store: store, names: names, creds: creds}
+}
+
+// runUntilCleanup runs r until the test's cleanup, which waits for it.
+func runUntilCleanup(t *testing.T, r *sagas.Runner) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
+	go func() { done <- r.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run = %v, want nil", err)
 		}
 	})
-	return s
 }
 
 func (s *stack) notify() {

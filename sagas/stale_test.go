@@ -12,9 +12,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
-	"github.com/torpor/torpor/events/check"
-	"github.com/torpor/torpor/events/jsstore"
-	"github.com/torpor/torpor/events/natstest"
 	"github.com/torpor/torpor/sagas"
 	"github.com/torpor/torpor/services/compute"
 	"github.com/torpor/torpor/services/compute/sim"
@@ -64,19 +61,10 @@ func (p *memPosition) Set(_ context.Context, seq uint64) error {
 // racing exit and discarded the reference, and the sandbox sat in
 // suspending until its deadline.
 func TestSuspendRecordedThroughAStaleInstance(t *testing.T) {
-	srv := natstest.Start(t)
-	ctx := context.Background()
-	store, err := jsstore.New(ctx, srv.JS, jsstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	names, err := gateway.NewKVNames(ctx, srv.JS, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	creds, _ := compute.NewCredentials([]byte("0123456789abcdef0123456789abcdef"))
+	lr := newLogRig(t)
+	ctx, store := context.Background(), lr.store
 	instance := func() *gateway.Service {
-		svc, err := gateway.NewService(store, names, gatewayDrivers{}, creds, gateway.Config{}, zerolog.Nop())
+		svc, err := gateway.NewService(store, lr.names, gatewayDrivers{}, lr.creds, gateway.Config{}, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,26 +80,13 @@ func TestSuspendRecordedThroughAStaleInstance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := sagas.New(store, &memPosition{}, b, compute.Registry{"sim": drv}, creds,
+	t.Cleanup(drv.Close)
+	r, err := sagas.New(store, &memPosition{}, b, compute.Registry{"sim": drv}, lr.creds,
 		sagas.Config{Node: "local", CheckpointEvery: time.Millisecond}, zerolog.New(zerolog.NewTestWriter(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		drv.Close()
-		vs, err := check.Replay(ctx, store, check.Options{})
-		if err != nil {
-			t.Error(err)
-		}
-		for _, v := range vs {
-			t.Errorf("the log breaks an invariant: %v", v)
-		}
-	})
+	runUntilCleanup(t, r)
 
 	v, err := a.Handle(ctx, gateway.Command{Verb: gateway.VerbCreate})
 	if err != nil {

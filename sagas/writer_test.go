@@ -13,9 +13,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
-	"github.com/torpor/torpor/events/check"
-	"github.com/torpor/torpor/events/jsstore"
-	"github.com/torpor/torpor/events/natstest"
 	"github.com/torpor/torpor/sagas"
 	"github.com/torpor/torpor/services/compute"
 	"github.com/torpor/torpor/services/compute/supervisor"
@@ -106,18 +103,9 @@ func (d *eager) Resume(ctx context.Context, req compute.Resume) (compute.ResumeR
 // and the restore itself (as supervisor:2) and the saga's copies were
 // dropped; at the create, started came after the attach, in ready.
 func TestOneWriterPerFact(t *testing.T) {
-	srv := natstest.Start(t)
-	ctx := context.Background()
-	store, err := jsstore.New(ctx, srv.JS, jsstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	names, err := gateway.NewKVNames(ctx, srv.JS, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	creds, _ := compute.NewCredentials([]byte("0123456789abcdef0123456789abcdef"))
-	svc, err := gateway.NewService(store, names, gatewayDrivers{}, creds, gateway.Config{}, zerolog.Nop())
+	lr := newLogRig(t)
+	ctx, store, srv := context.Background(), lr.store, lr.srv
+	svc, err := gateway.NewService(store, lr.names, gatewayDrivers{}, lr.creds, gateway.Config{}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,30 +116,15 @@ func TestOneWriterPerFact(t *testing.T) {
 	}
 	busDone := make(chan error, 1)
 	go func() { busDone <- bus.Run(bctx) }()
+	t.Cleanup(func() { stopBus(); <-busDone })
 	drv := &eager{nc: srv.Connect(t), quit: make(chan struct{})}
-	r, err := sagas.New(store, &memPosition{}, svc, compute.Registry{"sim": drv}, creds,
+	t.Cleanup(func() { close(drv.quit); drv.wg.Wait() })
+	r, err := sagas.New(store, &memPosition{}, svc, compute.Registry{"sim": drv}, lr.creds,
 		sagas.Config{Node: "local", CheckpointEvery: time.Millisecond}, zerolog.New(zerolog.NewTestWriter(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		close(drv.quit)
-		drv.wg.Wait()
-		stopBus()
-		<-busDone
-		vs, err := check.Replay(ctx, store, check.Options{})
-		if err != nil {
-			t.Error(err)
-		}
-		for _, v := range vs {
-			t.Errorf("the log breaks an invariant: %v", v)
-		}
-	})
+	runUntilCleanup(t, r)
 
 	v, err := svc.Handle(ctx, gateway.Command{Verb: gateway.VerbCreate})
 	if err != nil {

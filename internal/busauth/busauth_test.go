@@ -37,8 +37,14 @@ const (
 
 func startBus(t *testing.T) *bus {
 	t.Helper()
+	return startBusWith(t, busauth.NoLimits)
+}
+
+// startBusWith is startBus with the accounts' limits lim.
+func startBusWith(t *testing.T, lim busauth.Limits) *bus {
+	t.Helper()
 	dir := t.TempDir()
-	a, err := busauth.Open(filepath.Join(dir, "auth"), busauth.NoLimits)
+	a, err := busauth.Open(filepath.Join(dir, "auth"), lim)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -675,31 +681,8 @@ func TestClientsDeliverNowhere(t *testing.T) {
 // ClientConsumers consumers, so a client cannot fill the server with
 // them; the service's account is not bound by it.
 func TestClientConsumersBounded(t *testing.T) {
-	dir := t.TempDir()
-	a, err := busauth.Open(filepath.Join(dir, "auth"), busauth.Limits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumers: -1, ClientConsumers: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := embedded.Start(embedded.Config{Data: dir, Operator: a.OperatorJWT, Accounts: a.Accounts(), SystemAccount: a.SystemKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	b := &bus{auth: a, ns: ns}
-	svc := b.conn(t, nil, busauth.Grant{Role: busauth.Service})
-	b.js, _ = jetstream.New(svc)
+	b := startBusWith(t, busauth.Limits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumers: -1, ClientConsumers: 3})
 	ctx := t.Context()
-	if _, err := b.js.CreateStream(ctx, jetstream.StreamConfig{Name: busauth.EventStream, Subjects: []string{"torpor.sandbox.>"}}); err != nil {
-		t.Fatal(err)
-	}
-	phases, err := b.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: busauth.PhaseBucket})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := phases.Put(ctx, sandboxA, []byte(`{"phase":"running"}`)); err != nil {
-		t.Fatal(err)
-	}
-	b.copies(t)
 	djs, _ := jetstream.New(b.conn(t, nil, busauth.Grant{Role: busauth.Dashboard}))
 	s, err := djs.Stream(ctx, busauth.EventStream)
 	if err != nil {

@@ -2,8 +2,6 @@ package node
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,7 +9,6 @@ import (
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/check"
-	"github.com/torpor/torpor/internal/busauth"
 	torpor "github.com/torpor/torpor/sdk/go"
 )
 
@@ -39,18 +36,7 @@ func startNode(t *testing.T, cfg Config) *Node {
 // log passes the checker; each node stops on its own.
 func TestThreeNodesInOneProcess(t *testing.T) {
 	first := startNode(t, testConfig(t, "n1"))
-	u, err := first.Auth().User("second and third", time.Hour, busauth.Grant{Role: busauth.Service})
-	if err != nil {
-		t.Fatal(err)
-	}
-	creds, err := u.Creds()
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "service.creds")
-	if err := os.WriteFile(file, creds, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file := serviceCreds(t, first)
 	nodes := []*Node{first}
 	for _, name := range []string{"n2", "n3"} {
 		cfg := testConfig(t, name)

@@ -374,6 +374,11 @@ func reported(s *Sandbox, evs []events.Event, now time.Time) ([]events.Event, er
 			if !s.Resuming {
 				return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: a restore but no resume is under way", s.ID)
 			}
+			// The consumption is the point of no return and comes first
+			// (CONTRACT §3), in this report or one before it.
+			if held != "" {
+				return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: a restore (generation %d) before its retained state was consumed", s.ID, e.Generation)
+			}
 		case *events.ResumeFailed:
 			if !s.Resuming || s.Phase != events.PhaseStarting {
 				return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: a restore failed but no resume is under way", s.ID)

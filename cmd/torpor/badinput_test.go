@@ -192,7 +192,7 @@ func TestStaleGenerationReportIsFenced(t *testing.T) {
 	now := mustWait(t, c, v.ID, events.PhaseReady)
 
 	js, _ := jetstream.New(nc)
-	creds, err := node.Credentials(ctx, js)
+	creds, err := node.Credentials(ctx, js, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

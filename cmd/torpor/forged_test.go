@@ -128,7 +128,7 @@ func TestForgedEventsMoveNoView(t *testing.T) {
 func TestBadCredentialSecretReplaced(t *testing.T) {
 	srv := natstest.Start(t)
 	ctx := context.Background()
-	if _, err := node.Credentials(ctx, srv.JS); err != nil {
+	if _, err := node.Credentials(ctx, srv.JS, 1); err != nil {
 		t.Fatal(err)
 	}
 	kv, err := srv.JS.KeyValue(ctx, "torpor_config")
@@ -139,7 +139,7 @@ func TestBadCredentialSecretReplaced(t *testing.T) {
 		if _, err := kv.Put(ctx, "credential_secret", []byte(bad)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := node.Credentials(ctx, srv.JS); err != nil {
+		if _, err := node.Credentials(ctx, srv.JS, 1); err != nil {
 			t.Fatalf("credentials over %q: %v", bad, err)
 		}
 		e, err := kv.Get(ctx, "credential_secret")

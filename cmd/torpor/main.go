@@ -94,6 +94,8 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.NATSListen, "nats-listen", "127.0.0.1:4222", "where the embedded NATS server listens for producers")
 	f.StringVar(&cfg.NATSURL, "nats-url", "", "join an existing NATS cluster instead of embedding one")
 	f.StringVar(&cfg.NATSCreds, "nats-creds", "", "with --nats-url: the NATS credentials file to connect with (`torpor creds --role service`)")
+	f.IntVar(&cfg.Replicas, "replicas", 0, "copies the NATS cluster keeps of the log, every bucket and the object store (1 to 5); default: what the existing streams have, 1 on a new bus (the embedded server: 1)")
+	f.BoolVar(&cfg.RaiseReplicas, "raise-replicas", false, "raise the streams that have fewer than --replicas (without it a start refuses them)")
 	f.StringVar(&cfg.NATSCA, "nats-ca", "", "a PEM file of CAs that torpor's NATS clients (its connection, its supervisors) trust besides the system's; default with --tls-cert: that certificate")
 	f.StringVar(&cfg.Fsync, "fsync", "always", "always: fsync every write; interval: fsync periodically (faster, may lose the last writes on a crash)")
 	f.StringVar(&cfg.Node, "node", "local", "the node this service runs sandboxes for")

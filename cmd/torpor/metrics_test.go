@@ -131,7 +131,7 @@ func TestMetrics(t *testing.T) {
 	if code := sendReport(t, nc, compute.Report{SandboxID: id, Generation: 2, Credential: "forged", Kind: compute.ReportExited, ExitCode: 1}); code != events.CodeUnauthenticated {
 		t.Fatalf("forged report answered %q, want UNAUTHENTICATED", code)
 	}
-	creds, err := node.Credentials(ctx, js)
+	creds, err := node.Credentials(ctx, js, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,7 +74,7 @@ func TestScenarios(t *testing.T) {
 	a := startApp(t, dir, func(c *serveConfig) { c.Deadline = 2 * time.Second })
 	nc := busConn(t, a)
 	js, _ := jetstream.New(nc)
-	creds, err := node.Credentials(context.Background(), js)
+	creds, err := node.Credentials(context.Background(), js, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,6 +84,8 @@ func imports(account string) []*jwt.Import {
 type CopyLimits struct {
 	// Events is the event stream's MaxBytes; Phases the view bucket's.
 	Events, Phases int64
+	// Replicas of each copy, as many as the origins have; 0 is 1.
+	Replicas int
 }
 
 // Copies makes (or updates) the clients' account's copies of the event
@@ -94,6 +96,7 @@ func Copies(ctx context.Context, js jetstream.JetStream, lim CopyLimits) error {
 	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:   PhaseBucket,
 		MaxBytes: lim.Phases,
+		Replicas: max(lim.Replicas, 1),
 		Storage:  jetstream.FileStorage,
 		Mirror: &jetstream.StreamSource{Name: PhaseBucket, External: &jetstream.ExternalStream{
 			APIPrefix: ClientsAPIPrefix, DeliverPrefix: copyDeliver + ".phases",
@@ -104,6 +107,7 @@ func Copies(ctx context.Context, js jetstream.JetStream, lim CopyLimits) error {
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        EventStream,
 		MaxBytes:    lim.Events,
+		Replicas:    max(lim.Replicas, 1),
 		Storage:     jetstream.FileStorage,
 		AllowDirect: true,
 		Mirror: &jetstream.StreamSource{Name: EventStream, External: &jetstream.ExternalStream{

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -44,6 +45,14 @@ type Config struct {
 	// TLS, when set, makes every TCP client speak TLS with the server's
 	// certificate in it (in-process connections need not).
 	TLS *tls.Config
+	// Cluster, when set, is the name of the NATS cluster the server joins
+	// (JetStream clustered: streams with replicas); ClusterListen is the
+	// host:port it takes routes on (port 0: a random one), Routes the
+	// route URLs of the others (nats-route://host:port). Name must then be
+	// unique in the cluster. Tests and the bench run three in one process.
+	Cluster       string
+	ClusterListen string
+	Routes        []string
 }
 
 // readyIn bounds the wait for a started server to take connections.
@@ -133,6 +142,9 @@ func Start(cfg Config) (*server.Server, error) {
 	if cfg.TLS != nil {
 		opts.TLSConfig, opts.TLSTimeout = cfg.TLS, 5
 	}
+	if err := cfg.cluster(opts); err != nil {
+		return nil, fmt.Errorf("embedded nats-server: %w", err)
+	}
 	if opts.ServerName == "" {
 		opts.ServerName = "torpor"
 	}
@@ -155,4 +167,34 @@ func Start(cfg Config) (*server.Server, error) {
 		return nil, fmt.Errorf("nats-server not ready in %s", readyIn)
 	}
 	return ns, nil
+}
+
+// cluster sets the cluster, its route listener and its routes of c on opts.
+func (c Config) cluster(opts *server.Options) error {
+	if c.Cluster == "" {
+		if c.ClusterListen != "" || len(c.Routes) > 0 {
+			return errors.New("routes without a cluster name")
+		}
+		return nil
+	}
+	host, portStr, err := net.SplitHostPort(c.ClusterListen)
+	if err != nil {
+		return fmt.Errorf("cluster listen %q: %w", c.ClusterListen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return fmt.Errorf("cluster listen %q: bad port", c.ClusterListen)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	opts.Cluster = server.ClusterOpts{Name: c.Cluster, Host: host, Port: port}
+	for _, r := range c.Routes {
+		u, err := url.Parse(r)
+		if err != nil {
+			return fmt.Errorf("route %q: %w", r, err)
+		}
+		opts.Routes = append(opts.Routes, u)
+	}
+	return nil
 }

@@ -35,6 +35,7 @@ func (v *View) Park(ctx context.Context, env events.Envelope, why error) error {
 		Storage:      jetstream.FileStorage,
 		MaxBytes:     256 << 20,
 		MaxValueSize: MaxValueSize,
+		Replicas:     v.cfg.Replicas,
 	})
 	if err != nil {
 		return fmt.Errorf("park: bucket %s: %w", ParkedBucket, err)

@@ -51,7 +51,7 @@ func (a *Node) openAuth(cfg Config) error {
 // (busauth.Copies), which producers and dashboards read, as this
 // service's user of that account; a service without the bus's keys (it
 // joined with --nats-creds) leaves them to the one that has them.
-func (a *Node) makeCopies(ctx context.Context, url, ca string, maxLog int64, log zerolog.Logger) error {
+func (a *Node) makeCopies(ctx context.Context, url, ca string, maxLog int64, replicas int, log zerolog.Logger) error {
 	if a.auth == nil {
 		if a.user != nil {
 			log.Info().Msg("no bus keys under --data (auth/): the clients' copies of the log and the view are made by a service that has them")
@@ -78,7 +78,7 @@ func (a *Node) makeCopies(ctx context.Context, url, ca string, maxLog int64, log
 	if maxLog == 0 {
 		maxLog = jsstore.DefaultMaxBytes
 	}
-	return busauth.Copies(ctx, js, busauth.CopyLimits{Events: maxLog, Phases: kvview.DefaultMaxBytes})
+	return busauth.Copies(ctx, js, busauth.CopyLimits{Events: maxLog, Phases: kvview.DefaultMaxBytes, Replicas: replicas})
 }
 
 // revocationPoll is how often the embedded server's service looks for new

@@ -23,6 +23,7 @@ import (
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/check"
+	"github.com/torpor/torpor/events/natstest"
 	"github.com/torpor/torpor/internal/busauth"
 	"github.com/torpor/torpor/internal/embedded"
 	torpor "github.com/torpor/torpor/sdk/go"
@@ -63,6 +64,22 @@ type cluster struct {
 	proxied bool
 	// deadline and limit are the nodes' --deadline and --heartbeat-limit.
 	deadline, limit time.Duration
+	// servers, when set, is the size of a NATS cluster (natstest.Cluster,
+	// each stream R servers) that replaces the one server ns.
+	servers int
+	nats    *natstest.Cluster
+}
+
+// onNATSCluster runs the cluster's torpor nodes and worker on a NATS
+// cluster of n servers, every stream with n replicas.
+func onNATSCluster(n int) func(*cluster) { return func(c *cluster) { c.servers = n } }
+
+// url is the NATS URL the nodes and the worker dial.
+func (c *cluster) url() string {
+	if c.nats != nil {
+		return c.nats.URL()
+	}
+	return c.ns.ClientURL()
 }
 
 // worker is the worker node's `torpor driver`, in this process.
@@ -82,14 +99,21 @@ func newCluster(t *testing.T, instances, driving int, f *faults, opts ...func(*c
 	if c.auth, err = busauth.Open(c.authDir, busauth.NoLimits); err != nil {
 		t.Fatal(err)
 	}
-	if c.ns, err = embedded.Start(embedded.Config{Data: dir, Listen: "127.0.0.1:0", Operator: c.auth.OperatorJWT, Accounts: c.auth.Accounts(), SystemAccount: c.auth.SystemKey, Name: "faults"}); err != nil {
-		t.Fatal(err)
+	if c.servers > 0 {
+		c.nats = natstest.StartCluster(t, c.servers, c.auth)
+	} else {
+		if c.ns, err = embedded.Start(embedded.Config{Data: dir, Listen: "127.0.0.1:0", Operator: c.auth.OperatorJWT, Accounts: c.auth.Accounts(), SystemAccount: c.auth.SystemKey, Name: "faults"}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.ns.Shutdown(); c.ns.WaitForShutdown() })
 	}
-	t.Cleanup(func() { c.ns.Shutdown(); c.ns.WaitForShutdown() })
 	c.service = c.creds("service", busauth.Grant{Role: busauth.Service})
 	c.driver = c.creds("driver", busauth.Grant{Role: busauth.Driver, Node: "w1"})
 	for i := range instances {
 		c.nodes = append(c.nodes, c.startNode(i))
+	}
+	if instances == 0 {
+		return c // the bus alone
 	}
 	c.token = c.nodes[0].AdminToken()
 	c.startWorker()
@@ -122,7 +146,8 @@ func (c *cluster) startNode(i int) *Node {
 		c.t.Fatal(err)
 	}
 	cfg := testConfig(c.t, fmt.Sprintf("ctl%d", i+1))
-	cfg.Data, cfg.NATSURL, cfg.NATSCreds, cfg.NATSListen = data, c.ns.ClientURL(), c.service, ""
+	cfg.Data, cfg.NATSURL, cfg.NATSCreds, cfg.NATSListen = data, c.url(), c.service, ""
+	cfg.Replicas = c.servers
 	cfg.Deadline, cfg.HeartbeatLimit = c.deadline, c.limit
 	if i < c.driving {
 		cfg.RemoteNodes = []string{"w1"}
@@ -146,7 +171,7 @@ func (c *cluster) startWorker() {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &worker{cancel: cancel, done: make(chan error, 1)}
 	up := make(chan struct{})
-	cfg := DriverConfig{Node: "w1", Drivers: []string{"sim"}, NATSURL: c.ns.ClientURL(), NATSCreds: c.driver, Data: data, Heartbeat: time.Second}
+	cfg := DriverConfig{Node: "w1", Drivers: []string{"sim"}, NATSURL: c.url(), NATSCreds: c.driver, Data: data, Heartbeat: time.Second}
 	if c.proxied && c.proxy == nil {
 		c.proxy = newProxy(c.t, c.ns.Addr().String())
 	}

@@ -128,6 +128,13 @@ type Config struct {
 	// NATSURL with (--nats-creds, a service user: `torpor creds --role
 	// service`); empty: none, as the server wants it.
 	NATSCreds string
+	// Replicas is how many copies the NATS cluster keeps of the log, of
+	// every KV bucket and of the object store (--replicas): 0 takes what
+	// the existing streams have, 1 on a new bus (the embedded server is
+	// one server: 1 only). A stream with fewer refuses the start unless
+	// RaiseReplicas (--raise-replicas) raises it; see decideReplicas.
+	Replicas      int
+	RaiseReplicas bool
 	// wrapStore, when set, wraps the store the command service appends
 	// and reads through: the fault tests make appends fail. No flag sets
 	// it.
@@ -230,12 +237,18 @@ func (s sharedStore) Follow(ctx context.Context, after uint64, max int, h events
 	return s.log.Follow(ctx, after, max, h)
 }
 
+// Replicas is how many copies the cluster keeps of each of the node's
+// streams, buckets and object store.
+func (a *Node) Replicas() int { return a.replicas }
+
 // Node is a running torpor service: every part started, the addresses bound.
 type Node struct {
 	httpAddr string
 	// httpScheme is https with --tls-cert, else http.
 	httpScheme string
 	natsURL    string
+	// replicas is what decideReplicas gave every stream of the node.
+	replicas int
 
 	ns     *server.Server
 	nc     *nats.Conn
@@ -326,9 +339,17 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
+	if cfg.NATSURL == "" && cfg.Replicas > 1 {
+		return nil, invalid(fmt.Errorf("--replicas %d: the embedded NATS server is one server; a cluster is joined with --nats-url", cfg.Replicas))
+	}
+	replicas, err := decideReplicas(ctx, js, cfg.Replicas, cfg.RaiseReplicas)
+	if err != nil {
+		return nil, err
+	}
+	a.replicas = replicas
 	// Every part records into one set of metrics, served on GET /metrics.
 	m := metrics.New()
-	store, err := jsstore.New(ctx, js, jsstore.Config{DuplicateWindow: cfg.DuplicateWindow, MaxBytes: cfg.MaxLogBytes, OnForeign: func(f jsstore.Foreign) {
+	store, err := jsstore.New(ctx, js, jsstore.Config{Replicas: replicas, DuplicateWindow: cfg.DuplicateWindow, MaxBytes: cfg.MaxLogBytes, OnForeign: func(f jsstore.Foreign) {
 		m.Foreign()
 		log.Warn().Err(f.Err).Str("subject", f.Subject).Uint64("seq", f.Seq).Msg("skipped a message that is not a torpor event")
 	}, OnBadPosition: func(name string, err error) {
@@ -337,26 +358,26 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 	if err != nil {
 		return nil, err
 	}
-	view, err := kvview.New(ctx, js, kvview.Config{CheckpointEvery: 100 * time.Millisecond, HoldTransient: viewHold, Metrics: m, PastTTL: cfg.ReplayTTL, Log: store})
+	view, err := kvview.New(ctx, js, kvview.Config{Replicas: replicas, CheckpointEvery: 100 * time.Millisecond, HoldTransient: viewHold, Metrics: m, PastTTL: cfg.ReplayTTL, Log: store})
 	if err != nil {
 		return nil, err
 	}
-	if err := a.makeCopies(ctx, url, natsCA, cfg.MaxLogBytes, log); err != nil {
+	if err := a.makeCopies(ctx, url, natsCA, cfg.MaxLogBytes, replicas, log); err != nil {
 		return nil, err
 	}
-	names, err := gateway.NewKVNames(ctx, js, 1)
+	names, err := gateway.NewKVNames(ctx, js, replicas)
 	if err != nil {
 		return nil, err
 	}
-	creds, err := Credentials(log.WithContext(ctx), js) // the logger for a replaced secret
+	creds, err := Credentials(log.WithContext(ctx), js, replicas) // the logger for a replaced secret
 	if err != nil {
 		return nil, err
 	}
-	tokens, err := access.Open(ctx, js, 1)
+	tokens, err := access.Open(ctx, js, replicas)
 	if err != nil {
 		return nil, err
 	}
-	quota, err := access.OpenQuota(ctx, js, 1)
+	quota, err := access.OpenQuota(ctx, js, replicas)
 	if err != nil {
 		return nil, err
 	}
@@ -385,7 +406,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 		WarnRoot(log, cfg.RunAs)
 		// The vm driver is there whatever the node has: a node without
 		// QEMU or a kernel refuses each vm create, saying what it lacks.
-		if drivers["vm"], err = newVM(a.nc, true, cfg.Data, url, natsCA, cfg.Torpor, cfg.VMKernel, cfg.HeartbeatLimit/3); err != nil {
+		if drivers["vm"], err = newVM(a.nc, replicas, cfg.Data, url, natsCA, cfg.Torpor, cfg.VMKernel, cfg.HeartbeatLimit/3); err != nil {
 			return nil, err
 		}
 	}
@@ -454,7 +475,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 		a.httpScheme = "https"
 	}
 	a.store, a.proj = store, proj
-	fwdIndex, err := forward.NewKVIndex(ctx, js, 1)
+	fwdIndex, err := forward.NewKVIndex(ctx, js, replicas)
 	if err != nil {
 		return nil, err
 	}
@@ -781,8 +802,8 @@ func (a *Node) close() {
 // credentials loads the supervisor credential secret from the KV bucket
 // torpor_config, creating it on first start (the first writer wins, so every
 // replica shares one secret).
-func Credentials(ctx context.Context, js jetstream.JetStream) (*compute.Credentials, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "torpor_config", Description: "torpor service settings", MaxBytes: 1 << 20, MaxValueSize: 4 << 10})
+func Credentials(ctx context.Context, js jetstream.JetStream, replicas int) (*compute.Credentials, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "torpor_config", Description: "torpor service settings", MaxBytes: 1 << 20, MaxValueSize: 4 << 10, Replicas: max(replicas, 1)})
 	if err != nil {
 		return nil, fmt.Errorf("config bucket: %w", err)
 	}

@@ -26,7 +26,7 @@ func vmDriver(cfg DriverConfig, nc *nats.Conn) (compute.Driver, error) {
 	if err := probe.Missing(); err != nil {
 		return nil, err
 	}
-	d, err := newVM(nc, false, cfg.Data, cfg.NATSURL, cfg.NATSCA, cfg.Torpor, cfg.VMKernel, cfg.Heartbeat)
+	d, err := newVM(nc, 0, cfg.Data, cfg.NATSURL, cfg.NATSCA, cfg.Torpor, cfg.VMKernel, cfg.Heartbeat)
 	if err != nil {
 		return nil, err
 	}
@@ -38,9 +38,10 @@ func vmDriver(cfg DriverConfig, nc *nats.Conn) (compute.Driver, error) {
 
 // newVM is the vm driver over data, its supervisors reporting on url, its
 // snapshots moving through the torpor_snapshots object store on nc's
-// JetStream: made if missing when create is set (the service), else bound
-// (a driver node, whose user may not make streams).
-func newVM(nc *nats.Conn, create bool, data, url, ca, binary, kernel string, heartbeat time.Duration) (*vm.Driver, error) {
+// JetStream: made if missing with replicas copies when replicas is set (the
+// service), else bound (a driver node, replicas 0, whose user may not make
+// streams).
+func newVM(nc *nats.Conn, replicas int, data, url, ca, binary, kernel string, heartbeat time.Duration) (*vm.Driver, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
@@ -48,7 +49,7 @@ func newVM(nc *nats.Conn, create bool, data, url, ca, binary, kernel string, hea
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var store jetstream.ObjectStore
-	if create {
+	if replicas > 0 {
 		store, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 			Bucket:      vm.SnapshotBucket,
 			Description: "torpor vm snapshots that move between nodes",
@@ -56,6 +57,7 @@ func newVM(nc *nats.Conn, create bool, data, url, ca, binary, kernel string, hea
 			// Each snapshot is deleted once its guest runs again; the bound
 			// is what moving sandboxes may hold at once (reserved at start).
 			MaxBytes: 2 << 30,
+			Replicas: replicas,
 		})
 	} else if store, err = js.ObjectStore(ctx, vm.SnapshotBucket); errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, events.Errorf(events.CodeFailedPrecondition, "object store %s: not found; torpor serve makes it (start it first, with the process or vm driver)", vm.SnapshotBucket)

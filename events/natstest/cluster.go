@@ -1,0 +1,187 @@
+package natstest
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/torpor/torpor/internal/busauth"
+	"github.com/torpor/torpor/internal/embedded"
+)
+
+// Cluster is a NATS cluster of in-process servers with clustered
+// JetStream, each listening for clients and routes on loopback, each with
+// its store under a directory of its own: a server can be killed, restarted
+// on its store, or restarted with its store lost.
+type Cluster struct {
+	t    testing.TB
+	auth *busauth.Auth
+	name string
+	mu   sync.Mutex
+	// servers[i] is nil while server i is down.
+	servers []*server.Server
+	dirs    []string
+	client  []string // client host:port of each server, kept across restarts
+	route   []string // route host:port of each server
+}
+
+// StartCluster runs n servers in one cluster (n ≥ 3 for a quorum that
+// outlives a server) in auth's operator mode, and waits until JetStream has
+// a meta leader. Every server is shut down at cleanup.
+func StartCluster(t testing.TB, n int, auth *busauth.Auth) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, auth: auth, name: "torpor-test", servers: make([]*server.Server, n)}
+	for range n {
+		c.dirs = append(c.dirs, t.TempDir())
+		c.client = append(c.client, freeAddr(t))
+		c.route = append(c.route, freeAddr(t))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = c.start(i) }()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("server %d: %v", i, err)
+		}
+	}
+	t.Cleanup(func() {
+		for i := range n {
+			c.Kill(i)
+		}
+	})
+	c.WaitLeader(30 * time.Second)
+	return c
+}
+
+// freeAddr is a loopback address with a port nothing listened on a moment
+// ago (the servers' ports are fixed so that a restarted server is found
+// where it was).
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// start starts server i on its store.
+func (c *Cluster) start(i int) error {
+	var routes []string
+	for j, r := range c.route {
+		if j != i {
+			routes = append(routes, "nats-route://"+r)
+		}
+	}
+	cfg := embedded.Config{Data: c.dirs[i], Listen: c.client[i], Name: fmt.Sprintf("n%d", i+1),
+		Cluster: c.name, ClusterListen: c.route[i], Routes: routes}
+	if c.auth != nil {
+		cfg.Operator, cfg.Accounts, cfg.SystemAccount = c.auth.OperatorJWT, c.auth.Accounts(), c.auth.SystemKey
+	}
+	s, err := embedded.Start(cfg)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.servers[i] = s
+	c.mu.Unlock()
+	return nil
+}
+
+// URL is every server's client URL, comma-separated, as nats.Connect and
+// --nats-url take a cluster.
+func (c *Cluster) URL() string {
+	urls := make([]string, len(c.client))
+	for i, a := range c.client {
+		urls[i] = "nats://" + a
+	}
+	return strings.Join(urls, ",")
+}
+
+// Server is server i, nil while it is down.
+func (c *Cluster) Server(i int) *server.Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.servers[i]
+}
+
+// Size is how many servers the cluster has, up or down.
+func (c *Cluster) Size() int { return len(c.servers) }
+
+// Kill shuts server i down at once, its store kept; a server down already
+// is left so.
+func (c *Cluster) Kill(i int) {
+	c.mu.Lock()
+	s := c.servers[i]
+	c.servers[i] = nil
+	c.mu.Unlock()
+	if s != nil {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
+}
+
+// Restart starts server i again on its store (after Kill).
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	if err := c.start(i); err != nil {
+		c.t.Fatalf("restart server %d: %v", i, err)
+	}
+}
+
+// Wipe kills server i, deletes its store and starts it empty: it catches
+// up from the others.
+func (c *Cluster) Wipe(i int) {
+	c.t.Helper()
+	c.Kill(i)
+	if err := os.RemoveAll(filepath.Join(c.dirs[i], "jetstream")); err != nil {
+		c.t.Fatal(err)
+	}
+	c.Restart(i)
+}
+
+// StreamLeader is the index of the server that leads stream of account
+// (a public key; the service's account when empty), -1 when none does.
+func (c *Cluster) StreamLeader(account, stream string) int {
+	if account == "" && c.auth != nil {
+		account = c.auth.AccountKey
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, s := range c.servers {
+		if s != nil && s.JetStreamIsStreamLeader(account, stream) {
+			return i
+		}
+	}
+	return -1
+}
+
+// WaitLeader waits until a server up is the JetStream meta leader.
+func (c *Cluster) WaitLeader(within time.Duration) {
+	c.t.Helper()
+	end := time.Now().Add(within)
+	for time.Now().Before(end) {
+		c.mu.Lock()
+		for _, s := range c.servers {
+			if s != nil && s.JetStreamIsLeader() {
+				c.mu.Unlock()
+				return
+			}
+		}
+		c.mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.t.Fatalf("no JetStream meta leader within %s", within)
+}

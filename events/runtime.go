@@ -18,6 +18,10 @@ type ResourceLost struct {
 type DeadlinePassed struct {
 	Phase    Phase  `json:"phase"`
 	Deadline string `json:"deadline"`
+	// Extended is how long the deadline was extended because the log was
+	// unavailable within it (a NATS election, a server down); empty when
+	// it was not.
+	Extended string `json:"extended,omitempty"`
 }
 
 // CleanupRequested: a passed deadline ended its phase in error, and the

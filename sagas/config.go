@@ -42,6 +42,11 @@ type Config struct {
 	// error keeps the runner from acting (the runner lost its node's lease,
 	// another may be driving the node: jsstore.Lease.Held).
 	Fence func() error
+	// Unavailable, when set, is how long since a time this process found
+	// the log unavailable (jsstore.Store.Unavailable): a deadline that
+	// passes is extended by the outage within it, once per outage, and the
+	// deadline_passed it finally records says by how much (extended).
+	Unavailable func(since time.Time) time.Duration
 }
 
 // Default values of Config.

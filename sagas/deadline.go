@@ -85,6 +85,9 @@ import (
 type open struct {
 	env   events.Envelope // the event that entered the phase
 	timer *time.Timer
+	// extended is how long the deadline was extended for outages of the
+	// log within it (Config.Unavailable).
+	extended time.Duration
 }
 
 // enters says whether an event of type typ, moving a sandbox from phase
@@ -153,6 +156,27 @@ func (r *Runner) due(ctx context.Context, o *open) {
 	}
 }
 
+// extend rearms o's deadline for the time the log was unavailable within
+// it that it was not extended for yet, and says whether it did: time in
+// which no outcome could be recorded (nor a heartbeat heard) is not held
+// against the sandbox.
+func (r *Runner) extend(o *open) bool {
+	if r.cfg.Unavailable == nil {
+		return false
+	}
+	out := r.cfg.Unavailable(o.env.Time)
+	if out <= o.extended {
+		return false
+	}
+	more := out - o.extended
+	o.extended = out
+	r.log.Warn().Str("sandbox_id", o.env.SandboxID).Str("phase", string(o.env.Phase)).Uint64("seq", o.env.Seq).
+		Dur("by", more).Dur("extended", out).Msg("deadline extended: the log was unavailable within it")
+	r.cfg.Metrics.DeadlineExtended()
+	r.rearm(o, more)
+	return true
+}
+
 // rearm runs o's deadline again after d, if it is still open.
 func (r *Runner) rearm(o *open, d time.Duration) {
 	r.mu.Lock()
@@ -182,6 +206,9 @@ func (r *Runner) settle(ctx context.Context, o *open) error {
 	current := r.open[id] == o
 	r.mu.Unlock()
 	if !current {
+		return nil
+	}
+	if r.extend(o) {
 		return nil
 	}
 	all, err := r.src.Load(ctx, id, 0)
@@ -248,7 +275,14 @@ func (r *Runner) settle(ctx context.Context, o *open) error {
 		// it until the driver confirms it (cleanup.go), across restarts.
 		evs = append(evs, &events.CleanupRequested{Generation: st.view.Generation, Action: cleanup})
 	}
-	log.Warn().Str("observed", string(obs.State)).Str("outcome", evs[0].Type()).Msg("deadline passed")
+	if o.extended > 0 {
+		for _, e := range evs {
+			if p, ok := e.(*events.DeadlinePassed); ok {
+				p.Extended = o.extended.String()
+			}
+		}
+	}
+	log.Warn().Str("observed", string(obs.State)).Str("outcome", evs[0].Type()).Dur("extended", o.extended).Msg("deadline passed")
 	err = r.record(ctx, s, evs...)
 	switch {
 	case errors.Is(err, errRefused):

@@ -58,6 +58,8 @@ func (s *Store) Append(ctx context.Context, id string, expected uint64, envs ...
 	msgs[0].Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
 
 	var err error
+	op := s.out.begin(time.Now())
+	defer func() { s.out.end(op, time.Now(), errors.Is(err, events.ErrUnavailable)) }()
 	if len(msgs) == 1 {
 		var seq uint64
 		if seq, err = s.publish(ctx, msgs[0]); err == nil {
@@ -65,10 +67,24 @@ func (s *Store) Append(ctx context.Context, id string, expected uint64, envs ...
 		}
 	} else {
 		var ack *jetstreamext.BatchAck
-		if ack, err = jetstreamext.PublishMsgBatch(ctx, s.js, msgs); err == nil {
+		bctx, cancel := s.inFlight(ctx)
+		ack, err = jetstreamext.PublishMsgBatch(bctx, s.js, msgs)
+		if err != nil && errors.Is(context.Cause(bctx), errConnLost) {
+			err = fmt.Errorf("%w: %w", nats.ErrTimeout, errConnLost)
+		}
+		cancel()
+		if err == nil {
 			return ack.Sequence, nil
 		}
 	}
+	var seq uint64
+	seq, err = s.resolve(ctx, id, expected, envs, err)
+	return seq, err
+}
+
+// resolve is the outcome of an append whose publish answered err.
+func (s *Store) resolve(ctx context.Context, id string, expected uint64, envs []events.Envelope, err error) (uint64, error) {
+	subject := Subject(id)
 
 	if full(err) {
 		return 0, events.Errorf(events.CodeResourceExhausted, "append %s: the event log is full (%v); free storage or raise --max-log-bytes", id, err)
@@ -187,8 +203,13 @@ func (s *Store) lastOf(ctx context.Context, subject string) (uint64, string, err
 	if err != nil {
 		return 0, "", err
 	}
+	ctx, cancel := s.inFlight(ctx) // bounded, and ended when the connection goes down
+	defer cancel()
 	msg, err := s.js.Conn().RequestWithContext(ctx, s.apiPrefix()+"STREAM.MSG.GET."+s.cfg.Stream, req)
 	if err != nil {
+		if errors.Is(context.Cause(ctx), errConnLost) {
+			return 0, "", fmt.Errorf("%w: %w", nats.ErrTimeout, errConnLost)
+		}
 		return 0, "", err
 	}
 	var resp struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -39,7 +40,7 @@ func (s *Store) Follow(ctx context.Context, after uint64, max int, h events.Foll
 	if pull < minFollowPull {
 		pull = minFollowPull
 	}
-	it, err := s.messages(ctx, after+1, jetstream.PullMaxMessages(pull))
+	it, err := s.messages(ctx, after+1, jetstream.PullMaxMessages(pull), jetstream.PullHeartbeat(FollowHeartbeat))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -58,7 +59,11 @@ func (s *Store) Follow(ctx context.Context, after uint64, max int, h events.Foll
 		for {
 			msg, err := it.Next(jetstream.NextContext(pctx))
 			if errors.Is(err, jetstream.ErrNoHeartbeat) && pctx.Err() == nil {
-				continue // the ordered consumer recreates itself
+				// The ordered consumer recreates itself; its server went
+				// silent for two beats at least.
+				now := time.Now()
+				s.out.mark(now.Add(-2*FollowHeartbeat), now)
+				continue
 			}
 			select {
 			case ch <- delivery{msg, err}:
@@ -125,9 +130,18 @@ func (s *Store) Follow(ctx context.Context, after uint64, max int, h events.Foll
 	}
 }
 
+// FollowHeartbeat is how often the server beats on a follower's idle
+// consumer. An ordered consumer whose server died (a NATS server of the
+// cluster, not the one this connection is on) is found missing only by
+// its beats: two missed, and it recreates itself on a server that is up.
+// nats.go's default of 5 s left the sagas and the view ten seconds behind,
+// long enough for a deadline to pass on a resume that had already
+// succeeded.
+const FollowHeartbeat = time.Second
+
 // messages starts an ordered consumer at sequence start over every
 // sandbox's subject and returns its iterator.
-func (s *Store) messages(ctx context.Context, start uint64, pull jetstream.PullMessagesOpt) (jetstream.MessagesContext, error) {
+func (s *Store) messages(ctx context.Context, start uint64, pull ...jetstream.PullMessagesOpt) (jetstream.MessagesContext, error) {
 	cons, err := s.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{SubjectPrefix + ">"},
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
@@ -136,7 +150,7 @@ func (s *Store) messages(ctx context.Context, start uint64, pull jetstream.PullM
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	it, err := cons.Messages(pull)
+	it, err := cons.Messages(pull...)
 	if err != nil {
 		return nil, unavailable(err)
 	}

@@ -106,6 +106,7 @@ type Store struct {
 	// ackPrefix is how the answer to a stored publish starts (pubAck).
 	ackPrefix []byte
 	foreign   foreign
+	out       *outages
 }
 
 var _ events.Store = (*Store)(nil)
@@ -140,7 +141,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error
 
 // on is the store of cfg on stream.
 func on(js jetstream.JetStream, cfg Config, stream jetstream.Stream) *Store {
-	s := &Store{js: js, cfg: cfg, stream: stream, ackPrefix: []byte(`{"stream":"` + cfg.Stream + `","seq":`)}
+	s := &Store{js: js, cfg: cfg, stream: stream, ackPrefix: []byte(`{"stream":"` + cfg.Stream + `","seq":`), out: newOutages()}
+	s.watchConn(js.Conn())
 	s.foreign.report = cfg.OnForeign
 	return s
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
@@ -29,35 +30,64 @@ const headerNumPending = "Nats-Num-Pending"
 // Load returns the events of sandbox id above after, with batched direct
 // gets filtered on the sandbox's subject, so it costs in the events of that
 // sandbox, not in the length of the log. On a replicated stream a direct get
-// may be answered by a replica that lags the leader by a few messages; an
-// append on such a stale load fails with events.ErrConflict and the reload
-// catches up.
-func (s *Store) Load(ctx context.Context, id string, after uint64) ([]events.Envelope, error) {
+// may be answered by a replica that lags the leader (by a few messages, or
+// by minutes when its server just came back): Load reads up to the head the
+// leader gives (Head), so that it never returns less than the log held when
+// it was called, and a sandbox that exists is never NOT_FOUND.
+func (s *Store) Load(ctx context.Context, id string, after uint64) (_ []events.Envelope, err error) {
+	op := s.out.begin(time.Now())
+	defer func() { s.out.end(op, time.Now(), errors.Is(err, events.ErrUnavailable)) }()
 	out := []events.Envelope{}
-	if after > 0 {
-		// Most loads after a sequence find nothing (a saga checking that
-		// nothing followed its intent): one direct get of the subject's last
-		// message answers that for a fraction of a batched get.
-		head, err := s.Head(ctx, id)
-		switch {
-		case err != nil:
+	// head, on a replicated stream or after a sequence, is the subject's
+	// last sequence (the leader's word on a replicated stream): most loads
+	// after a sequence find nothing (a saga checking that nothing followed
+	// its intent), and one get of the subject's last message answers that
+	// for a fraction of a batched get.
+	var head uint64
+	known := after > 0 || s.cfg.Replicas > 1
+	if known {
+		if head, err = s.Head(ctx, id); err != nil {
 			return nil, fmt.Errorf("load %s after %d: %w", id, after, err)
-		case head <= after:
+		}
+		if head <= after {
 			return out, nil
 		}
 	}
-	next := after + 1
-	for {
+	next, seen := after+1, after
+	for lagged := 0; ; {
 		more, last, err := s.loadBatch(ctx, id, next, &out)
 		if err != nil {
 			return nil, fmt.Errorf("load %s after %d: %w", id, after, err)
 		}
-		if !more {
+		seen = max(seen, last)
+		if more {
+			next = last + 1
+			continue
+		}
+		if !known || seen >= head || s.cfg.Replicas < 2 {
 			return out, nil
 		}
-		next = last + 1
+		// The batched get is a direct get, which any replica answers: one
+		// that lags the leader (a server restarted, catching up) left out
+		// the newest events. Read on from where it stopped, in a moment.
+		if lagged++; lagged > lagRetries {
+			return nil, fmt.Errorf("load %s: %w: the replicas lag the leader at %d", id, events.ErrUnavailable, head)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("load %s: %w: %w", id, events.ErrUnavailable, ctx.Err())
+		case <-time.After(lagBackoff):
+		}
+		next = seen + 1
 	}
 }
+
+// lagRetries and lagBackoff bound the reads of a subject that the leader
+// says has more messages than the replica that answered had.
+const (
+	lagRetries = 100
+	lagBackoff = 20 * time.Millisecond
+)
 
 // loadBatch appends to out the events of id from sequence from on, one
 // batch, leaving out foreign messages, and says whether more follow and the
@@ -103,7 +133,18 @@ func (s *Store) loadBatch(ctx context.Context, id string, from uint64, out *[]ev
 // Head is the sequence of the last message on sandbox id's subject, 0 when
 // it has none, whether or not that message is a torpor event: an append
 // that expects it lands after whatever Load left out.
+//
+// On a replicated stream it is the leader's word (the STREAM.MSG.GET API),
+// not a direct get that a replica lagging the leader may answer: a state
+// folded up to it decides as the log stands now.
 func (s *Store) Head(ctx context.Context, id string) (uint64, error) {
+	if s.cfg.Replicas > 1 {
+		seq, _, err := s.lastOf(ctx, Subject(id))
+		if err != nil {
+			return 0, fmt.Errorf("head of %s: %w", id, unavailable(err))
+		}
+		return seq, nil
+	}
 	last, err := s.stream.GetLastMsgForSubject(ctx, Subject(id))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):

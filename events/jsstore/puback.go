@@ -24,13 +24,13 @@ const publishTimeout = 5 * time.Second
 // figure is in the README, Performance), and the answer of a stored message
 // has one shape. Anything else goes through encoding/json.
 func (s *Store) publish(ctx context.Context, msg *nats.Msg) (uint64, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, publishTimeout)
-		defer cancel()
-	}
+	ctx, cancel := s.inFlight(ctx)
+	defer cancel()
 	resp, err := s.js.Conn().RequestMsgWithContext(ctx, msg)
 	if err != nil {
+		if errors.Is(context.Cause(ctx), errConnLost) {
+			return 0, fmt.Errorf("%w: %w", nats.ErrTimeout, errConnLost)
+		}
 		if errors.Is(err, nats.ErrNoResponders) {
 			return 0, fmt.Errorf("%w: %w", jetstream.ErrNoStreamResponse, err)
 		}
@@ -79,4 +79,21 @@ func stored(b, prefix []byte) (uint64, bool) {
 		return 0, false
 	}
 	return seq, true
+}
+
+// errConnLost ends a publish whose connection went down while it waited:
+// its answer is lost (it may have landed), as after a timeout.
+var errConnLost = errors.New("the connection to the server went down with the append in flight")
+
+// inFlight is the context of a publish: ctx, bounded by publishTimeout when
+// it has no deadline, and ended with errConnLost when the connection goes
+// down (a reconnect does not bring the answer back).
+func (s *Store) inFlight(ctx context.Context) (context.Context, context.CancelFunc) {
+	cancelTimeout := context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		ctx, cancelTimeout = context.WithTimeout(ctx, publishTimeout)
+	}
+	c, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(s.out.current(), func() { cancel(errConnLost) })
+	return c, func() { stop(); cancel(nil); cancelTimeout() }
 }

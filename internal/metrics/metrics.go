@@ -48,6 +48,7 @@ type Set struct {
 	foreign     prometheus.Counter
 	conflicts   prometheus.Counter
 	retries     prometheus.Counter
+	extended    *prometheus.CounterVec
 }
 
 // New returns a Set with its collectors registered, the Go runtime's and
@@ -88,7 +89,10 @@ func New() *Set {
 	s.retries = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "append_retries_total", Help: "Appends the gateway decided again and retried after a conflict.",
 	})
-	s.reg.MustRegister(s.parked, s.foreign, s.conflicts, s.retries)
+	s.extended = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "outage_extensions_total", Help: "Deadlines (what=deadline) and heartbeat limits (what=heartbeat) extended because the log was unavailable within them (a NATS election, a server down).",
+	}, []string{"what"})
+	s.reg.MustRegister(s.parked, s.foreign, s.conflicts, s.retries, s.extended)
 	return s
 }
 
@@ -166,6 +170,21 @@ func (s *Set) Foreign() {
 func (s *Set) AppendConflict() {
 	if s != nil {
 		s.conflicts.Inc()
+	}
+}
+
+// DeadlineExtended records a deadline extended for an outage of the log.
+func (s *Set) DeadlineExtended() {
+	if s != nil {
+		s.extended.WithLabelValues("deadline").Inc()
+	}
+}
+
+// HeartbeatExtended records a heartbeat limit extended for an outage of the
+// log.
+func (s *Set) HeartbeatExtended() {
+	if s != nil {
+		s.extended.WithLabelValues("heartbeat").Inc()
 	}
 }
 

@@ -28,6 +28,8 @@ type beats struct {
 type beat struct {
 	gen int64
 	at  time.Time
+	// extended: the limit was extended for an outage of the log since at.
+	extended bool
 }
 
 func (b *beats) note(id string, gen int64, at time.Time) {
@@ -60,18 +62,30 @@ func (b *beats) forget(id string) {
 }
 
 // silent removes and returns the supervisors whose last beat is older than
-// limit at now.
-func (b *beats) silent(now time.Time, limit time.Duration) map[string]int64 {
+// limit at now, the limit extended by the time the log was unavailable since
+// that beat (unavailable, when set): a beat that could not reach this
+// gateway then is not held against its supervisor. extended is how many
+// limits were extended for the first time.
+func (b *beats) silent(now time.Time, limit time.Duration, unavailable func(since time.Time) time.Duration) (out map[string]int64, extended int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := map[string]int64{}
+	out = map[string]int64{}
 	for id, bt := range b.last {
-		if now.Sub(bt.at) > limit {
-			out[id] = bt.gen
-			delete(b.last, id)
+		if now.Sub(bt.at) <= limit {
+			continue
 		}
+		if unavailable != nil && now.Sub(bt.at) <= limit+unavailable(bt.at) {
+			if !bt.extended {
+				bt.extended = true
+				b.last[id] = bt
+				extended++
+			}
+			continue
+		}
+		out[id] = bt.gen
+		delete(b.last, id)
 	}
-	return out
+	return out, extended
 }
 
 // listenBeats subscribes to the beats every gateway passes on. A beat
@@ -119,7 +133,14 @@ func (b *Bus) watchBeats(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			for id, gen := range b.beats.silent(now, limit) {
+			silent, extended := b.beats.silent(now, limit, b.svc.cfg.Unavailable)
+			for range extended {
+				b.svc.cfg.Metrics.HeartbeatExtended()
+			}
+			if extended > 0 {
+				b.log.Warn().Int("supervisors", extended).Msg("heartbeat limit extended: the log was unavailable since their last beat")
+			}
+			for id, gen := range silent {
 				err := b.svc.Record(ctx, events.Envelope{SandboxID: id}, "gateway:heartbeats", &events.SupervisorDetached{Generation: gen})
 				if err != nil {
 					b.log.Debug().Err(err).Str("sandbox_id", id).Int64("generation", gen).Msg("silent supervisor: detach not recorded")

@@ -184,8 +184,8 @@ func TestAttachRenewsTheWatch(t *testing.T) {
 		}
 	}
 	beat, _ := lastBeat(a)
-	if n := len(b.beats.silent(time.Now().Add(time.Hour), time.Hour)); n != 1 { // b found it silent
-		t.Fatalf("b found %d supervisors silent, want 1", n)
+	if s, _ := b.beats.silent(time.Now().Add(time.Hour), time.Hour, nil); len(s) != 1 { // b found it silent
+		t.Fatalf("b found %d supervisors silent, want 1", len(s))
 	}
 	b.report(ctx, report(compute.ReportAttached)) // taken: it is attached
 	for at, _ := lastBeat(a); !at.After(beat); at, _ = lastBeat(a) {

@@ -502,6 +502,17 @@ func (h *HTTP) wait(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// The view it answers is at least as new as the log when asked: a
+	// view read from a replica that lags (a NATS server that just came
+	// back) must not pass an older phase off as the one waited for.
+	head, err := h.svc.Head(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if head > 0 {
+		after = max(after, head-1)
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	v, err := h.views.Wait(ctx, id, phase, after)

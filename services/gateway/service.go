@@ -91,6 +91,10 @@ type Config struct {
 	// silent before it is recorded detached (default 15s: three of
 	// torpor supervise's beats).
 	HeartbeatLimit time.Duration
+	// Unavailable, when set, is how long since a time this process found
+	// the log unavailable (jsstore.Store.Unavailable): the heartbeat limit
+	// is extended by it.
+	Unavailable func(since time.Time) time.Duration
 	// ReportHold is how long a supervisor's report that comes before the
 	// runner recorded its generation's resume (see awaits) waits at the
 	// gateway for that record before it is answered ABORTED, which the
@@ -381,6 +385,12 @@ func (s *Service) Sandbox(ctx context.Context, id string) (*Sandbox, error) {
 		return nil, events.Errorf(events.CodeNotFound, "sandbox %s not found", id)
 	}
 	return sb, nil
+}
+
+// Head is the sequence of sandbox id's last event in the log, as the log
+// stands now (on a replicated stream, the leader's word).
+func (s *Service) Head(ctx context.Context, id string) (uint64, error) {
+	return s.store.Head(ctx, id)
 }
 
 // Known says whether the service holds id's state in its cache: a

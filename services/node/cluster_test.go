@@ -2,10 +2,13 @@ package node
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -113,5 +116,77 @@ func TestReplicas(t *testing.T) {
 	cfg.Replicas = 3
 	if _, err := Start(context.Background(), cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)); events.CodeOf(err) != events.CodeInvalidArgument {
 		t.Fatalf("--replicas 3 on the embedded server: %v, want INVALID_ARGUMENT", err)
+	}
+}
+
+// TestClusterFaults: three torpor nodes and a worker on a NATS cluster of
+// three servers, every stream R3. While sandboxes go through their cycle
+// through random nodes, one fault at a time: (a) the server that leads the
+// log dies (and comes back once another leads), (b) the server that leads
+// the view's bucket dies (likewise), (c) a server restarts on its store,
+// (d) a server loses its store and comes back empty. After each: no
+// acknowledged command lost, every sandbox settles and its view catches up
+// with its log, the checker finds nothing (cluster.converge).
+func TestClusterFaults(t *testing.T) {
+	s := seed(t)
+	c := newCluster(t, 3, 3, nil, onNATSCluster(3))
+	rng := rand.New(rand.NewPCG(s, 25))
+	// leaderless kills the server leading stream, waits until another
+	// leads it, and starts it again on its store: how long the stream
+	// had no leader.
+	leaderless := func(stream string) func(t *testing.T) string {
+		return func(t *testing.T) string {
+			i := c.nats.StreamLeader("", stream)
+			if i < 0 {
+				t.Fatalf("no server leads %s", stream)
+			}
+			began := time.Now()
+			c.nats.Kill(i)
+			for c.nats.StreamLeader("", stream) < 0 {
+				if time.Since(began) > time.Minute {
+					t.Fatalf("%s without a leader for a minute", stream)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			election := time.Since(began)
+			c.nats.Restart(i)
+			return fmt.Sprintf("server n%d leading %s killed, a new leader in %s, n%d back", i+1, stream, election.Round(time.Millisecond), i+1)
+		}
+	}
+	faults := []struct {
+		name   string
+		inject func(t *testing.T) string
+	}{
+		{"a: the log's leader dies", leaderless("TORPOR_EVENTS")},
+		{"b: the view's leader dies", leaderless("KV_torpor_phases")},
+		{"c: a server restarts on its store", func(t *testing.T) string {
+			i := rng.IntN(c.nats.Size())
+			c.nats.Kill(i)
+			c.nats.Restart(i)
+			return fmt.Sprintf("server n%d restarted on its store", i+1)
+		}},
+		{"d: a server loses its store", func(t *testing.T) string {
+			i := rng.IntN(c.nats.Size())
+			c.nats.Wipe(i)
+			return fmt.Sprintf("server n%d came back with its store lost", i+1)
+		}},
+	}
+	for k, f := range faults {
+		t.Run(f.name, func(t *testing.T) {
+			const sandboxes = 9
+			done := make(chan string, 1)
+			acks, complete := c.load(t, rng, sandboxes, func(i, step int) {
+				if i == 4 && step == 1 {
+					go func() { done <- f.inject(t) }()
+				}
+			})
+			what := <-done
+			settled := c.converge(t, acks)
+			t.Logf("survived fault %d (seed %d): %s; %d commands answered OK, %d of %d sandboxes through their cycle; settled in %s",
+				k, s, what, len(acks), complete, sandboxes, settled.Round(time.Millisecond))
+			if complete != sandboxes {
+				t.Errorf("%d of %d sandboxes went through their cycle", complete, sandboxes)
+			}
+		})
 	}
 }

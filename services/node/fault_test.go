@@ -72,7 +72,15 @@ type cluster struct {
 
 // onNATSCluster runs the cluster's torpor nodes and worker on a NATS
 // cluster of n servers, every stream with n replicas.
-func onNATSCluster(n int) func(*cluster) { return func(c *cluster) { c.servers = n } }
+//
+// The nodes' deadline is 30 s there: a command whose answer a dead server
+// took with it is answered at its 5 s timeout and retried, and a worker's
+// report likewise, which the 5 s of the other fault tests would not leave
+// room for (a node extends a deadline for the outages it sees itself, not
+// for those its worker saw).
+func onNATSCluster(n int) func(*cluster) {
+	return func(c *cluster) { c.servers, c.deadline = n, 30*time.Second }
+}
 
 // url is the NATS URL the nodes and the worker dial.
 func (c *cluster) url() string {
@@ -306,8 +314,12 @@ func (c *cluster) load(t *testing.T, rng *rand.Rand, sandboxes int, during func(
 			defer wg.Done()
 			send := func(verb, id string, f func(cl *torpor.Client, key string) (events.View, error)) (events.View, bool) {
 				key := fmt.Sprintf("fault-%d-%s-%d", i, verb, time.Now().UnixNano())
-				for attempt := 0; attempt < 20 && ctx.Err() == nil; attempt++ {
-					v, err := f(c.client(live()), key)
+				// Again, same key, for up to 30 s: an instance down, an
+				// injected failure, a NATS election.
+				var err error
+				for end := time.Now().Add(30 * time.Second); time.Now().Before(end) && ctx.Err() == nil; {
+					var v events.View
+					v, err = f(c.client(live()), key)
 					if err == nil {
 						mu.Lock()
 						out = append(out, acked{id: cmpOr(v.ID, id), verb: verb, key: key})
@@ -316,10 +328,16 @@ func (c *cluster) load(t *testing.T, rng *rand.Rand, sandboxes int, during func(
 					}
 					if code := events.CodeOf(err); code == events.CodeFailedPrecondition || code == events.CodeInvalidArgument {
 						t.Logf("sandbox %d: %s refused: %v", i, verb, err)
+						if h, herr := c.client(live()).History(context.Background(), id, 0); herr == nil {
+							for _, e := range h {
+								t.Logf("  seq %d %s phase %s actor %s cmd %s time %s", e.Seq, e.Type, e.Phase, e.Actor, e.CommandID, e.Time.Format("15:04:05.000"))
+							}
+						}
 						return v, false
 					}
-					time.Sleep(50 * time.Millisecond) // an instance down, an injected failure: again, same key
+					time.Sleep(50 * time.Millisecond)
 				}
+				t.Logf("sandbox %d: %s not answered OK in 30 s: %v", i, verb, err)
 				return events.View{}, false
 			}
 			v, ok := send("create", "", func(cl *torpor.Client, key string) (events.View, error) {
@@ -431,6 +449,28 @@ func (c *cluster) converge(t *testing.T, acks []acked) time.Duration {
 			t.FailNow()
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	// Every view catches up with its own log by itself (issue 25: after a
+	// NATS server died and came back, views stayed behind).
+	for _, v := range views {
+		for {
+			h, err := cl.History(ctx, v.ID, 0)
+			if err != nil {
+				t.Fatalf("history of %s: %v", v.ID, err)
+			}
+			last := h[len(h)-1].Seq
+			got, err := cl.Get(ctx, v.ID)
+			if err != nil {
+				t.Fatalf("view of %s: %v", v.ID, err)
+			}
+			if got.Seq >= last {
+				break
+			}
+			if time.Since(began) > 90*time.Second {
+				t.Fatalf("the view of %s stands at seq %d, its log at %d", v.ID, got.Seq, last)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 	settled := time.Since(began)
 	for _, a := range acks {

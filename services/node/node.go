@@ -347,6 +347,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 		return nil, err
 	}
 	a.replicas = replicas
+	js = consistent(js, replicas)
 	// Every part records into one set of metrics, served on GET /metrics.
 	m := metrics.New()
 	store, err := jsstore.New(ctx, js, jsstore.Config{Replicas: replicas, DuplicateWindow: cfg.DuplicateWindow, MaxBytes: cfg.MaxLogBytes, OnForeign: func(f jsstore.Foreign) {
@@ -426,7 +427,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 	if cfg.wrapStore != nil {
 		appends = cfg.wrapStore(store)
 	}
-	gcfg := gateway.Config{Node: cfg.Node, Nodes: cfg.RemoteNodes, HeartbeatLimit: cfg.HeartbeatLimit, Metrics: m}
+	gcfg := gateway.Config{Node: cfg.Node, Nodes: cfg.RemoteNodes, HeartbeatLimit: cfg.HeartbeatLimit, Metrics: m, Unavailable: store.Unavailable}
 	if a.user != nil {
 		// A bus with accounts: torpor's own commands come answered on
 		// its inbox, anything else in its account is refused.
@@ -622,7 +623,7 @@ func leasedSagas(ctx context.Context, store *jsstore.Store, followed sagas.Sourc
 	if err != nil {
 		return nil, err
 	}
-	sc := sagas.Config{Node: n, Deadline: cfg.Deadline, Metrics: m, Fence: lease.Held}
+	sc := sagas.Config{Node: n, Deadline: cfg.Deadline, Metrics: m, Fence: lease.Held, Unavailable: store.Unavailable}
 	newRunner := func() (*sagas.Runner, error) { return sagas.New(followed, pos, svc, drivers, creds, sc, log) }
 	runner, err := newRunner() // the config's problems now, not once the lease is held
 	if err != nil {

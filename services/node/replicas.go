@@ -106,20 +106,29 @@ func raiseReplicas(ctx context.Context, js jetstream.JetStream, stream string, w
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
 		return events.Errorf(events.CodeUnavailable, "raise %s to R%d: %v", stream, want, err)
 	}
+	if err := settled(ctx, s, want); err != nil {
+		return events.Errorf(events.CodeUnavailable, "raise %s to R%d: %v", stream, want, err)
+	}
+	return nil
+}
+
+// settled waits until stream s has a leader and want-1 replicas, every one
+// current.
+func settled(ctx context.Context, s jetstream.Stream, want int) error {
 	end := time.Now().Add(raiseIn)
 	for {
 		info, err := s.Info(ctx)
-		if err == nil && info.Cluster != nil && info.Cluster.Leader != "" && len(info.Cluster.Replicas) == want-1 &&
-			!slices.ContainsFunc(info.Cluster.Replicas, func(p *jetstream.PeerInfo) bool { return !p.Current }) {
+		if err == nil && (want < 2 || info.Cluster != nil && info.Cluster.Leader != "" && len(info.Cluster.Replicas) == want-1 &&
+			!slices.ContainsFunc(info.Cluster.Replicas, func(p *jetstream.PeerInfo) bool { return !p.Current })) {
 			return nil
 		}
 		if time.Now().After(end) {
-			return events.Errorf(events.CodeUnavailable, "raise %s to R%d: its peers not current within %s (last: %v)", stream, want, raiseIn, err)
+			return fmt.Errorf("its peers not current within %s (last: %v)", raiseIn, err)
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

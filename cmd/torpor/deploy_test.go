@@ -1137,3 +1137,36 @@ func TestDeployProbesServed(t *testing.T) {
 		}
 	}
 }
+
+// TestDeployREADMECommands: every torpor command line of deploy/README.md's
+// examples parses with the cobra command of its verb, and every
+// nats-server config it runs exists.
+func TestDeployREADMECommands(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for i, l := range strings.Split(string(b), "\n") {
+		l, _, _ = strings.Cut(l, " #") // a comment
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		where := "deploy/README.md:" + strconv.Itoa(i+1)
+		switch f[0] {
+		case "torpor":
+			seen++
+			parseTorpor(t, torporLine{where, f[1:]})
+		case "nats-server":
+			if len(f) != 3 || f[1] != "-c" {
+				t.Errorf("%s: %s: want nats-server -c FILE", where, l)
+			} else if _, err := os.Stat(filepath.Join("../..", f[2])); err != nil {
+				t.Errorf("%s: %v", where, err)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("deploy/README.md: no torpor command line")
+	}
+}

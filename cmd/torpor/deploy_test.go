@@ -1170,3 +1170,21 @@ func TestDeployREADMECommands(t *testing.T) {
 		t.Fatal("deploy/README.md: no torpor command line")
 	}
 }
+
+// TestDeployComposeConfig: docker-compose (Debian's package, which .ci/run
+// installs) finds deploy/compose.yaml valid: `docker-compose config -q`
+// checks it against the compose file's schema without a Docker daemon.
+func TestDeployComposeConfig(t *testing.T) {
+	dc, err := exec.LookPath("docker-compose")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("docker-compose not found (Debian's docker-compose package; .ci/run installs it)")
+		}
+		t.Skip("!!! docker-compose not found: deploy/compose.yaml NOT checked against the compose schema. Install it: apt-get install -y --no-install-recommends docker-compose !!!")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, dc, "-f", "../../deploy/compose.yaml", "config", "-q").CombinedOutput(); err != nil {
+		t.Fatalf("docker-compose config: %v\n%s", err, out)
+	}
+}

@@ -152,6 +152,9 @@ func splitHostPort(t *testing.T, where, addr string) hostPort {
 	return hostPort{h, n}
 }
 
+// includeRE finds a nats-server configuration's include (of auth.conf).
+var includeRE = regexp.MustCompile(`(?m)^include\s+(\S+)\s*$`)
+
 // natsOptions reads the nats-server configuration file as nats-server does,
 // with the auth.conf that `torpor creds --server-config` writes for a new
 // bus at the path its include names.
@@ -161,7 +164,7 @@ func natsOptions(t *testing.T, file string) *server.Options {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^include\s+(\S+)\s*$`).FindSubmatch(conf)
+	m := includeRE.FindSubmatch(conf)
 	if m == nil {
 		t.Fatalf("%s: includes no auth.conf: a server without torpor's operator takes anyone", file)
 	}
@@ -354,9 +357,8 @@ func TestDeployCompose(t *testing.T) {
 func checkCompose(t *testing.T, cf composeFile) {
 	t.Helper()
 	type parsed struct {
-		name string
+		name string // the compose service
 		line torporLine
-		cmd  *cobra.Command
 	}
 	var lines []parsed
 	nats := map[string]*server.Options{}
@@ -412,7 +414,7 @@ func checkCompose(t *testing.T, cf composeFile) {
 			natsNames = append(natsNames, name)
 			// Its include: the auth.conf the creds service writes.
 			conf, _ := os.ReadFile(filepath.Join("../../deploy", m.source))
-			inc := regexp.MustCompile(`(?m)^include\s+(\S+)\s*$`).FindSubmatch(conf)
+			inc := includeRE.FindSubmatch(conf)
 			if inc != nil {
 				authMount, _ := s.mountOf(path.Join(path.Dir(s.Command[1]), string(inc[1])))
 				natsAuth[name] = authMount
@@ -899,7 +901,7 @@ func checkK8s(t *testing.T, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if inc := regexp.MustCompile(`(?m)^include\s+(\S+)\s*$`).FindSubmatch(conf); inc == nil || !authConf[path.Clean(string(inc[1]))] {
+	if inc := includeRE.FindSubmatch(conf); inc == nil || !authConf[path.Clean(string(inc[1]))] {
 		t.Errorf("deploy/k8s/%s: its include is not the auth.conf of a Secret projected beside it (%v)", confFile, authConf)
 	}
 	podName := func(i int) string { return sts.Metadata.Name + "-" + strconv.Itoa(i) }

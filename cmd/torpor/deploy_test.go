@@ -1060,6 +1060,19 @@ func checkK8s(t *testing.T, dir string) {
 	if !slices.Contains(dc.Args, "--node=$(NODE_NAME)") {
 		t.Errorf("DaemonSet torpor-driver: its --node is not the Kubernetes node's name: %v", dc.Args)
 	}
+	// A worker holds drivers' credentials only: not the service's, not the
+	// bus's keys (which would give it the whole bus).
+	workers := strings.Split(literals["torpor-config/remote-nodes"], ",")
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.Secret == nil {
+			continue
+		}
+		for _, f := range secrets[v.Secret.SecretName] {
+			if !slices.Contains(workers, strings.TrimSuffix(f, ".creds")) {
+				t.Errorf("DaemonSet torpor-driver: mounts Secret %s, which holds %s: not a worker's driver credentials", v.Secret.SecretName, f)
+			}
+		}
+	}
 }
 
 // labelsMatch says whether every label of sel is in labels (and sel has some).

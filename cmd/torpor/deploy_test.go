@@ -515,6 +515,30 @@ func checkCompose(t *testing.T, cf composeFile) {
 	if len(serves) != 3 || len(drivers) != 1 {
 		t.Fatalf("compose: %d serves and %d drivers, want 3 and 1", len(serves), len(drivers))
 	}
+	// A worker holds its own driver credentials only: not the service's,
+	// not the bus's keys (which would give it the whole bus).
+	for name, s := range cf.Services {
+		if len(s.Command) == 0 || s.Command[0] != "driver" || s.Entrypoint != nil {
+			continue
+		}
+		node := ""
+		for i, a := range s.Command {
+			if a == "--node" && i+1 < len(s.Command) {
+				node = s.Command[i+1]
+			}
+		}
+		for _, v := range s.Volumes {
+			src := strings.Split(v, ":")[0]
+			if slices.ContainsFunc(keys, func(m mount) bool { return m.source == src }) || slices.ContainsFunc(authConf, func(m mount) bool { return m.source == src }) {
+				t.Errorf("compose %s: mounts %s, the bus's keys or the servers' auth", name, src)
+			}
+			for m, w := range creds {
+				if m.source == src && w != (written{"driver", node}) {
+					t.Errorf("compose %s: mounts %s, which holds %s (roles %s): not its own driver credentials", name, src, m.rel, w.roles)
+				}
+			}
+		}
+	}
 
 	// The serves: R3, the worker driven, the HTTP port published and
 	// scraped.

@@ -143,6 +143,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error
 func on(js jetstream.JetStream, cfg Config, stream jetstream.Stream) *Store {
 	s := &Store{js: js, cfg: cfg, stream: stream, ackPrefix: []byte(`{"stream":"` + cfg.Stream + `","seq":`), out: newOutages()}
 	s.watchConn(js.Conn())
+	s.watchLeader(js.Conn())
 	s.foreign.report = cfg.OnForeign
 	return s
 }

@@ -108,6 +108,16 @@ func (o *outages) disconnected(at time.Time) {
 	o.mu.Unlock()
 }
 
+// interrupt ends what is in flight now (its answer will not come: the
+// stream's leader that was to answer is gone) without the connection going
+// down.
+func (o *outages) interrupt() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.connDown()
+	o.conn, o.connDown = context.WithCancel(context.Background())
+}
+
 func (o *outages) reconnected(at time.Time) {
 	o.mu.Lock()
 	down := o.down
@@ -173,6 +183,22 @@ func minTime(a, b time.Time) time.Time {
 // gateways a heartbeat limit.
 func (s *Store) Unavailable(since time.Time) time.Duration {
 	return s.out.within(since, time.Now())
+}
+
+// watchLeader ends the appends and reads in flight when the stream elects a
+// new leader or loses its quorum (the server's advisories): an append the
+// old leader took and did not answer would otherwise wait for its timeout,
+// and resolving it at once against the new leader tells whether it landed.
+// Only a replicated stream has elections.
+func (s *Store) watchLeader(nc *nats.Conn) {
+	if s.cfg.Replicas < 2 {
+		return
+	}
+	for _, pre := range []string{"$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.", "$JS.EVENT.ADVISORY.STREAM.QUORUM_LOST."} {
+		// A subscription the server refuses (a user without the
+		// advisories) leaves the appends to their timeout, as before.
+		_, _ = nc.Subscribe(pre+s.cfg.Stream, func(*nats.Msg) { s.out.interrupt() })
+	}
 }
 
 // watchConn follows nc's disconnects and reconnects into s.out, keeping

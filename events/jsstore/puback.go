@@ -81,13 +81,15 @@ func stored(b, prefix []byte) (uint64, bool) {
 	return seq, true
 }
 
-// errConnLost ends a publish whose connection went down while it waited:
-// its answer is lost (it may have landed), as after a timeout.
-var errConnLost = errors.New("the connection to the server went down with the append in flight")
+// errConnLost ends a publish whose connection went down, or whose stream
+// elected a new leader, while it waited: its answer is lost (it may have
+// landed), as after a timeout.
+var errConnLost = errors.New("the connection or the stream's leader went away with the request in flight")
 
 // inFlight is the context of a publish: ctx, bounded by publishTimeout when
 // it has no deadline, and ended with errConnLost when the connection goes
-// down (a reconnect does not bring the answer back).
+// down (a reconnect does not bring the answer back) or the stream elects a
+// new leader (watchLeader).
 func (s *Store) inFlight(ctx context.Context) (context.Context, context.CancelFunc) {
 	cancelTimeout := context.CancelFunc(func() {})
 	if _, ok := ctx.Deadline(); !ok {

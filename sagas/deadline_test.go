@@ -571,3 +571,47 @@ func TestStepBackingOffLeavesItsSlot(t *testing.T) {
 		t.Fatalf("the suspend has %d outcome events, want none: it backs off until its deadline", n)
 	}
 }
+
+// TestDeadlineExtendedForOutages: a deadline that passes while the log was
+// unavailable within it (Config.Unavailable) is extended by that outage,
+// once for each outage, and the deadline_passed recorded at last says by
+// how much; an outage before the phase was entered extends nothing.
+func TestDeadlineExtendedForOutages(t *testing.T) {
+	const outage = 30 * time.Millisecond
+	cases := []struct {
+		name string
+		// down is the outage Unavailable reports since a time.
+		down     func(since time.Time) time.Duration
+		extended string
+	}{
+		{"no outage", func(time.Time) time.Duration { return 0 }, ""},
+		{"an outage within the deadline", func(time.Time) time.Duration { return outage }, outage.String()},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var asked []time.Time
+			down := func(since time.Time) time.Duration {
+				mu.Lock()
+				asked = append(asked, since)
+				mu.Unlock()
+				return c.down(since)
+			}
+			h := newHarness(t, sagas.Config{Deadline: short, Unavailable: down})
+			sb := h.ready(nil)
+			drv := newCounting(h.sim, "suspend") // hangs until its deadline
+			h.run(drv)
+			in := sb.when(&events.SuspendRequested{Generation: 1})
+			got := sb.outcome(in, 2)
+			p := &events.DeadlinePassed{Phase: events.PhaseSuspending, Deadline: short.String(), Extended: c.extended}
+			sb.then(got, &events.SuspendRejected{Generation: 1, Reason: events.ReasonDeadlineExceeded}, p)
+			mu.Lock()
+			defer mu.Unlock()
+			for _, since := range asked {
+				if !since.Equal(in.Time) {
+					t.Errorf("outages asked since %s, want since the phase was entered, %s", since, in.Time)
+				}
+			}
+		})
+	}
+}

@@ -231,3 +231,45 @@ func TestAttachStartsTheWatch(t *testing.T) {
 		}
 	}
 }
+
+// TestSilentExtendedForOutages: a supervisor silent past the heartbeat
+// limit is not taken for silent while the log's outage since its last beat
+// covers the excess (counted once as extended), and is once the silence
+// outlasts the limit and the outage together.
+func TestSilentExtendedForOutages(t *testing.T) {
+	at := time.Unix(1_700_000_000, 0)
+	var b beats
+	b.note("sb", 3, at)
+	var asked []time.Time
+	out := func(since time.Time) time.Duration { asked = append(asked, since); return 5 * time.Second }
+	steps := []struct {
+		now      time.Duration
+		silent   bool
+		extended int
+	}{
+		{9 * time.Second, false, 0},  // within the limit
+		{12 * time.Second, false, 1}, // past it, within the outage: extended
+		{14 * time.Second, false, 0}, // still within: not counted again
+		{16 * time.Second, true, 0},  // past both
+		{30 * time.Second, false, 0}, // taken once, forgotten
+	}
+	for _, s := range steps {
+		got, ext := b.silent(at.Add(s.now), 10*time.Second, out)
+		if _, ok := got["sb"]; ok != s.silent || ext != s.extended {
+			t.Errorf("at +%s: silent %v extended %d, want %v %d", s.now, ok, ext, s.silent, s.extended)
+		}
+		if s.silent && got["sb"] != 3 {
+			t.Errorf("at +%s: generation %d, want 3", s.now, got["sb"])
+		}
+	}
+	for _, since := range asked {
+		if !since.Equal(at) {
+			t.Errorf("outage asked since %s, want since the last beat %s", since, at)
+		}
+	}
+	var none beats
+	none.note("sb", 1, at)
+	if got, _ := none.silent(at.Add(12*time.Second), 10*time.Second, nil); len(got) != 1 {
+		t.Errorf("without outages: %d silent, want 1", len(got))
+	}
+}

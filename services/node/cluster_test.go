@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -189,4 +190,63 @@ func TestClusterFaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStartWaitsForTheCluster: a serve --replicas 3 started while one of
+// the three NATS servers is down (a cluster coming up) waits, saying so,
+// until the cluster can place R3 streams, and starts once the server is
+// back, rather than failing with "no suitable peers for placement".
+func TestStartWaitsForTheCluster(t *testing.T) {
+	c := newCluster(t, 0, 0, nil, onNATSCluster(3))
+	c.nats.Kill(2)
+	cfg := testConfig(t, "ctl")
+	cfg.NATSURL, cfg.NATSCreds, cfg.NATSListen, cfg.Replicas = c.url(), c.service, "", 3
+	if err := os.CopyFS(filepath.Join(cfg.Data, "auth"), os.DirFS(c.authDir)); err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan struct{})
+	var once sync.Once
+	log := zerolog.New(writerTo(func(p []byte) {
+		if strings.Contains(string(p), "does not take streams yet") {
+			once.Do(func() { close(waiting) })
+		}
+	}))
+	started := make(chan error, 1)
+	go func() {
+		n, err := Start(context.Background(), cfg, log)
+		if err == nil {
+			t.Cleanup(func() { _ = n.Stop() })
+		}
+		started <- err
+	}()
+	select {
+	case <-waiting:
+	case err := <-started:
+		t.Fatalf("started on a cluster with a server down: %v, want a wait for it", err)
+	}
+	c.nats.Restart(2)
+	if err := <-started; err != nil {
+		t.Fatalf("start once the cluster is whole: %v", err)
+	}
+	// A restart with one server of three down (the cluster degraded, its
+	// streams served by the other two) starts without waiting for it.
+	c.nats.Kill(0)
+	again := testConfig(t, "ctl")
+	again.NATSURL, again.NATSCreds, again.NATSListen, again.Replicas = c.url(), c.service, "", 3
+	if err := os.CopyFS(filepath.Join(again.Data, "auth"), os.DirFS(c.authDir)); err != nil {
+		t.Fatal(err)
+	}
+	n, err := Start(context.Background(), again, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	if err != nil {
+		t.Fatalf("start with one server of three down: %v", err)
+	}
+	_ = n.Stop()
+}
+
+// writerTo is an io.Writer that hands each write to f.
+type writerTo func(p []byte)
+
+func (f writerTo) Write(p []byte) (int, error) {
+	f(p)
+	return len(p), nil
 }

@@ -69,8 +69,10 @@ func (l leaderReads) KeyValue(ctx context.Context, bucket string) (jetstream.Key
 			return nil, fmt.Errorf("bucket %s: reads through the leader: %w", bucket, err)
 		}
 		// The update goes through the stream's raft group: until it has
-		// a leader again, reads of the bucket find no one to answer.
-		if err := settled(ctx, s, cfg.Replicas); err != nil {
+		// a leader again, reads of the bucket find no one to answer. (A
+		// leader, not every peer current: one server of three may be
+		// down.)
+		if err := settled(ctx, s, 1); err != nil {
 			return nil, fmt.Errorf("bucket %s: reads through the leader: %w", bucket, err)
 		}
 	}

@@ -342,6 +342,11 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err er
 	if cfg.NATSURL == "" && cfg.Replicas > 1 {
 		return nil, invalid(fmt.Errorf("--replicas %d: the embedded NATS server is one server; a cluster is joined with --nats-url", cfg.Replicas))
 	}
+	if cfg.NATSURL != "" {
+		if err := awaitCluster(ctx, js, max(cfg.Replicas, 1), cfg.Node, log); err != nil {
+			return nil, err
+		}
+	}
 	replicas, err := decideReplicas(ctx, js, cfg.Replicas, cfg.RaiseReplicas)
 	if err != nil {
 		return nil, err

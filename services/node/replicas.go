@@ -112,13 +112,13 @@ func raiseReplicas(ctx context.Context, js jetstream.JetStream, stream string, w
 	return nil
 }
 
-// settled waits until stream s has a leader and want-1 replicas, every one
-// current.
+// settled waits until stream s has a leader and, for want above 1, want-1
+// replicas, every one current.
 func settled(ctx context.Context, s jetstream.Stream, want int) error {
 	end := time.Now().Add(raiseIn)
 	for {
 		info, err := s.Info(ctx)
-		if err == nil && (want < 2 || info.Cluster != nil && info.Cluster.Leader != "" && len(info.Cluster.Replicas) == want-1 &&
+		if err == nil && info.Cluster != nil && info.Cluster.Leader != "" && (want < 2 || len(info.Cluster.Replicas) == want-1 &&
 			!slices.ContainsFunc(info.Cluster.Replicas, func(p *jetstream.PeerInfo) bool { return !p.Current })) {
 			return nil
 		}

@@ -139,6 +139,7 @@ func (c *Cluster) Restart(i int) {
 	if err := c.start(i); err != nil {
 		c.t.Fatalf("restart server %d: %v", i, err)
 	}
+	c.WaitLeader(30 * time.Second)
 }
 
 // Wipe kills server i, deletes its store and starts it empty: it catches
@@ -168,20 +169,35 @@ func (c *Cluster) StreamLeader(account, stream string) int {
 	return -1
 }
 
-// WaitLeader waits until a server up is the JetStream meta leader.
+// WaitLeader waits until a server up is the JetStream meta leader and
+// every server up is current with it (a peer not yet caught up is taken
+// for offline, and a stream with replicas then finds no place).
 func (c *Cluster) WaitLeader(within time.Duration) {
 	c.t.Helper()
 	end := time.Now().Add(within)
 	for time.Now().Before(end) {
-		c.mu.Lock()
-		for _, s := range c.servers {
-			if s != nil && s.JetStreamIsLeader() {
-				c.mu.Unlock()
-				return
-			}
+		if c.whole() {
+			return
 		}
-		c.mu.Unlock()
 		time.Sleep(50 * time.Millisecond)
 	}
-	c.t.Fatalf("no JetStream meta leader within %s", within)
+	c.t.Fatalf("no JetStream meta leader with every server current within %s", within)
+}
+
+// whole says whether a server up leads JetStream and every server up is
+// current.
+func (c *Cluster) whole() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	led := false
+	for _, s := range c.servers {
+		if s == nil {
+			continue
+		}
+		if !s.JetStreamIsCurrent() {
+			return false
+		}
+		led = led || s.JetStreamIsLeader()
+	}
+	return led
 }

@@ -132,6 +132,7 @@ func TestClusterFaults(t *testing.T) {
 	s := seed(t)
 	c := newCluster(t, 3, 3, nil, onNATSCluster(3))
 	rng := rand.New(rand.NewPCG(s, 25))
+	pick := rand.New(rand.NewPCG(s, 26)) // the faults', beside the load's rng (which live() guards)
 	// leaderless kills the server leading stream, waits until another
 	// leads it, and starts it again on its store: how long the stream
 	// had no leader.
@@ -161,13 +162,13 @@ func TestClusterFaults(t *testing.T) {
 		{"a: the log's leader dies", leaderless("TORPOR_EVENTS")},
 		{"b: the view's leader dies", leaderless("KV_torpor_phases")},
 		{"c: a server restarts on its store", func(t *testing.T) string {
-			i := rng.IntN(c.nats.Size())
+			i := pick.IntN(c.nats.Size())
 			c.nats.Kill(i)
 			c.nats.Restart(i)
 			return fmt.Sprintf("server n%d restarted on its store", i+1)
 		}},
 		{"d: a server loses its store", func(t *testing.T) string {
-			i := rng.IntN(c.nats.Size())
+			i := pick.IntN(c.nats.Size())
 			c.nats.Wipe(i)
 			return fmt.Sprintf("server n%d came back with its store lost", i+1)
 		}},
@@ -192,12 +193,14 @@ func TestClusterFaults(t *testing.T) {
 	}
 }
 
-// TestStartWaitsForTheCluster: a serve --replicas 3 started while one of
-// the three NATS servers is down (a cluster coming up) waits, saying so,
-// until the cluster can place R3 streams, and starts once the server is
-// back, rather than failing with "no suitable peers for placement".
+// TestStartWaitsForTheCluster: a serve --replicas 3 started while two of
+// the three NATS servers are down (a cluster coming up: no JetStream
+// quorum) waits, saying so, until the cluster can place R3 streams, and
+// starts once the servers are back, rather than failing. A restart with
+// one server of three down starts at once.
 func TestStartWaitsForTheCluster(t *testing.T) {
 	c := newCluster(t, 0, 0, nil, onNATSCluster(3))
+	c.nats.Kill(1)
 	c.nats.Kill(2)
 	cfg := testConfig(t, "ctl")
 	cfg.NATSURL, cfg.NATSCreds, cfg.NATSListen, cfg.Replicas = c.url(), c.service, "", 3
@@ -222,8 +225,9 @@ func TestStartWaitsForTheCluster(t *testing.T) {
 	select {
 	case <-waiting:
 	case err := <-started:
-		t.Fatalf("started on a cluster with a server down: %v, want a wait for it", err)
+		t.Fatalf("started on a cluster with two servers of three down: %v, want a wait for it", err)
 	}
+	c.nats.Restart(1)
 	c.nats.Restart(2)
 	if err := <-started; err != nil {
 		t.Fatalf("start once the cluster is whole: %v", err)

@@ -284,7 +284,42 @@ type Node struct {
 
 // Start binds and starts every part of the service; they run until ctx ends
 // or Stop is called. Wait returns when all have finished.
-func Start(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err error) {
+func Start(ctx context.Context, cfg Config, log zerolog.Logger) (*Node, error) {
+	end := time.Now().Add(startRetry)
+	for {
+		n, err := startOnce(ctx, cfg, log)
+		if err == nil || cfg.NATSURL == "" || !clusterBusy(err) || time.Now().After(end) {
+			return n, err
+		}
+		log.Warn().Err(err).Msg("the NATS cluster could not take the start's streams yet: starting again")
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// startRetry bounds how long a start on a NATS cluster is tried again while
+// the cluster answers too slowly or cannot place a stream (servers starting,
+// an election): compose and Kubernetes would restart the process, the two
+// commands of the README would not.
+const startRetry = 2 * time.Minute
+
+// clusterBusy says whether err is of a cluster that may take the start in a
+// moment.
+func clusterBusy(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || events.CodeOf(err) == events.CodeUnavailable {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "no suitable peers") || strings.Contains(msg, "JetStream not enabled") ||
+		strings.Contains(msg, "JetStream system temporarily unavailable")
+}
+
+// startOnce is one try of Start.
+func startOnce(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, invalid(err)
 	}

@@ -1,0 +1,118 @@
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// LayCluster lays out a cluster named name of one server over each of
+// dirs: server i keeps its store under dirs[i], is named n<i+1>, and
+// listens for clients and for routes on loopback ports nothing listened on
+// a moment ago, fixed so that a server started again is found where it
+// was; its routes are the others'. The other fields come from base
+// (operator, accounts, fsync). The tests' clusters and the bench's are
+// laid out here, so that they run the same servers.
+func LayCluster(name string, dirs []string, base Config) ([]Config, error) {
+	if name == "" || len(dirs) == 0 {
+		return nil, errors.New("a cluster wants a name and a directory per server")
+	}
+	routes := make([]string, len(dirs))
+	cfgs := make([]Config, len(dirs))
+	for i, dir := range dirs {
+		client, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		if routes[i], err = freeAddr(); err != nil {
+			return nil, err
+		}
+		cfg := base
+		cfg.Data, cfg.Listen, cfg.Name, cfg.Cluster, cfg.ClusterListen = dir, client, fmt.Sprintf("n%d", i+1), name, routes[i]
+		cfgs[i] = cfg
+	}
+	for i := range cfgs {
+		cfgs[i].Routes = nil
+		for j, r := range routes {
+			if j != i {
+				cfgs[i].Routes = append(cfgs[i].Routes, "nats-route://"+r)
+			}
+		}
+	}
+	return cfgs, nil
+}
+
+// freeAddr is a loopback address with a port nothing listened on a moment
+// ago.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// StartCluster starts the servers of cfgs (LayCluster) at once, as a
+// cluster forms only with its routes up, and waits up to within until
+// JetStream has a meta leader. On an error it shuts down what it started.
+// The caller shuts the servers down.
+func StartCluster(cfgs []Config, within time.Duration) ([]*server.Server, error) {
+	servers := make([]*server.Server, len(cfgs))
+	errs := make([]error, len(cfgs))
+	var wg sync.WaitGroup
+	for i, cfg := range cfgs {
+		wg.Go(func() {
+			if servers[i], errs[i] = Start(cfg); errs[i] != nil {
+				errs[i] = fmt.Errorf("server %s: %w", cfg.Name, errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	err := errors.Join(errs...)
+	if err == nil {
+		err = WaitMetaLeader(servers, within)
+	}
+	if err != nil {
+		for _, s := range servers {
+			if s != nil {
+				s.Shutdown()
+				s.WaitForShutdown()
+			}
+		}
+		return nil, err
+	}
+	return servers, nil
+}
+
+// WaitMetaLeader waits up to within until one of servers (nil: down) is
+// the JetStream meta leader.
+func WaitMetaLeader(servers []*server.Server, within time.Duration) error {
+	end := time.Now().Add(within)
+	for {
+		for _, s := range servers {
+			if s != nil && s.JetStreamIsLeader() {
+				return nil
+			}
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("no JetStream meta leader within %s", within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ClusterURL is the client URLs of cfgs, comma-separated, as nats.Connect
+// and --nats-url take a cluster.
+func ClusterURL(cfgs []Config) string {
+	urls := make([]string, len(cfgs))
+	for i, c := range cfgs {
+		urls[i] = "nats://" + c.Listen
+	}
+	return strings.Join(urls, ",")
+}

@@ -60,8 +60,10 @@ func freeAddr() (string, error) {
 
 // StartCluster starts the servers of cfgs (LayCluster) at once, as a
 // cluster forms only with its routes up, and waits up to within until
-// JetStream has a meta leader. On an error it shuts down what it started.
-// The caller shuts the servers down.
+// JetStream has a meta leader that counts every server as a peer it can
+// place a stream's replica on (a stream with a replica on each is refused
+// until then). On an error it shuts down what it started. The caller shuts
+// the servers down.
 func StartCluster(cfgs []Config, within time.Duration) ([]*server.Server, error) {
 	servers := make([]*server.Server, len(cfgs))
 	errs := make([]error, len(cfgs))
@@ -76,7 +78,7 @@ func StartCluster(cfgs []Config, within time.Duration) ([]*server.Server, error)
 	wg.Wait()
 	err := errors.Join(errs...)
 	if err == nil {
-		err = WaitMetaLeader(servers, within)
+		err = waitPeers(servers, within)
 	}
 	if err != nil {
 		for _, s := range servers {
@@ -90,18 +92,18 @@ func StartCluster(cfgs []Config, within time.Duration) ([]*server.Server, error)
 	return servers, nil
 }
 
-// WaitMetaLeader waits up to within until one of servers (nil: down) is
-// the JetStream meta leader.
-func WaitMetaLeader(servers []*server.Server, within time.Duration) error {
+// waitPeers waits up to within until one of servers is the JetStream meta
+// leader and counts all of them as current peers.
+func waitPeers(servers []*server.Server, within time.Duration) error {
 	end := time.Now().Add(within)
 	for {
 		for _, s := range servers {
-			if s != nil && s.JetStreamIsLeader() {
+			if s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) == len(servers) {
 				return nil
 			}
 		}
 		if time.Now().After(end) {
-			return fmt.Errorf("no JetStream meta leader within %s", within)
+			return fmt.Errorf("no JetStream meta leader with all %d servers as peers within %s", len(servers), within)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

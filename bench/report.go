@@ -36,23 +36,26 @@ type Target struct {
 // raw, pipeline, latency_ms, http_closed_loop and ratios are the primary
 // mode's (interval when it ran).
 type Report struct {
-	Machine  map[string]any     `json:"machine"`
-	Config   map[string]any     `json:"config"`
-	Modes    []Mode             `json:"modes"`
-	Raw      Raw                `json:"raw"`
-	Pipeline Pipeline           `json:"pipeline"`
-	Latency  Latency            `json:"latency_ms"`
-	Busy     *Busy              `json:"latency_at_50pct_busy_ms,omitempty"`
-	HTTP     HTTPLoop           `json:"http_closed_loop"`
-	Growth   *Growth            `json:"growth,omitempty"`
-	Replay   *Replay            `json:"replay,omitempty"`
-	Process  *Process           `json:"process,omitempty"`
-	VM       *VM                `json:"vm,omitempty"`
-	SQLView  *SQLView           `json:"sql_view,omitempty"`
-	Ratios   map[string]float64 `json:"ratios"`
-	Targets  []Target           `json:"targets"`
-	Notes    []string           `json:"notes"`
-	Seconds  float64            `json:"seconds"`
+	Machine  map[string]any `json:"machine"`
+	Config   map[string]any `json:"config"`
+	Modes    []Mode         `json:"modes"`
+	Raw      Raw            `json:"raw"`
+	Pipeline Pipeline       `json:"pipeline"`
+	Latency  Latency        `json:"latency_ms"`
+	Busy     *Busy          `json:"latency_at_50pct_busy_ms,omitempty"`
+	HTTP     HTTPLoop       `json:"http_closed_loop"`
+	Growth   *Growth        `json:"growth,omitempty"`
+	Replay   *Replay        `json:"replay,omitempty"`
+	Process  *Process       `json:"process,omitempty"`
+	VM       *VM            `json:"vm,omitempty"`
+	SQLView  *SQLView       `json:"sql_view,omitempty"`
+	// Cluster is the closed loop on a three-server cluster, R3, in the
+	// primary mode (absent with --skip-cluster).
+	Cluster *Cluster           `json:"cluster,omitempty"`
+	Ratios  map[string]float64 `json:"ratios"`
+	Targets []Target           `json:"targets"`
+	Notes   []string           `json:"notes"`
+	Seconds float64            `json:"seconds"`
 }
 
 // targets checks the targets against what this run measured: the
@@ -143,6 +146,11 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "closed loop (%s): over %s %.0f transitions/s, p50 %.2f p99 %.2f ms; over HTTP with the SDK's wait %.0f transitions/s, p50 %.2f p99 %.2f ms: %.2f of the transitions/s, %.2f× the p50\n",
 			m.Fsync, p.Transport, p.TransitionsPerS, p.P50, p.P99, h.TransitionsPerS, h.P50, h.P99,
 			m.Ratios["http_vs_closed_loop_transitions"], m.Ratios["http_vs_closed_loop_p50"])
+	}
+	if r.Cluster != nil {
+		fmt.Fprintln(w)
+		r.printCluster(w)
+		fmt.Fprintln(w)
 	}
 	for _, m := range r.Modes {
 		h, b := m.Raw.HTTPRoundTrip, m.Raw.BusRequest

@@ -54,6 +54,29 @@ func BenchmarkPipelineVsRaw(b *testing.B) {
 	}
 }
 
+// BenchmarkCluster runs the cluster section of `torpor bench` (quick
+// sizes): the raw R3 append and the closed loop through three nodes on three
+// in-process servers, every stream R3.
+//
+//	go test -run XXX -bench Cluster -benchtime 1x ./cmd/torpor
+func BenchmarkCluster(b *testing.B) {
+	cfg := bench.Config{Sandboxes: 200, Concurrency: 16, Quick: true, Transport: "bus", Duration: 3 * time.Second}
+	var c *bench.Cluster
+	for b.Loop() {
+		var err error
+		if c, err = bench.RunCluster(context.Background(), cfg, "interval", benchNode, b.Output()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(c.RawAppendCheckAsyncEPS, "raw-r3-append/s")
+	b.ReportMetric(c.Pipeline.EventsPerS, "pipeline-events/s")
+	b.ReportMetric(c.Pipeline.TransitionsPerS, "transitions/s")
+	b.ReportMetric(c.Pipeline.EventsPerS/c.RawAppendCheckAsyncEPS, "ratio")
+	b.ReportMetric(c.Pipeline.P50, "p50-ms")
+	b.ReportMetric(c.Pipeline.P99, "p99-ms")
+	b.ReportMetric(c.Pipeline.CPUMsPerTransition, "cpu-ms/transition")
+}
+
 // BenchmarkGrowth runs the growth section on small sizes (1k and 5k
 // sandboxes, 200-event histories) and reports the latency ratio, the heap per
 // sandbox and the rebuild ratio.

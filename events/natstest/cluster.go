@@ -41,11 +41,7 @@ func StartCluster(t testing.TB, n int, auth *busauth.Auth) *Cluster {
 	if auth != nil {
 		base.Operator, base.Accounts, base.SystemAccount = auth.OperatorJWT, auth.Accounts(), auth.SystemKey
 	}
-	cfgs, err := embedded.LayCluster("torpor-test", dirs, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	servers, err := embedded.StartCluster(cfgs, 30*time.Second)
+	cfgs, servers, err := embedded.StartCluster("torpor-test", dirs, base, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

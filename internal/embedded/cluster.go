@@ -58,13 +58,36 @@ func freeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// StartCluster starts the servers of cfgs (LayCluster) at once, as a
-// cluster forms only with its routes up, and waits up to within until
-// JetStream has a meta leader that counts every server as a peer it can
-// place a stream's replica on (a stream with a replica on each is refused
-// until then). On an error it shuts down what it started. The caller shuts
-// the servers down.
-func StartCluster(cfgs []Config, within time.Duration) ([]*server.Server, error) {
+// StartCluster lays out a cluster named name over dirs (LayCluster),
+// starts its servers at once, as a cluster forms only with its routes up,
+// and waits up to within until JetStream has a meta leader that counts
+// every server as a peer it can place a stream's replica on (a stream with
+// a replica on each is refused until then). A port taken between the
+// layout and the start (by another socket of this machine) fails the
+// start: it is laid out again, at most clusterTries times. It returns the
+// servers' configs, to start one again, and the servers, which the caller
+// shuts down.
+func StartCluster(name string, dirs []string, base Config, within time.Duration) ([]Config, []*server.Server, error) {
+	var err error
+	for range clusterTries {
+		var cfgs []Config
+		if cfgs, err = LayCluster(name, dirs, base); err != nil {
+			return nil, nil, err
+		}
+		var servers []*server.Server
+		if servers, err = startAll(cfgs, within); err == nil {
+			return cfgs, servers, nil
+		}
+	}
+	return nil, nil, err
+}
+
+// clusterTries bounds the layouts StartCluster tries.
+const clusterTries = 3
+
+// startAll starts the servers of cfgs and waits for their meta leader
+// (waitPeers); on an error it shuts down those it started.
+func startAll(cfgs []Config, within time.Duration) ([]*server.Server, error) {
 	servers := make([]*server.Server, len(cfgs))
 	errs := make([]error, len(cfgs))
 	var wg sync.WaitGroup

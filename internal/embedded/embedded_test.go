@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -111,7 +112,7 @@ func TestClusterReplicates(t *testing.T) {
 		}
 		seen[c.Listen], seen[c.ClusterListen], seen[c.Name] = true, true, true
 	}
-	servers, err := StartCluster(cfgs, 30*time.Second)
+	cfgs, servers, err := StartCluster("embedded-test", dirs, Config{}, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,5 +155,24 @@ func TestClusterReplicates(t *testing.T) {
 	}
 	if got, want := ClusterURL(cfgs), "nats://"+cfgs[0].Listen+",nats://"+cfgs[1].Listen+",nats://"+cfgs[2].Listen; got != want {
 		t.Errorf("ClusterURL = %s, want %s", got, want)
+	}
+}
+
+// TestStartSaysWhyAtOnce: a server whose port is taken fails its start at
+// once, saying so, rather than after waiting to be ready; a cluster laid
+// out again takes other ports.
+func TestStartSaysWhyAtOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	began := time.Now()
+	ns, err := Start(Config{Data: t.TempDir(), Listen: ln.Addr().String()})
+	if err == nil {
+		stop(ns)
+	}
+	if err == nil || !strings.Contains(err.Error(), "address already in use") || time.Since(began) > readyIn/2 {
+		t.Errorf("start on a taken port: %v after %s, want the listener's error at once", err, time.Since(began))
 	}
 }

@@ -30,6 +30,9 @@ import (
 // --replicas N` with the bench's defaults and fsync's. Stop stops it.
 type NodeStarter func(ctx context.Context, dir, name, url, creds, fsync string, replicas int) (Service, error)
 
+// startTries bounds the starts of each node of the cluster.
+const startTries = 3
+
 // clusterSize is how many NATS servers, and torpor nodes, the cluster
 // section runs: the smallest cluster whose streams outlive a server.
 const clusterSize = 3
@@ -95,11 +98,7 @@ func RunCluster(ctx context.Context, cfg Config, fsync string, start NodeStarter
 	for i := range dirs {
 		dirs[i] = filepath.Join(dir, fmt.Sprintf("nats-%d", i+1))
 	}
-	scfgs, err := embedded.LayCluster("torpor-bench", dirs, base)
-	if err != nil {
-		return nil, err
-	}
-	servers, err := embedded.StartCluster(scfgs, 30*time.Second)
+	scfgs, servers, err := embedded.StartCluster("torpor-bench", dirs, base, 30*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("nats cluster: %w", err)
 	}
@@ -142,6 +141,13 @@ func RunCluster(ctx context.Context, cfg Config, fsync string, start NodeStarter
 			return nil, err
 		}
 		n, err := start(ctx, data, name, url, credsFile, fsync, clusterSize)
+		for try := 2; err != nil && try <= startTries; try++ {
+			// A node's first start on a cluster just formed may read a
+			// bucket it has just made before its replicas answer ("no
+			// responders"): started again, as a supervisor would.
+			fmt.Fprintf(progress, "bench: node %s did not start (%v); starting it again\n", name, err)
+			n, err = start(ctx, data, name, url, credsFile, fsync, clusterSize)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", name, err)
 		}

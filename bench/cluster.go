@@ -243,7 +243,7 @@ func rawReplicated(ctx context.Context, nc *nats.Conn, subjects, concurrency, re
 		return 0, 0, err
 	}
 	const stream = "BENCH_RAW_REPLICATED"
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{"bench.replicated.>"}, Storage: jetstream.FileStorage, Replicas: replicas}); err != nil {
+	if err := createPlaced(ctx, js, jetstream.StreamConfig{Name: stream, Subjects: []string{"bench.replicated.>"}, Storage: jetstream.FileStorage, Replicas: replicas}); err != nil {
 		return 0, 0, fmt.Errorf("raw replicated stream: %w", err)
 	}
 	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), stream) }()
@@ -265,6 +265,30 @@ func rawReplicated(ctx context.Context, nc *nats.Conn, subjects, concurrency, re
 	}
 	return syncEPS, asyncEPS, nil
 }
+
+// createPlaced creates the stream of cfg, asking again for up to 10 s
+// while the meta leader finds no peers to place its replicas on: on a
+// machine this busy a server's statistics can come late, and the leader
+// counts it offline meanwhile.
+func createPlaced(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+	end := time.Now().Add(10 * time.Second)
+	for {
+		_, err := js.CreateStream(ctx, cfg)
+		var api *jetstream.APIError
+		if err == nil || !errors.As(err, &api) || api.ErrorCode != noPeers || time.Now().After(end) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// noPeers is the JetStream API error code of "no suitable peers for
+// placement".
+const noPeers = 10005
 
 // commandsServed is how many commands each of nodes has handled so far:
 // the count of torpor_command_duration_seconds on its GET /metrics.

@@ -387,10 +387,11 @@ func (r *Report) printCluster(w io.Writer) {
 }
 
 // warmAccounts waits until every server of cfgs serves JetStream to the
-// service's and the clients' accounts. A server of a cluster just formed
-// enables an account's JetStream when the account is first looked up there,
-// and a stream request that reaches it meanwhile is refused ("jetstream not
-// enabled for account").
+// service's and the clients' accounts. On a cluster just formed a node's
+// first stream of the clients' account was refused once with "jetstream not
+// enabled for account" (the servers load an account when it is first
+// used); each server is asked first, so that the nodes start on servers
+// that know both accounts.
 func warmAccounts(ctx context.Context, cfgs []embedded.Config, auth *busauth.Auth) error {
 	for _, role := range []busauth.Role{busauth.Service, busauth.ClientsService} {
 		u, err := auth.User("torpor bench warm-up", time.Minute, busauth.Grant{Role: role})

@@ -276,7 +276,7 @@ func TestBenchQuickReport(t *testing.T) {
 		has("a mode", m, append([]string{"fsync"}, perMode...)...)
 	}
 	checkProcess(t, rep, names)
-	checkCluster(t, rep)
+	checkBenchCluster(t, rep)
 	// Events appended per transition: a suspend or a resume appends at least
 	// its request and its outcome.
 	if per := float64(rep.Pipeline.Events) / float64(rep.Pipeline.Transitions); per < 2 {
@@ -284,12 +284,12 @@ func TestBenchQuickReport(t *testing.T) {
 	}
 }
 
-// checkCluster checks the cluster section: the closed loop ran through
+// checkBenchCluster checks the cluster section: the closed loop ran through
 // three nodes on three servers with R3 streams in the primary mode, every
 // node's gateway handled some of its commands (one per transition), and
 // the ratios to the single node's run are measured and are the two runs'
 // figures; the table has both rows.
-func checkCluster(t *testing.T, rep *bench.Report) {
+func checkBenchCluster(t *testing.T, rep *bench.Report) {
 	t.Helper()
 	c := rep.Cluster
 	if c == nil {

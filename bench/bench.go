@@ -67,6 +67,10 @@ type Config struct {
 	// driver's.
 	SkipProcess bool
 	SkipVM      bool
+	// SkipCluster leaves out the cluster section (RunCluster), whose
+	// nodes StartNode starts.
+	SkipCluster bool
+	StartNode   NodeStarter
 	// The growth section: the fleet sizes, the events of each sandbox's
 	// history, how many sandboxes of LongHistory events join at the
 	// largest size, and how many sandboxes are sampled at each. Zero means
@@ -145,6 +149,12 @@ func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*R
 	if err != nil {
 		return nil, err
 	}
+	// The cluster's closed loop runs over the bus; with --transport http
+	// the single node's runs over HTTP, and the two would not compare.
+	cluster := !cfg.SkipCluster && cfg.Transport == "bus"
+	if cluster && cfg.StartNode == nil {
+		return nil, errors.New("the cluster section wants a node starter (or --skip-cluster)")
+	}
 	began := time.Now()
 	host, _ := os.Hostname()
 	rep := &Report{
@@ -178,11 +188,21 @@ func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*R
 		}
 		mr.Raw.SQLUpsertEPS = sqlEPS
 		rep.Modes = append(rep.Modes, mr)
+		if len(rep.Modes) == 1 && cluster {
+			// Right after the single node's closed loop in the same mode,
+			// so that the two are minutes apart at most.
+			if rep.Cluster, err = RunCluster(ctx, cfg, m, cfg.StartNode, progress); err != nil {
+				return nil, fmt.Errorf("cluster: %w", err)
+			}
+		}
 	}
 	primary := rep.Modes[0]
 	rep.Raw, rep.Pipeline, rep.Latency, rep.Busy, rep.HTTP = primary.Raw, primary.Pipeline, primary.Latency, primary.Busy, primary.HTTP
 	for k, v := range primary.Ratios {
 		rep.Ratios[k] = v
+	}
+	if c := rep.Cluster; c != nil {
+		rep.clusterRatios(primary, c)
 	}
 	if !cfg.SkipGrowth && (cfg.Fsync == "" || cfg.Fsync == "interval") {
 		fmt.Fprintf(progress, "bench: growth over %v sandboxes, replay, recovery (fsync interval)\n", cfg.Sizes)
@@ -224,6 +244,13 @@ func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*R
 		rep.VM = v
 	}
 	rep.targets()
+	switch {
+	case rep.Cluster != nil:
+		rep.Notes = append(rep.Notes, fmt.Sprintf("cluster: %d NATS servers and %d torpor nodes run in this one process, sharing its %d cores and its disk with the bench's clients, all in operator mode with accounts as the single node's embedded server; the ratio is what three copies of every stream and three nodes cost on one machine, not what a cluster of three machines serves",
+			rep.Cluster.Servers, rep.Cluster.Nodes, runtime.NumCPU()))
+	case !cfg.SkipCluster:
+		rep.Notes = append(rep.Notes, "cluster: not run with --transport http (its closed loop runs over the bus, the single node's then over HTTP)")
+	}
 	if cfg.Rate > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("the latency figure run offered --rate %g transitions/s, not half the measured maximum; the p99 target's run found its own rate", cfg.Rate))
 	}

@@ -20,16 +20,22 @@ type cost struct {
 	in, out int64
 }
 
-func readCost(ns *server.Server) (cost, error) {
+// readCost reads the process's CPU time and the messages of the servers
+// (one, or each of an in-process cluster's, summed).
+func readCost(servers ...*server.Server) (cost, error) {
 	cpu, err := processCPU()
 	if err != nil && !errors.Is(err, errors.ErrUnsupported) {
 		return cost{}, fmt.Errorf("process CPU time: %w", err)
 	}
-	v, err := ns.Varz(nil)
-	if err != nil {
-		return cost{}, fmt.Errorf("varz: %w", err)
+	c := cost{at: time.Now(), cpu: cpu}
+	for _, ns := range servers {
+		v, err := ns.Varz(nil)
+		if err != nil {
+			return cost{}, fmt.Errorf("varz: %w", err)
+		}
+		c.in, c.out = c.in+v.InMsgs, c.out+v.OutMsgs
 	}
-	return cost{at: time.Now(), cpu: cpu, in: v.InMsgs, out: v.OutMsgs}, nil
+	return c, nil
 }
 
 // spent is the CPU time per transition in milliseconds, the share of the

@@ -70,8 +70,11 @@ func (h httpCommander) do(ctx context.Context, verb, id string) (events.View, er
 type viewWaiter struct {
 	mu    sync.Mutex
 	waits map[string]*phaseWait
-	kv    jetstream.KeyValue
-	w     jetstream.KeyWatcher
+	// seen is the last phase the watch delivered of each sandbox: a
+	// sandbox created may reach ready before its wait is registered.
+	seen map[string]events.Phase
+	kv   jetstream.KeyValue
+	w    jetstream.KeyWatcher
 }
 
 type phaseWait struct {
@@ -88,7 +91,7 @@ func newViewWaiter(ctx context.Context, js jetstream.JetStream) (*viewWaiter, er
 	if err != nil {
 		return nil, err
 	}
-	vw := &viewWaiter{waits: map[string]*phaseWait{}, kv: kv, w: w}
+	vw := &viewWaiter{waits: map[string]*phaseWait{}, seen: map[string]events.Phase{}, kv: kv, w: w}
 	go func() {
 		defer func() { _ = w.Stop() }()
 		for e := range w.Updates() {
@@ -102,6 +105,7 @@ func newViewWaiter(ctx context.Context, js jetstream.JetStream) (*viewWaiter, er
 				continue
 			}
 			vw.mu.Lock()
+			vw.seen[e.Key()] = v.Phase
 			if pw := vw.waits[e.Key()]; pw != nil && (v.Phase == pw.phase || v.Phase == events.PhaseError) {
 				delete(vw.waits, e.Key())
 				pw.ch <- v.Phase
@@ -115,6 +119,15 @@ func newViewWaiter(ctx context.Context, js jetstream.JetStream) (*viewWaiter, er
 // stop ends the watch: a section that does not wait on the view this way
 // should not pay for its deliveries.
 func (vw *viewWaiter) stop() { _ = vw.w.Stop() }
+
+// seenAt says whether the watch has delivered phase as id's last: a
+// sandbox's outcome that came before the wait was registered (a create's,
+// whose id is known only once it is answered).
+func (vw *viewWaiter) seenAt(id string, phase events.Phase) bool {
+	vw.mu.Lock()
+	defer vw.mu.Unlock()
+	return vw.seen[id] == phase
+}
 
 // expect registers interest in id reaching phase; call it before the command.
 // One wait per sandbox: a second would take the first one's wake-up, so it is
@@ -166,6 +179,12 @@ func step(ctx context.Context, cmd commander, vw *viewWaiter, verb, id string, t
 
 // createReady creates n sandboxes with c clients and waits until all are ready.
 func createReady(ctx context.Context, cmd commander, vw *viewWaiter, n, c int) ([]string, float64, error) {
+	return createReadyOn(ctx, func(int) (commander, *viewWaiter) { return cmd, vw }, n, c)
+}
+
+// createReadyOn is createReady with sandbox i created through on(i)'s
+// commander and waited for on its view.
+func createReadyOn(ctx context.Context, on func(i int) (commander, *viewWaiter), n, c int) ([]string, float64, error) {
 	ids := make([]string, n)
 	var (
 		next atomic.Int64
@@ -183,6 +202,7 @@ func createReady(ctx context.Context, cmd commander, vw *viewWaiter, n, c int) (
 				if i >= n {
 					return
 				}
+				cmd, vw := on(i)
 				if err := createOne(ctx, cmd, vw, ids, i); err != nil {
 					mu.Lock()
 					ferr = errors.Join(ferr, err)
@@ -206,7 +226,13 @@ func createOne(ctx context.Context, cmd commander, vw *viewWaiter, ids []string,
 	if err != nil {
 		return err
 	}
-	// The attach may have been projected before we registered: look once.
+	// The attach may have been projected before we registered: the watch
+	// may have delivered it already, or the bucket may have it (a read that
+	// on a cluster may come from a replica behind the watch).
+	if vw.seenAt(v.ID, events.PhaseReady) {
+		vw.cancel(v.ID)
+		return nil
+	}
 	if e, err := vw.kv.Get(ctx, v.ID); err == nil {
 		var cur events.View
 		if json.Unmarshal(e.Value(), &cur) == nil && cur.Phase == events.PhaseReady {

@@ -36,23 +36,26 @@ type Target struct {
 // raw, pipeline, latency_ms, http_closed_loop and ratios are the primary
 // mode's (interval when it ran).
 type Report struct {
-	Machine  map[string]any     `json:"machine"`
-	Config   map[string]any     `json:"config"`
-	Modes    []Mode             `json:"modes"`
-	Raw      Raw                `json:"raw"`
-	Pipeline Pipeline           `json:"pipeline"`
-	Latency  Latency            `json:"latency_ms"`
-	Busy     *Busy              `json:"latency_at_50pct_busy_ms,omitempty"`
-	HTTP     HTTPLoop           `json:"http_closed_loop"`
-	Growth   *Growth            `json:"growth,omitempty"`
-	Replay   *Replay            `json:"replay,omitempty"`
-	Process  *Process           `json:"process,omitempty"`
-	VM       *VM                `json:"vm,omitempty"`
-	SQLView  *SQLView           `json:"sql_view,omitempty"`
-	Ratios   map[string]float64 `json:"ratios"`
-	Targets  []Target           `json:"targets"`
-	Notes    []string           `json:"notes"`
-	Seconds  float64            `json:"seconds"`
+	Machine  map[string]any `json:"machine"`
+	Config   map[string]any `json:"config"`
+	Modes    []Mode         `json:"modes"`
+	Raw      Raw            `json:"raw"`
+	Pipeline Pipeline       `json:"pipeline"`
+	Latency  Latency        `json:"latency_ms"`
+	Busy     *Busy          `json:"latency_at_50pct_busy_ms,omitempty"`
+	HTTP     HTTPLoop       `json:"http_closed_loop"`
+	Growth   *Growth        `json:"growth,omitempty"`
+	Replay   *Replay        `json:"replay,omitempty"`
+	Process  *Process       `json:"process,omitempty"`
+	VM       *VM            `json:"vm,omitempty"`
+	SQLView  *SQLView       `json:"sql_view,omitempty"`
+	// Cluster is the closed loop on a three-server cluster, R3, in the
+	// primary mode (absent with --skip-cluster).
+	Cluster *Cluster           `json:"cluster,omitempty"`
+	Ratios  map[string]float64 `json:"ratios"`
+	Targets []Target           `json:"targets"`
+	Notes   []string           `json:"notes"`
+	Seconds float64            `json:"seconds"`
 }
 
 // targets checks the targets against what this run measured: the
@@ -143,6 +146,11 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "closed loop (%s): over %s %.0f transitions/s, p50 %.2f p99 %.2f ms; over HTTP with the SDK's wait %.0f transitions/s, p50 %.2f p99 %.2f ms: %.2f of the transitions/s, %.2f× the p50\n",
 			m.Fsync, p.Transport, p.TransitionsPerS, p.P50, p.P99, h.TransitionsPerS, h.P50, h.P99,
 			m.Ratios["http_vs_closed_loop_transitions"], m.Ratios["http_vs_closed_loop_p50"])
+	}
+	if r.Cluster != nil {
+		fmt.Fprintln(w)
+		r.printCluster(w)
+		fmt.Fprintln(w)
 	}
 	for _, m := range r.Modes {
 		h, b := m.Raw.HTTPRoundTrip, m.Raw.BusRequest
@@ -377,6 +385,23 @@ const benchmarksNotes = `
   or none is. Then a few process sandboxes running the same loop are suspended and resumed
   one command at a time through the whole pipeline over HTTP (command, saga, freeze or thaw,
   the supervisor's attach under the new generation, KV view, the SDK's wait).
+- **cluster** (left out with --skip-cluster, and with --transport http): three NATS servers in
+  this process, clustered over loopback routes, in operator mode with the bus's accounts as the
+  single node's embedded server is, and three torpor nodes (c1, c2, c3) joined to them as
+  serve --nats-url (all three) --nats-creds --replicas 3 runs them: the log, every bucket and
+  the object store with a replica on each server. It runs in the primary fsync mode right
+  after the single node's run. **raw**: the appends with the check of the single node's raw
+  (one at a time, and the async window of --concurrency) on a stream of three replicas,
+  through one server: the reference of the cluster's pipeline, as the raw async append is the
+  single node's (the ratio column: pipeline events/s over it). The closed loop: the same
+  --sandboxes, --concurrency and --duration over the bus; sandbox k is created and driven
+  through server k mod 3, its outcomes read from a watch of the view through that server, and
+  the servers' queue group spreads the commands over the three nodes' gateways (how many each
+  handled is printed). Printed as a row under the single node's, with cluster ÷ single of
+  transitions/s, p50 and the raw async append (ratios cluster_vs_single_*), and server
+  messages per event over every server, routes (replication) included. The six servers and
+  nodes share this machine's cores and disk with the bench's clients: the ratio is what three
+  copies of everything and three nodes cost on one machine, not what three machines serve.
 - **targets**: pipeline events/s at least half the bus floor with fsync interval, and at least
   half the raw async append with fsync always; p99 at most 10 ms at 50% of the cores busy
   (fsync interval); the growth, heap, restart and rebuild targets below the tables; freeze

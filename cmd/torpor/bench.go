@@ -20,7 +20,7 @@ import (
 )
 
 func benchCmd() *cobra.Command {
-	cfg := bench.Config{}
+	cfg := bench.Config{StartNode: benchNode}
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "measure the pipeline against the raw bus, in one run, on an embedded server",
@@ -67,6 +67,7 @@ func benchCmd() *cobra.Command {
 	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the closed-loop pipeline run (service and load) to this file; FILE.always for the fsync always run when both run; FILE.http (FILE.always.http) for the closed loop over HTTP")
 	f.BoolVar(&cfg.SkipGrowth, "skip-growth", false, "leave out the growth, replay and recovery section")
 	f.BoolVar(&cfg.SkipVM, "skip-vm", false, "leave out the vm driver's section (microVMs booted, suspended and resumed through the pipeline; snapshot bytes)")
+	f.BoolVar(&cfg.SkipCluster, "skip-cluster", false, "leave out the cluster section (the closed loop through three torpor nodes on three in-process NATS servers, every stream R3, next to the single node's)")
 	f.BoolVar(&cfg.SkipProcess, "skip-process", false, "leave out the process driver's section (freeze and thaw, process sandboxes through the pipeline)")
 	f.StringVar(&cfg.DatabaseURL, "database-url", "", "PostgreSQL/CockroachDB URL (default $TORPOR_BENCH_DATABASE_URL): adds the raw batched SQL upsert (view rows and a checkpoint per transaction, in throwaway torpor_bench_ tables); the SQL rebuild row waits for the SQL view")
 	return cmd
@@ -105,6 +106,18 @@ func benchStarter(torpor string) bench.Starter {
 		}
 		return s, nil
 	}
+}
+
+// benchNode is the bench's NodeStarter: the service as serve wires it
+// joining a cluster (--nats-url, --nats-creds, --replicas), over dir, on a
+// random HTTP port, with benchStart's settings.
+func benchNode(ctx context.Context, dir, name, url, creds, fsync string, replicas int) (bench.Service, error) {
+	a, err := start(ctx, serveConfig{Data: dir, HTTP: "127.0.0.1:0", NATSURL: url, NATSCreds: creds, Replicas: replicas, Fsync: fsync, Node: name,
+		Deadline: time.Minute, DuplicateWindow: jsstore.DefaultDuplicateWindow, HeartbeatLimit: defaultHeartbeatLimit}, zerolog.Nop())
+	if err != nil {
+		return nil, err // not a nil *app in the interface
+	}
+	return a, nil
 }
 
 // driverCreds writes, under dir, the credentials file of node's driver

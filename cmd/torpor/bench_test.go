@@ -54,6 +54,29 @@ func BenchmarkPipelineVsRaw(b *testing.B) {
 	}
 }
 
+// BenchmarkCluster runs the cluster section of `torpor bench` (quick
+// sizes): the raw R3 append and the closed loop through three nodes on three
+// in-process servers, every stream R3.
+//
+//	go test -run XXX -bench Cluster -benchtime 1x ./cmd/torpor
+func BenchmarkCluster(b *testing.B) {
+	cfg := bench.Config{Sandboxes: 200, Concurrency: 16, Quick: true, Transport: "bus", Duration: 3 * time.Second}
+	var c *bench.Cluster
+	for b.Loop() {
+		var err error
+		if c, err = bench.RunCluster(context.Background(), cfg, "interval", benchNode, b.Output()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(c.RawAppendCheckAsyncEPS, "raw-r3-append/s")
+	b.ReportMetric(c.Pipeline.EventsPerS, "pipeline-events/s")
+	b.ReportMetric(c.Pipeline.TransitionsPerS, "transitions/s")
+	b.ReportMetric(c.Pipeline.EventsPerS/c.RawAppendCheckAsyncEPS, "ratio")
+	b.ReportMetric(c.Pipeline.P50, "p50-ms")
+	b.ReportMetric(c.Pipeline.P99, "p99-ms")
+	b.ReportMetric(c.Pipeline.CPUMsPerTransition, "cpu-ms/transition")
+}
+
 // BenchmarkGrowth runs the growth section on small sizes (1k and 5k
 // sandboxes, 200-event histories) and reports the latency ratio, the heap per
 // sandbox and the rebuild ratio.
@@ -112,7 +135,7 @@ func TestBenchQuickReport(t *testing.T) {
 	// The vm section boots emulated guests for minutes; RunVM has its own
 	// test (TestBenchVM).
 	cfg := bench.Config{Sandboxes: 20, Concurrency: 4, Quick: true, Transport: "bus", Duration: 600 * time.Millisecond, Fsync: "interval",
-		Sizes: []int{100, 300}, LongSample: 10, LongHistory: 50, Sample: 20, SkipVM: true}
+		Sizes: []int{100, 300}, LongSample: 10, LongHistory: 50, Sample: 20, SkipVM: true, StartNode: benchNode}
 	rep, err := bench.Run(context.Background(), cfg, benchStarter(binary(t)), t.Output())
 	if err != nil {
 		t.Fatal(err)
@@ -253,10 +276,93 @@ func TestBenchQuickReport(t *testing.T) {
 		has("a mode", m, append([]string{"fsync"}, perMode...)...)
 	}
 	checkProcess(t, rep, names)
+	checkBenchCluster(t, rep)
 	// Events appended per transition: a suspend or a resume appends at least
 	// its request and its outcome.
 	if per := float64(rep.Pipeline.Events) / float64(rep.Pipeline.Transitions); per < 2 {
 		t.Errorf("%.2f events per transition; the count of events appended is wrong", per)
+	}
+}
+
+// checkBenchCluster checks the cluster section: the closed loop ran through
+// three nodes on three servers with R3 streams in the primary mode, every
+// node's gateway handled some of its commands (one per transition), and
+// the ratios to the single node's run are measured and are the two runs'
+// figures; the table has both rows.
+func checkBenchCluster(t *testing.T, rep *bench.Report) {
+	t.Helper()
+	c := rep.Cluster
+	if c == nil {
+		t.Fatal("the report has no cluster section")
+	}
+	if c.Servers != 3 || c.Nodes != 3 || c.Replicas != 3 || c.Fsync != rep.Modes[0].Fsync || !strings.Contains(c.Auth, "operator") {
+		t.Errorf("cluster %d servers, %d nodes, R%d, fsync %s, auth %q; want 3, 3, R3, the primary mode's %s, operator mode", c.Servers, c.Nodes, c.Replicas, c.Fsync, c.Auth, rep.Modes[0].Fsync)
+	}
+	p := c.Pipeline
+	if p.Transitions == 0 || p.Transitions%2 != 0 || p.Concurrency != rep.Pipeline.Concurrency || p.Sandboxes != rep.Pipeline.Sandboxes || !(p.P50 > 0) || p.Events < uint64(2*p.Transitions) {
+		t.Errorf("cluster closed loop %+v, want suspend/resume pairs with the single node's load, at least two events each", p)
+	}
+	if !(c.RawAppendCheckAsyncEPS > 0) || !(c.RawAppendCheckSyncEPS > 0) {
+		t.Errorf("cluster raw appends sync %v, async %v: want measured figures", c.RawAppendCheckSyncEPS, c.RawAppendCheckAsyncEPS)
+	}
+	var commands int64
+	for i, n := range c.Commands {
+		if n == 0 {
+			t.Errorf("node %s handled no command of the closed loop: %v", c.NodeNames[i], c.Commands)
+		}
+		commands += n
+	}
+	if len(c.Commands) != 3 || commands != p.Transitions {
+		t.Errorf("commands by node %v (%d), want three nodes' and one per transition (%d)", c.Commands, commands, p.Transitions)
+	}
+	for name, want := range map[string]float64{
+		"cluster_vs_single_transitions":  p.TransitionsPerS / rep.Pipeline.TransitionsPerS,
+		"cluster_vs_single_p50":          p.P50 / rep.Pipeline.P50,
+		"cluster_vs_single_raw_append":   c.RawAppendCheckAsyncEPS / rep.Raw.AppendCheckAsyncEPS,
+		"cluster_pipeline_vs_raw_append": p.EventsPerS / c.RawAppendCheckAsyncEPS,
+	} {
+		if got, ok := rep.Ratios[name]; !ok || !(got > 0) || got != want {
+			t.Errorf("ratios.%s = %v (found %v), want %v > 0", name, got, ok, want)
+		}
+	}
+	var out strings.Builder
+	rep.Print(&out)
+	for _, want := range []string{"single embedded node", "cluster, R3", "cluster ÷ single (fsync interval, same run): transitions/s "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the table has no %q:\n%s", want, out.String())
+		}
+	}
+	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.HasPrefix(n, "cluster: ") && strings.Contains(n, "operator mode") }) {
+		t.Errorf("notes %q do not say how the cluster ran", rep.Notes)
+	}
+}
+
+// TestBenchSkipCluster: --skip-cluster leaves the cluster section out, and
+// the bench without a node starter refuses to run it before anything runs.
+func TestBenchSkipCluster(t *testing.T) {
+	cfg := bench.Config{Sandboxes: 20, Concurrency: 4, Quick: true, Transport: "bus", Duration: 400 * time.Millisecond, Fsync: "interval"}
+	start := time.Now()
+	if _, err := bench.Run(context.Background(), cfg, benchStart, io.Discard); err == nil || !strings.Contains(err.Error(), "--skip-cluster") {
+		t.Errorf("a bench with the cluster and no node starter: %v, want an error naming --skip-cluster", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("refused after %s; the check should come first", d)
+	}
+	if testing.Short() {
+		return
+	}
+	cfg.SkipCluster, cfg.SkipGrowth, cfg.SkipProcess, cfg.SkipVM = true, true, true, true
+	rep, err := bench.Run(context.Background(), cfg, benchStart, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Cluster != nil {
+		t.Errorf("--skip-cluster ran the cluster: %+v", rep.Cluster)
+	}
+	for k := range rep.Ratios {
+		if strings.HasPrefix(k, "cluster") {
+			t.Errorf("ratio %s without the cluster", k)
+		}
 	}
 }
 
@@ -344,7 +450,7 @@ func TestBenchRate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the service under load for a few seconds")
 	}
-	cfg := bench.Config{Sandboxes: 20, Concurrency: 4, Quick: true, Transport: "bus", Duration: 600 * time.Millisecond, Fsync: "interval", SkipGrowth: true, SkipProcess: true, SkipVM: true, Rate: 50}
+	cfg := bench.Config{Sandboxes: 20, Concurrency: 4, Quick: true, Transport: "bus", Duration: 600 * time.Millisecond, Fsync: "interval", SkipGrowth: true, SkipProcess: true, SkipVM: true, SkipCluster: true, Rate: 50}
 	rep, err := bench.Run(context.Background(), cfg, benchStart, t.Output())
 	if err != nil {
 		t.Fatal(err)
@@ -421,7 +527,7 @@ func TestBenchQuickReportSQL(t *testing.T) {
 	}
 	url := pgtest.URL(t)
 	cfg := bench.Config{Sandboxes: 20, Concurrency: 4, Quick: true, Transport: "bus", Duration: 400 * time.Millisecond,
-		Fsync: "interval", SkipGrowth: true, SkipProcess: true, SkipVM: true, DatabaseURL: url}
+		Fsync: "interval", SkipGrowth: true, SkipProcess: true, SkipVM: true, SkipCluster: true, DatabaseURL: url}
 	rep, err := bench.Run(context.Background(), cfg, benchStart, t.Output())
 	if err != nil {
 		t.Fatal(err)

@@ -1,11 +1,8 @@
 package natstest
 
 import (
-	"fmt"
-	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,13 +20,12 @@ import (
 type Cluster struct {
 	t    testing.TB
 	auth *busauth.Auth
-	name string
+	// cfgs[i] is server i's: its store, its client and route addresses,
+	// kept across restarts.
+	cfgs []embedded.Config
 	mu   sync.Mutex
 	// servers[i] is nil while server i is down.
 	servers []*server.Server
-	dirs    []string
-	client  []string // client host:port of each server, kept across restarts
-	route   []string // route host:port of each server
 }
 
 // StartCluster runs n servers in one cluster (n ≥ 3 for a quorum that
@@ -37,60 +33,30 @@ type Cluster struct {
 // a meta leader. Every server is shut down at cleanup.
 func StartCluster(t testing.TB, n int, auth *busauth.Auth) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, auth: auth, name: "torpor-test", servers: make([]*server.Server, n)}
-	for range n {
-		c.dirs = append(c.dirs, t.TempDir())
-		c.client = append(c.client, freeAddr(t))
-		c.route = append(c.route, freeAddr(t))
+	dirs := make([]string, n)
+	for i := range dirs {
+		dirs[i] = t.TempDir()
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = c.start(i) }()
+	var base embedded.Config
+	if auth != nil {
+		base.Operator, base.Accounts, base.SystemAccount = auth.OperatorJWT, auth.Accounts(), auth.SystemKey
 	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("server %d: %v", i, err)
-		}
+	cfgs, servers, err := embedded.StartCluster("torpor-test", dirs, base, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
 	}
+	c := &Cluster{t: t, auth: auth, cfgs: cfgs, servers: servers}
 	t.Cleanup(func() {
 		for i := range n {
 			c.Kill(i)
 		}
 	})
-	c.WaitLeader(30 * time.Second)
 	return c
-}
-
-// freeAddr is a loopback address with a port nothing listened on a moment
-// ago (the servers' ports are fixed so that a restarted server is found
-// where it was).
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // start starts server i on its store.
 func (c *Cluster) start(i int) error {
-	var routes []string
-	for j, r := range c.route {
-		if j != i {
-			routes = append(routes, "nats-route://"+r)
-		}
-	}
-	cfg := embedded.Config{Data: c.dirs[i], Listen: c.client[i], Name: fmt.Sprintf("n%d", i+1),
-		Cluster: c.name, ClusterListen: c.route[i], Routes: routes}
-	if c.auth != nil {
-		cfg.Operator, cfg.Accounts, cfg.SystemAccount = c.auth.OperatorJWT, c.auth.Accounts(), c.auth.SystemKey
-	}
-	s, err := embedded.Start(cfg)
+	s, err := embedded.Start(c.cfgs[i])
 	if err != nil {
 		return err
 	}
@@ -102,13 +68,7 @@ func (c *Cluster) start(i int) error {
 
 // URL is every server's client URL, comma-separated, as nats.Connect and
 // --nats-url take a cluster.
-func (c *Cluster) URL() string {
-	urls := make([]string, len(c.client))
-	for i, a := range c.client {
-		urls[i] = "nats://" + a
-	}
-	return strings.Join(urls, ",")
-}
+func (c *Cluster) URL() string { return embedded.ClusterURL(c.cfgs) }
 
 // Server is server i, nil while it is down.
 func (c *Cluster) Server(i int) *server.Server {
@@ -147,7 +107,7 @@ func (c *Cluster) Restart(i int) {
 func (c *Cluster) Wipe(i int) {
 	c.t.Helper()
 	c.Kill(i)
-	if err := os.RemoveAll(filepath.Join(c.dirs[i], "jetstream")); err != nil {
+	if err := os.RemoveAll(filepath.Join(c.cfgs[i].Data, "jetstream")); err != nil {
 		c.t.Fatal(err)
 	}
 	c.Restart(i)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -160,14 +161,45 @@ func Start(cfg Config) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats-server: %w", err)
 	}
+	f := &fatal{said: make(chan string, 1)}
+	ns.SetLoggerV2(f, false, false, false)
 	ns.Start()
-	if !ns.ReadyForConnections(readyIn) {
+	for end := time.Now().Add(readyIn); ; {
+		if ns.ReadyForConnections(50 * time.Millisecond) {
+			return ns, nil
+		}
+		var why string
+		select {
+		case why = <-f.said:
+		default:
+			if time.Now().Before(end) {
+				continue
+			}
+			why = fmt.Sprintf("not ready in %s", readyIn)
+		}
 		ns.Shutdown()
 		ns.WaitForShutdown()
-		return nil, fmt.Errorf("nats-server not ready in %s", readyIn)
+		return nil, fmt.Errorf("nats-server: %s", why)
 	}
-	return ns, nil
 }
+
+// fatal is the server's logger: it keeps the first fatal error (a listener
+// that cannot bind its port, say), after which the server never gets ready,
+// so that Start says why at once rather than after readyIn, and drops the
+// rest, as NoLog would.
+type fatal struct {
+	once sync.Once
+	said chan string
+}
+
+func (f *fatal) Fatalf(format string, v ...any) {
+	f.once.Do(func() { f.said <- fmt.Sprintf(format, v...) })
+}
+func (f *fatal) Noticef(string, ...any) {}
+func (f *fatal) Warnf(string, ...any)   {}
+func (f *fatal) Errorf(string, ...any)  {}
+func (f *fatal) Debugf(string, ...any)  {}
+func (f *fatal) Tracef(string, ...any)  {}
 
 // cluster sets the cluster, its route listener and its routes of c on opts.
 func (c Config) cluster(opts *server.Options) error {

@@ -350,7 +350,14 @@ func (s *Service) put(sb *Sandbox) {
 		close(s.moved)
 		s.moved = nil
 	}
-	if _, ok := s.cache[sb.ID]; !ok && len(s.cache) >= s.cfg.CacheSize {
+	cur, ok := s.cache[sb.ID]
+	if ok && cur.Seq > sb.Seq {
+		// A fold that read the log before a concurrent append (a read
+		// outside the sandbox's lock) finishes after it: the cache never
+		// goes back in seq.
+		return
+	}
+	if !ok && len(s.cache) >= s.cfg.CacheSize {
 		for k := range s.cache { // evict one at random
 			delete(s.cache, k)
 			break

@@ -73,3 +73,20 @@ func TestWaitIsNoOlderThanTheLog(t *testing.T) {
 		t.Errorf("the view was asked above %v, want above %d (the log's head %d less one)", views.after, head-1, head)
 	}
 }
+
+// TestCacheNeverGoesBack: a state folded from an older reading of the log,
+// put into the cache after a newer one (a read outside the sandbox's lock
+// racing a command), does not replace it.
+func TestCacheNeverGoesBack(t *testing.T) {
+	svc := newRig(t).service(t)
+	svc.put(&Sandbox{ID: "sb", Seq: 5, Phase: events.PhaseStarting})
+	svc.put(&Sandbox{ID: "sb", Seq: 3, Phase: events.PhaseSuspended})
+	sb, cached, err := svc.load(context.Background(), "sb")
+	if err != nil || !cached || sb.Seq != 5 || sb.Phase != events.PhaseStarting {
+		t.Fatalf("cached %v seq %d phase %s (err %v), want the state at seq 5, starting", cached, sb.Seq, sb.Phase, err)
+	}
+	svc.put(&Sandbox{ID: "sb", Seq: 7, Phase: events.PhaseReady})
+	if sb, _, _ := svc.load(context.Background(), "sb"); sb.Seq != 7 {
+		t.Fatalf("seq %d after a newer state, want 7", sb.Seq)
+	}
+}

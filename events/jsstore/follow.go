@@ -59,11 +59,17 @@ func (s *Store) Follow(ctx context.Context, after uint64, max int, h events.Foll
 		for {
 			msg, err := it.Next(jetstream.NextContext(pctx))
 			if errors.Is(err, jetstream.ErrNoHeartbeat) && pctx.Err() == nil {
-				// The ordered consumer recreates itself; its server went
-				// silent for two beats at least.
+				// Its server went silent for two beats at least (died, or
+				// cut off). The ordered consumer would recreate itself,
+				// but with nats.go's backoff (1 s doubling to 10 s, each
+				// try waiting up to 10 s while the stream elects a
+				// leader): the view and the sagas stood still for more
+				// than 30 s after a server was killed. The reading ends
+				// instead, and the caller follows again from where it is,
+				// at its own pace.
 				now := time.Now()
 				s.out.mark(now.Add(-2*FollowHeartbeat), now)
-				continue
+				err = fmt.Errorf("%w: %w", events.ErrUnavailable, err)
 			}
 			select {
 			case ch <- delivery{msg, err}:
@@ -146,6 +152,10 @@ func (s *Store) messages(ctx context.Context, start uint64, pull ...jetstream.Pu
 		FilterSubjects: []string{SubjectPrefix + ">"},
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:    start,
+		// One try to make (or remake) the consumer: a failure comes back
+		// to the caller, which follows again at its own pace, rather
+		// than nats.go retrying for ever with a backoff up to 10 s.
+		MaxResetAttempts: 1,
 	})
 	if err != nil {
 		return nil, unavailable(err)

@@ -671,15 +671,30 @@ func leasedSagas(ctx context.Context, store *jsstore.Store, followed sagas.Sourc
 	}
 	return func(ctx context.Context) error {
 		return lease.Run(ctx, func(ctx context.Context) error {
-			r := runner
-			runner = nil // a Runner runs once: the lease lost and taken again runs a new one
-			if r == nil {
-				var err error
-				if r, err = newRunner(); err != nil {
+			for {
+				r := runner
+				runner = nil // a Runner runs once: the lease lost and taken again runs a new one
+				if r == nil {
+					var err error
+					if r, err = newRunner(); err != nil {
+						return err
+					}
+				}
+				err := r.Run(ctx)
+				if err == nil || ctx.Err() != nil || !clusterBusy(err) {
 					return err
 				}
+				// The bus could not answer the runner's start (its
+				// position read in an election: "JetStream system
+				// temporarily unavailable"): that stopped the whole node
+				// once. Run again, still holding the lease.
+				log.Warn().Err(err).Msg("the sagas could not start on the bus: starting them again")
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(time.Second):
+				}
 			}
-			return r.Run(ctx)
 		})
 	}, nil
 }

@@ -502,19 +502,24 @@ func (h *HTTP) wait(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// The timeout counts from here, as the client's does: a client that
+	// gives up at its end finds the place the wait held free again.
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
 	// The view it answers is at least as new as the log when asked: a
 	// view read from a replica that lags (a NATS server that just came
 	// back) must not pass an older phase off as the one waited for.
-	head, err := h.svc.Head(r.Context(), id)
+	head, err := h.svc.Head(ctx, id)
 	if err != nil {
+		if ctx.Err() != nil {
+			err = events.Errorf(events.CodeDeadlineExceeded, "sandbox %s: the log's head not read in %s", id, timeout)
+		}
 		writeError(w, err)
 		return
 	}
 	if head > 0 {
 		after = max(after, head-1)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), timeout)
-	defer cancel()
 	v, err := h.views.Wait(ctx, id, phase, after)
 	if err != nil {
 		if ctx.Err() != nil {

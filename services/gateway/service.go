@@ -329,6 +329,46 @@ func (s *Service) fold(ctx context.Context, sb *Sandbox, head uint64) (*Sandbox,
 	return next, nil
 }
 
+// reachTries and reachBackoff bound reach's wait.
+const (
+	reachTries   = 100
+	reachBackoff = 20 * time.Millisecond
+)
+
+// reach brings the cached state of id up to seq at least, the sequence of
+// the intent a report is caused by: the state a report is judged on holds
+// its cause. On a replicated stream the reader of the intent (a saga's
+// consumer, on a replica) may have it before the leader, whose word the
+// head is, has applied it: judged on the head, the report was fenced ("speaks
+// for generation 5, current is 4") and the saga's outcome dropped, the
+// sandbox left in starting (the bench's cluster row, about one run in
+// five). The caller holds id's lock; seq 0 asks nothing.
+func (s *Service) reach(ctx context.Context, id string, seq uint64) error {
+	if seq == 0 {
+		return nil
+	}
+	sb, _, err := s.load(ctx, id)
+	if err != nil {
+		return err
+	}
+	for try := 0; sb.Seq < seq; try++ {
+		if try == reachTries {
+			return events.Errorf(events.CodeUnavailable, "sandbox %s: the log's head is at %d, short of %d, which caused the report", id, sb.Seq, seq)
+		}
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return events.Errorf(events.CodeUnavailable, "sandbox %s: %v", id, ctx.Err())
+			case <-time.After(reachBackoff):
+			}
+		}
+		if sb, err = s.refresh(ctx, sb); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // refresh brings sb up to the subject's head: one direct get of the last
 // sequence, then, if the log moved, the events after sb.Seq. A state it
 // returns decides as the log stands now.
@@ -473,6 +513,9 @@ func (s *Service) record(ctx context.Context, cause events.Envelope, actor strin
 		return err
 	}
 	defer s.lock(cause.SandboxID)()
+	if err := s.reach(ctx, cause.SandboxID, cause.Seq); err != nil {
+		return err
+	}
 	sb, err := s.append(ctx, cause.SandboxID, true, cause.Caused(actor), dedupOf(cause), func(sb *Sandbox) ([]events.Event, error) {
 		if gate != nil && sb.Exists() {
 			if err := gate(sb); err != nil {

@@ -3,7 +3,10 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"testing"
+
+	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/services/compute"
@@ -137,5 +140,66 @@ func TestReattachAtTheHead(t *testing.T) {
 	}
 	if _, err := b.Report(ctx, v.ID, beat); err != nil {
 		t.Fatalf("a beat after the attach: %v", err)
+	}
+}
+
+// laggingHead is the log as a replicated stream's leader may show it for a
+// moment: its head (and what is read above a sequence) behind an event a
+// replica already delivered, for the first behind reads of Head.
+type laggingHead struct {
+	events.Store
+	mu     sync.Mutex
+	behind int
+	at     uint64 // the head it shows while behind
+}
+
+func (l *laggingHead) Head(ctx context.Context, id string) (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.behind > 0 {
+		l.behind--
+		return l.at, nil
+	}
+	return l.Store.Head(ctx, id)
+}
+
+// TestReportWaitsForItsCause: a resume's outcome reported through an
+// instance that cached the sandbox suspended, while the log's head it reads
+// still lags the resume_requested that caused the report (a saga's
+// consumer on a replica ahead of the leader), is judged once the state
+// holds its cause, and taken. It was fenced ("retained_state_consumed
+// speaks for generation 2, current is 1") and the saga's outcome dropped,
+// the sandbox left in starting (the bench's cluster row).
+func TestReportWaitsForItsCause(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	a := r.service(t)
+	lag := &laggingHead{Store: r.store}
+	b, err := NewService(lag, r.names, fakeDrivers{}, r.creds, Config{}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := readySandbox(t, a)
+	command(VerbSuspend)(t, a, v.ID)
+	if err := a.Record(ctx, events.Envelope{SandboxID: v.ID}, "test", &events.Suspended{Generation: 1, RestoreRef: "ref-1"}); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := b.Sandbox(ctx, v.ID) // b caches it suspended, generation 1
+	if err != nil {
+		t.Fatal(err)
+	}
+	command(VerbResume)(t, a, v.ID)
+	envs, err := r.store.Load(ctx, v.ID, sb.Seq)
+	if err != nil || len(envs) != 1 {
+		t.Fatalf("after the resume: %d events, %v; want the resume_requested", len(envs), err)
+	}
+	lag.mu.Lock()
+	lag.behind, lag.at = 3, sb.Seq
+	lag.mu.Unlock()
+	if err := b.Record(ctx, envs[0], "sagas", &events.RetainedStateConsumed{Generation: 2, RestoreRef: "ref-1"}); err != nil {
+		t.Fatalf("the consumption caused by the resume_requested at %d, the head read at %d: %v", envs[0].Seq, sb.Seq, err)
+	}
+	if n := countTypes(t, r.store, v.ID); n[events.TypeRetainedStateConsumed] != 1 {
+		t.Fatalf("log %v: want the consumption once", n)
 	}
 }

@@ -69,8 +69,8 @@ func (s *Store) Append(ctx context.Context, id string, expected uint64, envs ...
 		var ack *jetstreamext.BatchAck
 		bctx, cancel := s.inFlight(ctx)
 		ack, err = jetstreamext.PublishMsgBatch(bctx, s.js, msgs)
-		if err != nil && errors.Is(context.Cause(bctx), errConnLost) {
-			err = fmt.Errorf("%w: %w", nats.ErrTimeout, errConnLost)
+		if lost := answerLost(bctx); err != nil && lost != nil {
+			err = lost
 		}
 		cancel()
 		if err == nil {
@@ -207,8 +207,8 @@ func (s *Store) lastOf(ctx context.Context, subject string) (uint64, string, err
 	defer cancel()
 	msg, err := s.js.Conn().RequestWithContext(ctx, s.apiPrefix()+"STREAM.MSG.GET."+s.cfg.Stream, req)
 	if err != nil {
-		if errors.Is(context.Cause(ctx), errConnLost) {
-			return 0, "", fmt.Errorf("%w: %w", nats.ErrTimeout, errConnLost)
+		if lost := answerLost(ctx); lost != nil {
+			return 0, "", lost
 		}
 		return 0, "", err
 	}

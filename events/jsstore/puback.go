@@ -28,8 +28,8 @@ func (s *Store) publish(ctx context.Context, msg *nats.Msg) (uint64, error) {
 	defer cancel()
 	resp, err := s.js.Conn().RequestMsgWithContext(ctx, msg)
 	if err != nil {
-		if errors.Is(context.Cause(ctx), errConnLost) {
-			return 0, fmt.Errorf("%w: %w", nats.ErrTimeout, errConnLost)
+		if lost := answerLost(ctx); lost != nil {
+			return 0, lost
 		}
 		if errors.Is(err, nats.ErrNoResponders) {
 			return 0, fmt.Errorf("%w: %w", jetstream.ErrNoStreamResponse, err)
@@ -85,6 +85,16 @@ func stored(b, prefix []byte) (uint64, bool) {
 // elected a new leader, while it waited: its answer is lost (it may have
 // landed), as after a timeout.
 var errConnLost = errors.New("the connection or the stream's leader went away with the request in flight")
+
+// answerLost is the error of a request whose context inFlight ended with
+// errConnLost: a timeout (the answer lost, the request may have landed),
+// saying why; nil for any other end.
+func answerLost(ctx context.Context) error {
+	if errors.Is(context.Cause(ctx), errConnLost) {
+		return fmt.Errorf("%w: %w", nats.ErrTimeout, errConnLost)
+	}
+	return nil
+}
 
 // inFlight is the context of a publish: ctx, bounded by publishTimeout when
 // it has no deadline, and ended with errConnLost when the connection goes

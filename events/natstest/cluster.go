@@ -3,6 +3,7 @@ package natstest
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -130,34 +131,13 @@ func (c *Cluster) StreamLeader(account, stream string) int {
 }
 
 // WaitLeader waits until a server up is the JetStream meta leader and
-// every server up is current with it (a peer not yet caught up is taken
-// for offline, and a stream with replicas then finds no place).
+// every server up is current with it (embedded.WaitMeta).
 func (c *Cluster) WaitLeader(within time.Duration) {
 	c.t.Helper()
-	end := time.Now().Add(within)
-	for time.Now().Before(end) {
-		if c.whole() {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	c.t.Fatalf("no JetStream meta leader with every server current within %s", within)
-}
-
-// whole says whether a server up leads JetStream and every server up is
-// current.
-func (c *Cluster) whole() bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	led := false
-	for _, s := range c.servers {
-		if s == nil {
-			continue
-		}
-		if !s.JetStreamIsCurrent() {
-			return false
-		}
-		led = led || s.JetStreamIsLeader()
+	servers := slices.Clone(c.servers)
+	c.mu.Unlock()
+	if err := embedded.WaitMeta(servers, within); err != nil {
+		c.t.Fatal(err)
 	}
-	return led
 }

@@ -101,7 +101,7 @@ func startAll(cfgs []Config, within time.Duration) ([]*server.Server, error) {
 	wg.Wait()
 	err := errors.Join(errs...)
 	if err == nil {
-		err = waitPeers(servers, within)
+		err = WaitMeta(servers, within)
 	}
 	if err != nil {
 		for _, s := range servers {
@@ -115,21 +115,40 @@ func startAll(cfgs []Config, within time.Duration) ([]*server.Server, error) {
 	return servers, nil
 }
 
-// waitPeers waits up to within until one of servers is the JetStream meta
-// leader and counts all of them as current peers.
-func waitPeers(servers []*server.Server, within time.Duration) error {
+// WaitMeta waits up to within until one of servers is the JetStream meta
+// leader and every one up (not nil) is current with it; with all of them up,
+// until the leader also counts them all as peers. A peer not yet caught up
+// is taken for offline, and a stream with replicas then finds no place.
+// servers is read at each look: a caller that replaces a server holds its
+// own lock around a copy.
+func WaitMeta(servers []*server.Server, within time.Duration) error {
 	end := time.Now().Add(within)
-	for {
-		for _, s := range servers {
-			if s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) == len(servers) {
-				return nil
-			}
-		}
+	for !metaWhole(servers) {
 		if time.Now().After(end) {
-			return fmt.Errorf("no JetStream meta leader with all %d servers as peers within %s", len(servers), within)
+			return fmt.Errorf("no JetStream meta leader with every server up current within %s", within)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return nil
+}
+
+// metaWhole says whether servers have the meta group WaitMeta waits for.
+func metaWhole(servers []*server.Server) bool {
+	var leader *server.Server
+	up := 0
+	for _, s := range servers {
+		if s == nil {
+			continue
+		}
+		up++
+		if !s.JetStreamIsCurrent() {
+			return false
+		}
+		if s.JetStreamIsLeader() {
+			leader = s
+		}
+	}
+	return leader != nil && (up < len(servers) || len(leader.JetStreamClusterPeers()) == len(servers))
 }
 
 // ClusterURL is the client URLs of cfgs, comma-separated, as nats.Connect

@@ -183,6 +183,12 @@ func (c Config) Validate() error {
 		return errors.New("--tls-cert and --tls-key go together")
 	case c.NoAuth && !gateway.Loopback(c.HTTP):
 		return fmt.Errorf("--no-auth with --http %s: serving without tokens is for a loopback address only (127.0.0.1, [::1], localhost)", c.HTTP)
+	case c.Replicas < 0 || c.Replicas > MaxReplicas:
+		return fmt.Errorf("--replicas %d: want 1 to %d (left out: what the existing streams have)", c.Replicas, MaxReplicas)
+	case c.NATSURL == "" && c.Replicas > 1:
+		return fmt.Errorf("--replicas %d: the embedded NATS server is one server; a cluster is joined with --nats-url", c.Replicas)
+	case c.RaiseReplicas && c.Replicas == 0:
+		return errors.New("--raise-replicas: wants --replicas N, the replicas to raise to")
 	case !validNode.MatchString(c.Node):
 		return fmt.Errorf("--node %q: want 1 to 63 lower-case letters, digits, '-' or '_', starting and ending with a letter or digit (it names subjects and keys)", c.Node)
 	}
@@ -373,9 +379,6 @@ func startOnce(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, er
 	js, err := jetstream.New(a.nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
-	}
-	if cfg.NATSURL == "" && cfg.Replicas > 1 {
-		return nil, invalid(fmt.Errorf("--replicas %d: the embedded NATS server is one server; a cluster is joined with --nats-url", cfg.Replicas))
 	}
 	if cfg.NATSURL != "" {
 		if err := awaitCluster(ctx, js, max(cfg.Replicas, 1), cfg.Node, log); err != nil {

@@ -33,11 +33,9 @@ type replicaCount struct {
 // never used so: the start is refused with how to raise it, unless raise is
 // set, when it is raised (JetStream moves the data to the new peers while it
 // serves). A stream with more is never lowered by a start: that is a choice
-// made with `nats stream edit`, by hand.
+// made with `nats stream edit`, by hand. Config.Validate has kept asked in
+// range.
 func decideReplicas(ctx context.Context, js jetstream.JetStream, asked int, raise bool) (int, error) {
-	if asked < 0 || asked > MaxReplicas {
-		return 0, invalid(fmt.Errorf("--replicas %d: want 1 to %d", asked, MaxReplicas))
-	}
 	var have []replicaCount
 	names := js.StreamNames(ctx)
 	for name := range names.Name() {

@@ -26,6 +26,16 @@ const writeWindow = 1000
 // when the caller's context has no deadline.
 const writeTimeout = 30 * time.Second
 
+// DefaultAckTimeout bounds the wait for one put's acknowledgement, once the
+// puts before it are acknowledged (Config.AckTimeout). An asynchronous publish whose stream's leader
+// dies under it is never answered: neither an acknowledgement nor an error
+// comes (nats.go's future waits for ever). Without this bound the writer
+// held its lock for writeTimeout, and the view stood still for 30 s after
+// a NATS server was killed. A put not acknowledged is tried again, on the
+// revision it was made on: if it did land, the retry finds the key moved
+// and folds onto it.
+const DefaultAckTimeout = 5 * time.Second
+
 // Apply folds env into its sandbox's view and stores the result: ApplyBatch
 // of one event.
 func (v *View) Apply(ctx context.Context, env events.Envelope) error {
@@ -400,7 +410,12 @@ func (v *View) put(ctx context.Context, writes []write, cache bool) (moved map[s
 	settle := func() error {
 		w, f := writes[acked], futures[acked]
 		acked++
+		t := time.NewTimer(v.cfg.AckTimeout)
+		defer t.Stop()
 		select {
+		case <-t.C:
+			v.forget(w.id)
+			return fmt.Errorf("put %s: %w", w.id, events.Errorf(events.CodeUnavailable, "no acknowledgement within %s", v.cfg.AckTimeout))
 		case ack := <-f.Ok():
 			if cache {
 				v.remember(w.id, entry{view: w.view, rev: ack.Sequence})

@@ -375,3 +375,33 @@ func TestCheckpointEveryHoldsBackAndFlushes(t *testing.T) {
 		t.Fatal("a negative CheckpointEvery was accepted")
 	}
 }
+
+// TestAPutNeverAnsweredEndsTheBatch: a write whose acknowledgement never
+// comes (its stream's leader died under it: no answer and no error) fails
+// the batch, UNAVAILABLE, after AckTimeout, for the runner to try again,
+// rather than holding the writer until the caller's deadline. The stream
+// is made silent here by deleting it and catching its subjects with a
+// plain subscriber that answers nothing.
+func TestAPutNeverAnsweredEndsTheBatch(t *testing.T) {
+	srv := natstest.Start(t)
+	v, err := New(context.Background(), srv.JS, Config{Bucket: "silent", AckTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := newID(t)
+	applyBatch(t, v, env(t, id, 1, events.PhaseProvisioning, created(id, nil)))
+	if err := srv.JS.DeleteStream(context.Background(), "KV_silent"); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := srv.Conn.SubscribeSync("$KV.silent.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = v.ApplyBatch(ctx, []events.Envelope{env(t, id, 2, events.PhaseProvisioning, events.Started{Generation: 1})})
+	if code := events.CodeOf(err); code != events.CodeUnavailable || ctx.Err() != nil {
+		t.Fatalf("ApplyBatch on a silent stream: %v (code %s, caller's deadline passed: %v); want UNAVAILABLE before the caller's deadline", err, code, ctx.Err() != nil)
+	}
+}

@@ -47,6 +47,9 @@ type Config struct {
 	// Readers see a transient phase up to this much later, or not at all
 	// when the outcome came first. Zero writes every view at once.
 	HoldTransient time.Duration
+	// AckTimeout bounds the wait for one write's acknowledgement, once those
+	// before it are acknowledged; default DefaultAckTimeout.
+	AckTimeout time.Duration
 	// MaxBytes bounds the bucket's storage; default DefaultMaxBytes. A full
 	// bucket refuses writes (the projection retries; /readyz shows the lag).
 	MaxBytes int64
@@ -82,6 +85,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("cache size %d: must not be negative", c.CacheSize)
 	case c.CheckpointEvery < 0:
 		return fmt.Errorf("checkpoint every %s: must not be negative", c.CheckpointEvery)
+	case c.AckTimeout < 0:
+		return fmt.Errorf("ack timeout %s: must not be negative", c.AckTimeout)
 	case c.HoldTransient < 0:
 		return fmt.Errorf("hold transient %s: must not be negative", c.HoldTransient)
 	case c.Bucket != "" && !validKey(c.Bucket):
@@ -105,6 +110,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PastTTL == 0 {
 		c.PastTTL = DefaultPastTTL
+	}
+	if c.AckTimeout == 0 {
+		c.AckTimeout = DefaultAckTimeout
 	}
 	return c
 }

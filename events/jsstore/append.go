@@ -14,6 +14,7 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/natserr"
 )
 
 // resolveTimeout bounds the read that decides whether an ambiguous append
@@ -169,27 +170,10 @@ func classify(err error) outcome {
 		}
 		return failed
 	}
-	if isUnavailable(err) {
+	if natserr.Is(err) {
 		return unknown
 	}
 	return failed
-}
-
-// isUnavailable reports whether err means no answer came back.
-func isUnavailable(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrConnectionClosed) ||
-		errors.Is(err, nats.ErrConnectionDraining) || errors.Is(err, nats.ErrConnectionReconnecting)
-}
-
-// unavailable wraps events.ErrUnavailable around err when no answer came
-// back, and returns err as is otherwise.
-func unavailable(err error) error {
-	if isUnavailable(err) {
-		return fmt.Errorf("%w: %w", events.ErrUnavailable, err)
-	}
-	return err
 }
 
 // lastOf reads the last message of subject through the stream leader (the

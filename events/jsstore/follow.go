@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/natserr"
 )
 
 // minFollowPull is the fewest messages a follower's consumer asks for per
@@ -131,7 +132,7 @@ func (s *Store) Follow(ctx context.Context, after uint64, max int, h events.Foll
 			}
 		}
 		if failed != nil {
-			return fmt.Errorf("follow: %w", unavailable(failed))
+			return fmt.Errorf("follow: %w", natserr.Unavailable(failed))
 		}
 	}
 }
@@ -158,11 +159,11 @@ func (s *Store) messages(ctx context.Context, start uint64, pull ...jetstream.Pu
 		MaxResetAttempts: 1,
 	})
 	if err != nil {
-		return nil, unavailable(err)
+		return nil, natserr.Unavailable(err)
 	}
 	it, err := cons.Messages(pull...)
 	if err != nil {
-		return nil, unavailable(err)
+		return nil, natserr.Unavailable(err)
 	}
 	return it, nil
 }

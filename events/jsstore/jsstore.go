@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/natserr"
 )
 
 // SubjectPrefix starts the subject of every sandbox.
@@ -174,7 +175,7 @@ func (s *Store) Stream() jetstream.Stream { return s.stream }
 func (s *Store) LastSeq(ctx context.Context) (uint64, error) {
 	info, err := s.stream.Info(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("last seq: %w", unavailable(err))
+		return 0, fmt.Errorf("last seq: %w", natserr.Unavailable(err))
 	}
 	return info.State.LastSeq, nil
 }

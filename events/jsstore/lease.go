@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/natserr"
 )
 
 // LeaseBucket is the KV bucket of leases: name → the process holding it.
@@ -74,7 +75,7 @@ func (s *Store) Lease(ctx context.Context, name string, cfg LeaseConfig) (*Lease
 		Storage:     jetstream.FileStorage,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("lease %s: bucket %s: %w", name, LeaseBucket, unavailable(err))
+		return nil, fmt.Errorf("lease %s: bucket %s: %w", name, LeaseBucket, natserr.Unavailable(err))
 	}
 	if cfg.TTL <= 0 {
 		cfg.TTL = DefaultLeaseTTL

@@ -10,6 +10,7 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/natserr"
 )
 
 // loadBatch is how many messages one batched direct get asks for.
@@ -101,7 +102,7 @@ func (s *Store) loadBatch(ctx context.Context, id string, from uint64, out *[]ev
 	msgs, err := jetstreamext.GetBatch(ctx, s.js, s.cfg.Stream, loadBatch,
 		jetstreamext.GetBatchSubject(Subject(id)), jetstreamext.GetBatchSeq(from))
 	if err != nil {
-		return false, 0, unavailable(err)
+		return false, 0, natserr.Unavailable(err)
 	}
 	n, pending := 0, ""
 	for msg, err := range msgs {
@@ -109,7 +110,7 @@ func (s *Store) loadBatch(ctx context.Context, id string, from uint64, out *[]ev
 			return false, 0, nil
 		}
 		if err != nil {
-			return false, 0, unavailable(err)
+			return false, 0, natserr.Unavailable(err)
 		}
 		last = msg.Sequence
 		n++
@@ -141,7 +142,7 @@ func (s *Store) Head(ctx context.Context, id string) (uint64, error) {
 	if s.cfg.Replicas > 1 {
 		seq, _, err := s.lastOf(ctx, Subject(id))
 		if err != nil {
-			return 0, fmt.Errorf("head of %s: %w", id, unavailable(err))
+			return 0, fmt.Errorf("head of %s: %w", id, natserr.Unavailable(err))
 		}
 		return seq, nil
 	}
@@ -150,7 +151,7 @@ func (s *Store) Head(ctx context.Context, id string) (uint64, error) {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return 0, nil
 	case err != nil:
-		return 0, fmt.Errorf("head of %s: %w", id, unavailable(err))
+		return 0, fmt.Errorf("head of %s: %w", id, natserr.Unavailable(err))
 	}
 	return last.Sequence, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/natserr"
 )
 
 // PositionBucket is the KV bucket of followers' positions: follower name →
@@ -37,7 +38,7 @@ func (s *Store) Position(ctx context.Context, name string) (*Position, error) {
 		Storage:     jetstream.FileStorage,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("position %s: bucket %s: %w", name, PositionBucket, unavailable(err))
+		return nil, fmt.Errorf("position %s: bucket %s: %w", name, PositionBucket, natserr.Unavailable(err))
 	}
 	p := &Position{kv: kv, name: name, bad: s.cfg.OnBadPosition}
 	// One read now, so that a name the KV API refuses fails here.
@@ -55,7 +56,7 @@ func (p *Position) Get(ctx context.Context) (uint64, error) {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return 0, nil
 	case err != nil:
-		return 0, fmt.Errorf("get position %s: %w", p.name, unavailable(err))
+		return 0, fmt.Errorf("get position %s: %w", p.name, natserr.Unavailable(err))
 	}
 	seq, err := strconv.ParseUint(string(e.Value()), 10, 64)
 	if err != nil {
@@ -74,7 +75,7 @@ func (p *Position) Get(ctx context.Context) (uint64, error) {
 // idempotently anyway).
 func (p *Position) Set(ctx context.Context, seq uint64) error {
 	if _, err := p.kv.Put(ctx, p.name, strconv.AppendUint(nil, seq, 10)); err != nil {
-		return fmt.Errorf("set position %s to %d: %w", p.name, seq, unavailable(err))
+		return fmt.Errorf("set position %s to %d: %w", p.name, seq, natserr.Unavailable(err))
 	}
 	return nil
 }

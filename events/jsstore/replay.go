@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/natserr"
 )
 
 // ReplayChunk is how many envelopes Replay hands over at a time.
@@ -60,7 +61,7 @@ func (s *Store) replay(ctx context.Context, from, last uint64, h func([]events.E
 		case errors.Is(err, jetstream.ErrNoHeartbeat):
 			continue // the ordered consumer recreates itself
 		case err != nil:
-			return unavailable(err)
+			return natserr.Unavailable(err)
 		}
 		env, meta, err := s.decodeMsg(msg)
 		if meta == nil {

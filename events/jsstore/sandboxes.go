@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/torpor/torpor/internal/natserr"
 )
 
 // Sandboxes lists the id of every sandbox the log holds a message for:
@@ -16,7 +18,7 @@ import (
 func (s *Store) Sandboxes(ctx context.Context) ([]string, error) {
 	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(SubjectPrefix+">"))
 	if err != nil {
-		return nil, unavailable(fmt.Errorf("list the log's subjects: %w", err))
+		return nil, natserr.Unavailable(fmt.Errorf("list the log's subjects: %w", err))
 	}
 	ids := make([]string, 0, len(info.State.Subjects))
 	for subj := range info.State.Subjects {

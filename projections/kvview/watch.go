@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/natserr"
 )
 
 // Wait returns the view of sandbox id as soon as its phase is phase, at a
@@ -26,7 +27,7 @@ func (v *View) Wait(ctx context.Context, id string, phase events.Phase, after ui
 	// change between a read and a watch can be missed.
 	w, err := v.kv.Watch(ctx, id, jetstream.IgnoreDeletes())
 	if err != nil {
-		return events.View{}, fmt.Errorf("wait for %s: watch: %w", id, err)
+		return events.View{}, fmt.Errorf("wait for %s: watch: %w", id, natserr.Unavailable(err))
 	}
 	defer stop(w)
 	var last events.View
@@ -36,7 +37,9 @@ func (v *View) Wait(ctx context.Context, id string, phase events.Phase, after ui
 			return last, fmt.Errorf("wait for %s to be %s (is %q): %w", id, phase, last.Phase, ctx.Err())
 		case e, ok := <-w.Updates():
 			if !ok {
-				return last, fmt.Errorf("wait for %s: watch closed", id)
+				// Its consumer went with a NATS server: the wait may be
+				// asked again (UNAVAILABLE), not failed (INTERNAL).
+				return last, fmt.Errorf("wait for %s: watch closed: %w", id, events.ErrUnavailable)
 			}
 			if e == nil {
 				continue // end of current values; the rest are changes

@@ -17,6 +17,7 @@ import (
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/internal/metrics"
+	"github.com/torpor/torpor/internal/natserr"
 	"github.com/torpor/torpor/internal/warm"
 	"github.com/torpor/torpor/services/compute"
 )
@@ -183,7 +184,7 @@ func (b *Bus) handler(ctx context.Context, verb string) micro.HandlerFunc {
 			v, err := b.command(ctx, verb, req)
 			msg := &nats.Msg{Subject: reply}
 			if err != nil {
-				e := events.AsError(err)
+				e := events.AsError(natserr.Classify(err))
 				msg.Header = nats.Header{micro.ErrorHeader: []string{e.Message}, micro.ErrorCodeHeader: []string{string(e.Code)}}
 				msg.Data, _ = json.Marshal(events.ErrorBody{Error: e})
 			} else if msg.Data, err = json.Marshal(v); err != nil {
@@ -313,7 +314,7 @@ func (b *Bus) report(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	if err != nil {
-		body, _ := json.Marshal(events.ErrorBody{Error: events.AsError(err)})
+		body, _ := json.Marshal(events.ErrorBody{Error: events.AsError(natserr.Classify(err))})
 		_ = m.Respond(body)
 		return
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/natserr"
 )
 
 // HTTP serves the API of CONTRACT §5 over a Service and a Views projection.
@@ -135,7 +136,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // writeError writes the contract error body with the code's status.
 func writeError(w http.ResponseWriter, err error) {
-	e := events.AsError(err)
+	e := events.AsError(natserr.Classify(err))
 	writeJSON(w, e.Code.HTTPStatus(), events.ErrorBody{Error: e})
 }
 

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/servetest"
 	torpor "github.com/torpor/torpor/sdk/go"
 	"github.com/torpor/torpor/services/compute"
 	"github.com/torpor/torpor/services/compute/process"
@@ -207,7 +207,7 @@ func history(t *testing.T, c *torpor.Client, id string) []string {
 // resume the forward carries on. A forward to a port nothing listens on is
 // refused with FAILED_PRECONDITION.
 func TestProcessForwardCarriesHTTP(t *testing.T) {
-	busybox := need(t, "busybox")
+	busybox := servetest.Need(t, "busybox")
 	var drv *refusing
 	a, c, dir := processApp(t, 15*time.Second, func(cfg *serveConfig) {
 		cfg.WrapDrivers = func(r compute.Registry) {
@@ -337,21 +337,6 @@ func TestProcessBadInput(t *testing.T) {
 	if got := mustWait(t, c, v.ID, events.PhaseError); got.ExitCode == nil || *got.ExitCode != 7 || got.Reason != events.ReasonMainProcessExited {
 		t.Fatalf("a workload that exits 7: %+v", got)
 	}
-}
-
-// need is the path of program, or, where it is missing, a failure under
-// CI=true and a loud skip elsewhere.
-func need(t *testing.T, program string) string {
-	t.Helper()
-	p, err := exec.LookPath(program)
-	if err == nil {
-		return p
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s is missing (.ci/run installs it): %v", program, err)
-	}
-	t.Skipf("SKIPPING: %s is missing (apt-get install busybox-static): %v", program, err)
-	return ""
 }
 
 // freePort is a TCP port nothing listens on just now.

@@ -79,10 +79,12 @@ type Parker interface {
 type Config struct {
 	// Attempts is how often one event (or batch) is applied before the
 	// Runner gives up on this reading of the log and follows it again from
-	// the last event applied, after MaxBackoff. Default 5.
+	// the last event applied, after a backoff. Default 5.
 	Attempts int
-	// MinBackoff is the wait after the first failed apply; it doubles on each
-	// further failure up to MaxBackoff. Defaults 50ms and 5s.
+	// MinBackoff is the wait after the first failed apply, and before
+	// following the log again after a reading that applied something; it
+	// doubles on each further failure up to MaxBackoff. Defaults 50ms and
+	// 5s.
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
 	// BatchSize bounds the events handed over at once (to one ApplyBatch,
@@ -184,6 +186,12 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		return nil
 	}
+	// The wait before following again starts at MinBackoff and doubles,
+	// up to MaxBackoff, while readings apply nothing: a reading ended by a
+	// NATS server's loss (its consumer's beats missed) follows again at
+	// once, where a fixed MaxBackoff kept the view 5 s further behind
+	// after every fault.
+	backoff := r.cfg.MinBackoff
 	for ctx.Err() == nil {
 		from := r.Position()
 		err := r.src.Follow(ctx, from, r.cfg.BatchSize, h)
@@ -192,10 +200,13 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		if r.Position() == from {
 			r.lost.Store(true) // nothing applied in this reading
+		} else {
+			backoff = r.cfg.MinBackoff
 		}
 		r.cfg.Logger.Warn().Err(err).Str("projection", r.p.Name()).Uint64("seq", from).
-			Dur("backoff", r.cfg.MaxBackoff).Msg("following the log again")
-		t := time.NewTimer(r.cfg.MaxBackoff)
+			Dur("backoff", backoff).Msg("following the log again")
+		t := time.NewTimer(backoff)
+		backoff = min(2*backoff, r.cfg.MaxBackoff)
 		select {
 		case <-ctx.Done():
 		case <-t.C:

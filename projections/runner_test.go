@@ -635,3 +635,24 @@ func TestRunnerStuckWhileRetrying(t *testing.T) {
 		t.Errorf("Stuck after seq 2 applied: %v", err)
 	}
 }
+
+// TestRunnerFollowsAgainSoonAfterALostReading: a reading of the log that
+// fails (its NATS server died) is followed again after MinBackoff, not
+// MaxBackoff: the wait doubles only while readings keep failing. Here
+// MaxBackoff is an hour: a runner that waited it would never apply the
+// events the second reading brings.
+func TestRunnerFollowsAgainSoonAfterALostReading(t *testing.T) {
+	src := newSource(envs(t, 1, 2)...)
+	src.down = 2
+	p := &projection{}
+	r := newRunner(t, src, p, Config{MinBackoff: time.Millisecond, MaxBackoff: time.Hour})
+	start(t, r)
+	for _, want := range []error{errDown, errDown, nil} {
+		if c := src.next(t); !errors.Is(c.err, want) {
+			t.Fatalf("reading ended with %v, want %v", c.err, want)
+		}
+	}
+	if want := []uint64{1, 2}; !reflect.DeepEqual(p.applies(), want) {
+		t.Errorf("applied %v, want %v", p.applies(), want)
+	}
+}

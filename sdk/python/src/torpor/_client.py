@@ -71,8 +71,15 @@ class Client:
     code (``except torpor.FailedPrecondition``).
 
     A client holds no connection between calls and may be shared by
-    threads.
+    threads. Sandboxes are named by id; get and logs also take a name.
     """
+
+    #: The server's base URL, as given (http://127.0.0.1:8080).
+    base_url: str
+    #: The bearer token sent with every request (None: none).
+    token: str | None
+    #: How long one request may take, in seconds.
+    timeout: float
 
     def __init__(self, base_url: str, token: str | None = None, timeout: float = 30.0) -> None:
         if "://" not in base_url:

@@ -20,6 +20,12 @@ import torpor
 
 BOUND = 20.0  # seconds: every wait and watch unless timeout_seconds
 
+# The fields of a step (the README's table): a field this runner does not
+# know would be a check it skips, so it fails the scenario instead.
+FIELDS = {"call", "token", "sandbox", "id", "body", "key", "phase", "after", "query", "as", "expect", "expect_same",
+          "generation_above", "expect_error", "expect_types", "expect_count", "expect_ids", "timeout_seconds"}
+CALLS = {"create", "get", "list", "start", "stop", "suspend", "resume", "delete", "wait", "watch", "history"}
+
 
 def scenarios_path() -> Path:
     return Path(os.environ.get("TORPOR_SCENARIOS") or ROOT / ".." / "scenarios" / "scenarios.json")
@@ -89,7 +95,8 @@ class Runner:
         return self.saved[name]
 
     def step(self, i: int, st: dict[str, Any]) -> None:
-        st = dict(st)
+        self.case.assertEqual(sorted(set(st) - FIELDS), [], f"step {i}: fields this runner does not know")
+        self.case.assertIn(st.get("call"), CALLS, f"step {i}: a call this runner does not know")
         # README: in body, id, key and query; the file also puts it in an
         # expect (a name), so every string of the step gets it.
         st = fill(st, self.run)
@@ -175,8 +182,10 @@ class Scenarios(unittest.TestCase):
         env = server_env()
         doc = json.loads(scenarios_path().read_text())
         self.assertEqual(doc.get("version"), 1)
+        self.assertEqual(sorted(doc), ["scenarios", "version"])
         self.assertTrue(doc["scenarios"])
         for sc in doc["scenarios"]:
+            self.assertEqual(sorted(sc), ["name", "steps"], sc.get("name"))
             with self.subTest(scenario=sc["name"]):
                 r = Runner(self, env)
                 t0 = time.monotonic()

@@ -61,9 +61,10 @@ Reply = tuple[int, str, bytes]  # status, content type, body
 
 class Canned:
     """A local HTTP server whose answers a test writes: answer(method, path,
-    headers, body) -> (status, content type, body). It records each request."""
+    headers, body) -> (status, content type, body), or None for no answer
+    (the connection ends). It records each request."""
 
-    def __init__(self, answer: Callable[[str, str, dict[str, str], bytes], Reply]) -> None:
+    def __init__(self, answer: Callable[[str, str, dict[str, str], bytes], Reply | None]) -> None:
         self.requests: list[tuple[str, str, dict[str, str], bytes]] = []
         canned = self
 
@@ -78,7 +79,12 @@ class Canned:
                 body = self.rfile.read(n) if n else b""
                 hdrs = {k.lower(): v for k, v in self.headers.items()}
                 canned.requests.append((self.command, self.path, hdrs, body))
-                status, ctype, data = answer(self.command, self.path, hdrs, body)
+                reply = answer(self.command, self.path, hdrs, body)
+                if reply is None:  # no answer: the connection just ends
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                status, ctype, data = reply
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(data)))

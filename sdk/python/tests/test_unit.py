@@ -185,6 +185,35 @@ class Retries(Served):
         self.assertGreater(time.monotonic() - t0, 0.05 * (2 ** (torpor.ATTEMPTS - 1) - 1) * 0.9, "no backoff between tries")
 
 
+class NoAnswer(Served):
+    """A request the server may have done but whose answer was lost is sent
+    again when it is a read or a keyed command, never when it is a change
+    without a key (a token made twice would be ALREADY_EXISTS)."""
+
+    def answer(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Reply | None:
+        if len(self.srv.requests) == 1:
+            return None
+        if path == "/v1/tokens":
+            return json_reply(201, {"name": "t", "scopes": ["read"], "token": "torpor_t_x"})
+        return json_reply(200 if method == "GET" else 202, view())
+
+    def test_keyed_command(self) -> None:
+        self.client.suspend(str(VIEW["id"]))
+        keys = [h.get("idempotency-key") for _, _, h, _ in self.srv.requests]
+        self.assertEqual(len(keys), 2)
+        self.assertEqual(keys[0], keys[1])
+
+    def test_read(self) -> None:
+        self.assertEqual(self.client.get("a").seq, 7)
+        self.assertEqual(len(self.srv.requests), 2)
+
+    def test_unkeyed_change(self) -> None:
+        with self.assertRaises(torpor.Unavailable) as cm:
+            self.client.create_token("t", ["read"])
+        self.assertIsNone(cm.exception.status)
+        self.assertEqual(len(self.srv.requests), 1)
+
+
 class Wait(Served):
     """wait asks the long poll again when one poll ends (504) before its own
     deadline, and ends with DeadlineExceeded at it."""

@@ -37,7 +37,7 @@ def new_key() -> str:
 
 class _NoAnswer(Exception):
     """A request that got no answer (refused, dropped, timed out): it may or
-    may not have been done, so only a keyed command may be sent again."""
+    may not have been done, so only a read or a keyed command is sent again."""
 
     def __init__(self, what: str, cause: BaseException) -> None:
         super().__init__(f"{what}: no answer: {cause!r}")
@@ -153,7 +153,9 @@ class Client:
     ) -> _Answer:
         """Sends a request, and sends it again (the same, under the same
         key) on no answer, UNAVAILABLE or ABORTED, backing off; raises the
-        contract error of a failed answer."""
+        contract error of a failed answer. A change sent without a key
+        (tokens, request() without key=) is not sent again on no answer:
+        it may have been done."""
         url = self._url(path, query)
         data: bytes | None
         if body is None or isinstance(body, bytes):
@@ -165,9 +167,9 @@ class Client:
             try:
                 ans = self._once(method, url, data, key, self.timeout)
             except _NoAnswer as e:
-                # It may have been done: only the same request, under the
-                # same key, is sent again.
-                if attempt == ATTEMPTS:
+                # It may have been done: a read or a keyed command is sent
+                # again as it was; a change without a key (a token's) is not.
+                if attempt == ATTEMPTS or (method != "GET" and not key):
                     raise e.error() from e
                 err = Unavailable("UNAVAILABLE", None, str(e))
             else:

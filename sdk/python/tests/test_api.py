@@ -117,6 +117,26 @@ class API(unittest.TestCase):
         new = [l for l in got if l not in want]
         self.assertEqual(new, [], "exported API not in api.txt: run python3 tests/test_api.py --update and commit api.txt with it")
 
+    def test_typed(self) -> None:
+        # Every public function and method is annotated, every parameter and
+        # its return, and the annotations resolve (py.typed promises it).
+        import typing
+        for name in torpor.__all__:
+            obj = getattr(torpor, name)
+            fns = [(name, obj)] if inspect.isfunction(obj) else []
+            if isinstance(obj, type) and not issubclass(obj, enum.Enum):
+                for m, v in vars(obj).items():
+                    v = v.__func__ if isinstance(v, (classmethod, staticmethod)) else v
+                    if inspect.isfunction(v) and (not m.startswith("_") or m in _DUNDERS) and v.__module__.startswith("torpor"):
+                        fns.append((f"{name}.{m}", v))
+            for what, f in fns:
+                with self.subTest(what):
+                    hints = typing.get_type_hints(f, localns=vars(torpor))  # names imported for type checkers only
+                    params = [p for p in inspect.signature(f).parameters if p not in ("self", "cls")]
+                    self.assertEqual([p for p in params if p not in hints], [], "parameters without a type")
+                    self.assertIn("return", hints)
+        self.assertTrue((ROOT / "src" / "torpor" / "py.typed").exists())
+
     def test_listing(self) -> None:
         # The listing is made from the code: each kind of name shows.
         src = '''

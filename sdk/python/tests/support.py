@@ -8,6 +8,7 @@ import http.server
 import json
 import os
 import socket
+import ssl
 import sys
 import threading
 import unittest
@@ -64,7 +65,7 @@ class Canned:
     headers, body) -> (status, content type, body), or None for no answer
     (the connection ends). It records each request."""
 
-    def __init__(self, answer: Callable[[str, str, dict[str, str], bytes], Reply | None]) -> None:
+    def __init__(self, answer: Callable[[str, str, dict[str, str], bytes], Reply | None], tls: ssl.SSLContext | None = None) -> None:
         self.requests: list[tuple[str, str, dict[str, str], bytes]] = []
         canned = self
 
@@ -94,7 +95,11 @@ class Canned:
             do_GET = do_POST = do_DELETE = _do
 
         self.httpd = _Quiet(("127.0.0.1", 0), H)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        scheme = "http"
+        if tls is not None:
+            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
 
     def close(self) -> None:

@@ -4,6 +4,11 @@ what a newer server may send, errors, retries and the wait loop."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import ssl
+import subprocess
+import tempfile
 import threading
 import time
 import unittest
@@ -272,6 +277,38 @@ class WatchStream(Served):
         t0 = time.monotonic()
         self.assertEqual(list(w), [])
         self.assertLess(time.monotonic() - t0, 5)
+
+
+class TLS(unittest.TestCase):
+    """An https server is verified: with ssl_context trusting its
+    certificate the client talks to it, with the system's roots it is
+    refused by the client's own verification."""
+
+    def test_verified(self) -> None:
+        openssl = shutil.which("openssl")
+        if openssl is None:
+            msg = "SKIPPING: openssl is missing (it makes the test's certificate)"
+            if os.environ.get("CI") == "true":
+                self.fail(msg)
+            self.skipTest(msg)
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+        subprocess.run([openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
+                        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", cert],
+                       check=True, capture_output=True)
+        server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server.load_cert_chain(cert, key)
+        srv = Canned(lambda *a: json_reply(200, view()), tls=server)
+        self.addCleanup(srv.close)
+        self.assertTrue(srv.url.startswith("https://"))
+        c = torpor.Client(srv.url, "torpor_t_secret", timeout=5, ssl_context=ssl.create_default_context(cafile=cert))
+        self.assertEqual(c.get("a").seq, 7)
+        self.assertEqual(c.with_token("torpor_u_secret").get("a").seq, 7)
+        self.assertEqual(srv.requests[-1][2].get("authorization"), "Bearer torpor_u_secret")
+        with self.assertRaises(torpor.Unavailable) as cm:
+            torpor.Client(srv.url, timeout=5).get("a")
+        self.assertIn("CERTIFICATE_VERIFY_FAILED", cm.exception.message)
 
 
 class Unit(unittest.TestCase):

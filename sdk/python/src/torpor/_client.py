@@ -6,6 +6,7 @@ import datetime
 import http.client
 import json
 import socket
+import ssl
 import time
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
@@ -61,7 +62,8 @@ class Client:
 
     ``Client("http://127.0.0.1:8080", token=...)``: every request carries
     the token in its Authorization header (never in a URL). timeout bounds
-    each request (seconds); wait and watch have their own.
+    each request (seconds); wait and watch have their own. An https server
+    is verified with ssl_context (None: the system's roots).
 
     Commands (create, start, stop, suspend, resume, delete, forwards) carry
     an idempotency key, a fresh uuid v7 unless ``key=`` is given, and are
@@ -80,8 +82,12 @@ class Client:
     token: str | None
     #: How long one request may take, in seconds.
     timeout: float
+    #: How an https server is verified (None: the system's roots); for a
+    #: server whose certificate comes from a CA of your own (serve
+    #: --tls-cert): ssl.create_default_context(cafile="ca.pem").
+    ssl_context: ssl.SSLContext | None
 
-    def __init__(self, base_url: str, token: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(self, base_url: str, token: str | None = None, timeout: float = 30.0, *, ssl_context: ssl.SSLContext | None = None) -> None:
         if "://" not in base_url:
             base_url = "http://" + base_url
         u = urllib.parse.urlsplit(base_url)
@@ -90,6 +96,7 @@ class Client:
         self.base_url: str = base_url.rstrip("/")
         self.token: str | None = token or None
         self.timeout: float = timeout
+        self.ssl_context: ssl.SSLContext | None = ssl_context
         self._https = u.scheme == "https"
         self._host = u.hostname
         self._port = u.port or (443 if self._https else 80)
@@ -97,7 +104,7 @@ class Client:
 
     def with_token(self, token: str | None) -> Client:
         """A client like this one with another bearer token (None: none)."""
-        return Client(self.base_url, token, self.timeout)
+        return Client(self.base_url, token, self.timeout, ssl_context=self.ssl_context)
 
     def __repr__(self) -> str:
         return f"torpor.Client({self.base_url!r})"
@@ -106,7 +113,7 @@ class Client:
 
     def _connect(self, timeout: float | None) -> http.client.HTTPConnection:
         if self._https:
-            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout)
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=self.ssl_context)
         return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
 
     def _url(self, path: str, query: Mapping[str, Any] | None) -> str:

@@ -1,0 +1,322 @@
+"""Phases and the views the server answers (CONTRACT §1, §3, §5, §6).
+
+Every view keeps the object it was read from in ``raw``: a field a newer
+server adds is there, never an error.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "Phase",
+    "parse_phase",
+    "Scope",
+    "Restore",
+    "Forward",
+    "View",
+    "Page",
+    "Event",
+    "Capabilities",
+    "Driver",
+    "ServerInfo",
+    "TokenInfo",
+    "NewToken",
+]
+
+
+class Phase(enum.StrEnum):
+    """The phases this SDK knows (CONTRACT §1). The set is open: a server
+    newer than this SDK may answer another, which comes back as a plain str
+    (treat it as "other"); a Phase compares equal to its string."""
+
+    PROVISIONING = "provisioning"
+    READY = "ready"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    STARTING = "starting"
+    SUSPENDING = "suspending"
+    SUSPENDED = "suspended"
+    DELETING = "deleting"
+    DELETED = "deleted"
+    ERROR = "error"
+
+
+_PHASES: dict[str, Phase] = {p.value: p for p in Phase}
+
+
+def parse_phase(s: str) -> Phase | str:
+    """The Phase named s, or s itself when this SDK does not know it."""
+    return _PHASES.get(s, s)
+
+
+class Scope(enum.StrEnum):
+    """The scopes a token may hold: admin holds every scope."""
+
+    READ = "read"
+    WRITE = "write"
+    ADMIN = "admin"
+
+
+def _obj(d: Any) -> dict[str, Any]:
+    return d if isinstance(d, dict) else {}
+
+
+def _str(v: Any) -> str:
+    return v if isinstance(v, str) else ""
+
+
+def _int(v: Any) -> int:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+
+
+def _opt_str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+@dataclass
+class Restore:
+    """What a sandbox holds to resume from: held (a retained state is kept),
+    consumed (the last one was used by a restore), bytes (its size, where
+    the driver says)."""
+
+    held: bool = False
+    consumed: bool = False
+    bytes: int = 0
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Any) -> Restore:
+        d = _obj(d)
+        return cls(held=d.get("held") is True, consumed=d.get("consumed") is True, bytes=_int(d.get("bytes")), raw=d)
+
+
+@dataclass
+class Forward:
+    """An open TCP forward: from address on torpor's host to port of the
+    sandbox (listen is what was asked, address what was bound)."""
+
+    id: str = ""
+    listen: str = ""
+    address: str = ""
+    port: int = 0
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Any) -> Forward:
+        d = _obj(d)
+        return cls(id=_str(d.get("id")), listen=_str(d.get("listen")), address=_str(d.get("address")), port=_int(d.get("port")), raw=d)
+
+
+@dataclass
+class View:
+    """The phase view of one sandbox (CONTRACT §6): what get, list, wait and
+    watch answer, and every command with the view as it left it."""
+
+    id: str = ""
+    name: str = ""
+    phase: Phase | str = ""
+    generation: int = 0
+    driver: str = ""
+    node: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    restore: Restore = field(default_factory=Restore)
+    last_outcome: str = ""
+    exit_code: int | None = None
+    reason: str = ""
+    updated_at: str = ""
+    seq: int = 0
+    forwards: list[Forward] = field(default_factory=list)
+    #: Set in a command's answer only: the id of the command of the same
+    #: verb already in flight that this one joined (it decides the outcome).
+    joined: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Any) -> View:
+        d = _obj(d)
+        labels = {str(k): str(v) for k, v in _obj(d.get("labels")).items()}
+        fwd = d.get("forwards")
+        ec = d.get("exit_code")
+        return cls(
+            id=_str(d.get("id")),
+            name=_str(d.get("name")),
+            phase=parse_phase(_str(d.get("phase"))),
+            generation=_int(d.get("generation")),
+            driver=_str(d.get("driver")),
+            node=_str(d.get("node")),
+            labels=labels,
+            restore=Restore.from_json(d.get("restore")),
+            last_outcome=_str(d.get("last_outcome")),
+            exit_code=ec if isinstance(ec, int) and not isinstance(ec, bool) else None,
+            reason=_str(d.get("reason")),
+            updated_at=_str(d.get("updated_at")),
+            seq=_int(d.get("seq")),
+            forwards=[Forward.from_json(f) for f in fwd] if isinstance(fwd, list) else [],
+            joined=_str(d.get("joined")),
+            raw=d,
+        )
+
+
+@dataclass
+class Page:
+    """One page of a list, in creation order; next is the opaque cursor of
+    the following page ("" at the end); total is the count of sandboxes the
+    filters match, where the server says (else None)."""
+
+    items: list[View] = field(default_factory=list)
+    next: str = ""
+    total: int | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Any) -> Page:
+        d = _obj(d)
+        items = d.get("items")
+        total = d.get("total")
+        return cls(
+            items=[View.from_json(v) for v in items] if isinstance(items, list) else [],
+            next=_str(d.get("next")),
+            total=total if isinstance(total, int) and not isinstance(total, bool) else None,
+            raw=d,
+        )
+
+
+@dataclass
+class Event:
+    """One event of a sandbox's audit history (CONTRACT §3): its seq, type,
+    time, actor, command, the phase after it and its data."""
+
+    seq: int = 0
+    type: str = ""
+    time: str = ""
+    actor: str = ""
+    command_id: str = ""
+    phase: Phase | str = ""
+    data: Any = None
+    id: str = ""
+    correlation_id: str = ""
+    causation_id: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Any) -> Event:
+        d = _obj(d)
+        return cls(
+            seq=_int(d.get("seq")),
+            type=_str(d.get("type")),
+            time=_str(d.get("time")),
+            actor=_str(d.get("actor")),
+            command_id=_str(d.get("command_id")),
+            phase=parse_phase(_str(d.get("phase"))),
+            data=d.get("data"),
+            id=_str(d.get("id")),
+            correlation_id=_str(d.get("correlation_id")),
+            causation_id=_str(d.get("causation_id")),
+            raw=d,
+        )
+
+
+@dataclass
+class Capabilities:
+    """What a driver can do."""
+
+    suspend: bool = False
+    resume_on_another_node: bool = False
+    retains: str = ""
+    retained_size: bool = False
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Any) -> Capabilities:
+        d = _obj(d)
+        return cls(
+            suspend=d.get("suspend") is True,
+            resume_on_another_node=d.get("resume_on_another_node") is True,
+            retains=_str(d.get("retains")),
+            retained_size=d.get("retained_size") is True,
+            raw=d,
+        )
+
+
+@dataclass
+class Driver:
+    """One driver the server runs, with what it can do."""
+
+    name: str = ""
+    capabilities: Capabilities = field(default_factory=Capabilities)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Any) -> Driver:
+        d = _obj(d)
+        return cls(name=_str(d.get("name")), capabilities=Capabilities.from_json(d.get("capabilities")), raw=d)
+
+
+@dataclass
+class ServerInfo:
+    """What a server says of itself (GET /v1/server): its node, the
+    deadline of its transient phases, the view its reads come from."""
+
+    node: str = ""
+    deadline_seconds: float = 0.0
+    read_from: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Any) -> ServerInfo:
+        d = _obj(d)
+        ds = d.get("deadline_seconds")
+        return cls(
+            node=_str(d.get("node")),
+            deadline_seconds=float(ds) if isinstance(ds, (int, float)) and not isinstance(ds, bool) else 0.0,
+            read_from=_str(d.get("read_from")),
+            raw=d,
+        )
+
+
+@dataclass
+class TokenInfo:
+    """A token as the server tells of it: never its secret."""
+
+    name: str = ""
+    scopes: list[str] = field(default_factory=list)
+    created_at: str = ""
+    expires_at: str | None = None
+    created_by: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Any) -> TokenInfo:
+        d = _obj(d)
+        sc = d.get("scopes")
+        return cls(
+            name=_str(d.get("name")),
+            scopes=[str(s) for s in sc] if isinstance(sc, list) else [],
+            created_at=_str(d.get("created_at")),
+            expires_at=_opt_str(d.get("expires_at")),
+            created_by=_str(d.get("created_by")),
+            raw=d,
+        )
+
+
+@dataclass
+class NewToken(TokenInfo):
+    """A token just made, with its secret (token): shown this once."""
+
+    token: str = field(default="", repr=False)
+
+    @classmethod
+    def from_json(cls, d: Any) -> NewToken:
+        info = TokenInfo.from_json(d)
+        return cls(
+            name=info.name,
+            scopes=info.scopes,
+            created_at=info.created_at,
+            expires_at=info.expires_at,
+            created_by=info.created_by,
+            raw=info.raw,
+            token=_str(_obj(d).get("token")),
+        )

@@ -8,6 +8,7 @@ declare module "node:test" {
     after(fn: () => unknown): void;
   }
   interface TestOptions {
+    skip?: boolean | string;
     timeout?: number;
     concurrency?: number | boolean;
   }
@@ -43,6 +44,28 @@ declare module "node:fs" {
 declare module "node:path" {
   export function join(...parts: string[]): string;
   export function resolve(...parts: string[]): string;
+}
+
+declare module "node:net" {
+  interface AddressInfo {
+    address: string;
+    port: number;
+  }
+  interface Socket {
+    write(data: string | Uint8Array): boolean;
+    end(data?: string): void;
+    on(event: "data", fn: (chunk: Uint8Array) => void): this;
+    on(event: "error" | "close" | "end", fn: (...args: unknown[]) => void): this;
+    setEncoding(enc: "utf8"): this;
+    destroy(): void;
+  }
+  interface Server {
+    listen(port: number, host: string, cb?: () => void): this;
+    address(): AddressInfo | string | null;
+    close(cb?: () => void): this;
+  }
+  export function createServer(onConnection: (s: Socket) => void): Server;
+  export function connect(port: number, host: string, cb?: () => void): Socket;
 }
 
 declare module "node:os" {

@@ -22,6 +22,7 @@ declare module "node:test" {
 declare module "node:assert/strict" {
   function assert(value: unknown, message?: string): asserts value;
   namespace assert {
+    class AssertionError extends Error {}
     function ok(value: unknown, message?: string): asserts value;
     function equal<T>(actual: unknown, expected: T, message?: string): asserts actual is T;
     function notEqual(actual: unknown, expected: unknown, message?: string): void;

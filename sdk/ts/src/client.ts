@@ -197,6 +197,22 @@ export class Client {
     return this.#json("GET", `/v1/sandboxes${qs ? `?${qs}` : ""}`, { signal: query.signal });
   }
 
+  /**
+   * listAll yields every sandbox the query matches, page after page (the
+   * query's limit is the size of a page), without holding them all.
+   */
+  async *listAll(query: ListQuery = {}): AsyncGenerator<View, void, undefined> {
+    let cursor = query.cursor;
+    for (;;) {
+      const page = await this.list({ ...query, cursor });
+      yield* page.items;
+      if (!page.next) {
+        return;
+      }
+      cursor = page.next;
+    }
+  }
+
   /** start starts a stopped sandbox (cold), or a suspended one, discarding its retained state. */
   start(id: string, opts: CommandOptions = {}): Promise<View> {
     return this.#lifecycle("start", id, undefined, opts);

@@ -8,7 +8,7 @@ import { createServer } from "node:net";
 import type { AddressInfo } from "node:net";
 
 import { Codes, Phases, TorporError, isCode } from "../src/index.js";
-import type { FetchLike, View } from "../src/index.js";
+import type { FetchLike, ReplayProgress, View } from "../src/index.js";
 import { client, deadlineSeconds, run, serverTest, tokens } from "./env.js";
 
 /** rejectsWith asserts p rejects with a TorporError of code. */
@@ -50,6 +50,17 @@ serverTest("every verb of the HTTP API", async () => {
     [created.id],
   );
   assert.ok(!page.next, "one page");
+  // Paged: a second sandbox, pages of one, every one of them once.
+  const second = await c.create({ driver: "sim", labels: { run: r } });
+  const first = await c.list({ label: `run=${r}`, limit: 1 });
+  assert.deepEqual(first.items.map((v) => v.id), [created.id], "creation order");
+  assert.ok(first.next, "a next page");
+  const all: string[] = [];
+  for await (const v of c.listAll({ label: `run=${r}`, limit: 1 })) {
+    all.push(v.id);
+  }
+  assert.deepEqual(all, [created.id, second.id]);
+  await c.delete(second.id);
   const none = await c.list({ label: `run=${r}`, phase: "suspended" });
   assert.deepEqual(none.items, []);
 
@@ -103,10 +114,7 @@ serverTest("every verb of the HTTP API", async () => {
   assert.ok(["deleting", "deleted"].includes(deleting.phase));
   await c.wait(created.id, "deleted", wait);
   const gone = await c.list({ label: `run=${r}`, phase: "deleted" });
-  assert.deepEqual(
-    gone.items.map((v) => v.id),
-    [created.id],
-  );
+  assert.deepEqual(gone.items.map((v) => v.id).sort(), [created.id, second.id].sort());
 });
 
 serverTest("the server's refusals come back as typed errors with the contract's codes", async () => {
@@ -334,4 +342,19 @@ serverTest("forwards: opened to a port the sandbox answers on, then closed", asy
   } finally {
     echo.close();
   }
+});
+
+serverTest("replay rebuilds the KV view (admin) and reports its progress to done", async () => {
+  const lines: ReplayProgress[] = [];
+  for await (const p of client("admin").replay({ view: "kv" })) {
+    lines.push(p);
+  }
+  assert.ok(lines.length >= 1);
+  const done = lines.at(-1)!;
+  assert.equal(done.phase, "done", JSON.stringify(lines));
+  assert.equal(done.view, "kv");
+  assert.ok((done.seq ?? 0) > 0, JSON.stringify(done));
+  const it = client("write").replay({ view: "kv" });
+  await rejectsWith(it.next(), Codes.PermissionDenied, "replay with a write token");
+  await rejectsWith(client("admin").replay({ view: "nope" }).next(), Codes.InvalidArgument, "replay of an unknown view");
 });

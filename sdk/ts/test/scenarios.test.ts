@@ -207,14 +207,24 @@ async function runScenario(sc: Scenario): Promise<void> {
           answer = await c.get(ref());
           break;
         case "list": {
-          const items: View[] = [];
-          let cursor: string | undefined;
-          do {
-            const page = await c.list({ ...(step.query ?? {}), ...(cursor ? { cursor } : {}) });
-            items.push(...page.items);
-            cursor = page.next || undefined;
-          } while (cursor);
-          answer = items;
+          // A list reads the KV view, which lags the log (CONTRACT §6): a
+          // sandbox just created may not be in it yet. So a list whose
+          // expect_ids do not hold is asked again until they do, within the
+          // step's bound; one that never holds still fails.
+          const want = (step.expect_ids ?? []).map((n) => savedView(n, where).id).sort();
+          const until = Date.now() + ms;
+          for (;;) {
+            const items: View[] = [];
+            for await (const v of c.listAll({ ...(step.query ?? {}) })) {
+              items.push(v);
+            }
+            answer = items;
+            const got = items.map((v) => v.id).sort();
+            if (step.expect_ids === undefined || JSON.stringify(got) === JSON.stringify(want) || Date.now() > until) {
+              break;
+            }
+            await new Promise((resolve) => setTimeout(resolve, 50));
+          }
           break;
         }
         case "start":

@@ -318,3 +318,24 @@ test("the event stream parser: chunks split anywhere, CRLF, several data lines, 
     assert.deepEqual(got, ['1={"a":\n1}', "2=two", "3=three"], `chunks of ${size}`);
   }
 });
+
+test("a call is sent 5 times at most by default; an aborted call rejects with its signal's reason, unsent again", async () => {
+  const down = fake(() => Promise.reject(new TypeError("fetch failed")));
+  const err = await new Client("http://torpor.test", { fetch: down.fetch }).get("x").catch((e: unknown) => e);
+  assert.ok(isCode(err, Codes.Unavailable), String(err));
+  assert.equal((err as TorporError).status, 0, "no answer: no status");
+  assert.equal(down.seen.length, 5);
+
+  const ctl = new AbortController();
+  const hang: FetchLike = (_, init) =>
+    new Promise<Response>((_, reject) => init.signal?.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError"))));
+  let sent = 0;
+  const counting: FetchLike = (input, init) => {
+    sent++;
+    return hang(input, init);
+  };
+  const p = new Client("http://torpor.test", { fetch: counting }).suspend("x", { signal: ctl.signal });
+  ctl.abort(new Error("caller gave up"));
+  await assert.rejects(p, /caller gave up/);
+  assert.equal(sent, 1, "an abort is no reason to retry");
+});

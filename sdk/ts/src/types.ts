@@ -1,0 +1,181 @@
+// The wire types of the HTTP API (CONTRACT §3, §5, §6). Every field the
+// contract adds later comes through as it is; fields marked optional are
+// those the server omits when empty.
+
+import type { Phase } from "./phase.js";
+
+/** Whether a sandbox holds a retained state, and whether it was consumed. */
+export interface Restore {
+  held: boolean;
+  consumed: boolean;
+  /** What a held state keeps, in bytes, where the driver says. */
+  bytes?: number;
+}
+
+/** One open TCP forward: from `address` on torpor's host to `port` of the sandbox. */
+export interface Forward {
+  id: string;
+  listen: string;
+  address: string;
+  port: number;
+}
+
+/**
+ * The outcome of the last suspend or resume (CONTRACT §6): "" when none.
+ * Open, as phases are.
+ */
+export type Outcome =
+  | ""
+  | "restored"
+  | "cold_start_fallback"
+  | "restore_failed"
+  | "suspend_rejected"
+  | "suspend_timed_out"
+  | (string & {});
+
+/** Why the phase is what it is (CONTRACT §6): "" when nothing to say. Open. */
+export type Reason =
+  | ""
+  | "MainProcessExited"
+  | "RetainedStateLost"
+  | "SuspendRejected"
+  | "DeadlineExceeded"
+  | "ComputeResourceMissing"
+  | "StartFailed"
+  | (string & {});
+
+/** The phase view of one sandbox (CONTRACT §6). */
+export interface View {
+  id: string;
+  name: string;
+  phase: Phase;
+  generation: number;
+  driver: string;
+  node: string;
+  /** null when the sandbox has none. */
+  labels: Record<string, string> | null;
+  restore: Restore;
+  last_outcome: Outcome;
+  /** The exit code of the workload's main process, once it exited; else null. */
+  exit_code: number | null;
+  reason: Reason;
+  /** RFC 3339. */
+  updated_at: string;
+  /** The stream sequence of the last event folded in: a view never goes back in seq. */
+  seq: number;
+  /** The forwards open to the sandbox, in the order opened; omitted when none. */
+  forwards?: Forward[];
+  /**
+   * In a command's answer only: the command met a twin already in flight,
+   * appended nothing, and the command with this id decides the outcome.
+   */
+  joined?: string;
+}
+
+/** The body of create (CONTRACT §5). */
+export interface CreateRequest {
+  /** 1–63 of a-z 0-9 . _ -, alphanumeric at both ends; default sbx-<last 12 hex of the id>. */
+  name?: string;
+  /** sim, process, vm; the server's default when omitted. */
+  driver?: string;
+  driver_options?: Record<string, string>;
+  command?: string[];
+  env?: Record<string, string>;
+  labels?: Record<string, string>;
+  /** The service's own node (the default) or one of serve --remote-nodes. */
+  node?: string;
+}
+
+/** One page of a list, in creation order (or the order `sort` asked). */
+export interface Page {
+  items: View[];
+  /** The opaque cursor of the next page; "" (or absent) at the end. */
+  next?: string;
+  /** How many sandboxes match the filters, where the server says. */
+  total?: number;
+}
+
+/** One event of a sandbox's audit history (CONTRACT §3). */
+export interface HistoryEvent {
+  seq: number;
+  /** A stable event type name: sandbox.created, sandbox.suspended, … */
+  type: string;
+  /** RFC 3339. */
+  time: string;
+  /** token:<name>, http:<addr>, bus, sagas, supervisor:<gen>, gateway:heartbeats. */
+  actor: string;
+  command_id: string;
+  /** The phase after the event. */
+  phase?: Phase;
+  data: unknown;
+  id?: string;
+  correlation_id?: string;
+  causation_id?: string;
+}
+
+/** What a driver can do. */
+export interface DriverCapabilities {
+  suspend: boolean;
+  resume_on_another_node: boolean;
+  /** What a suspension keeps ("the process group, frozen"). */
+  retains?: string;
+  /** Whether the view shows what a held state keeps (restore.bytes). */
+  retained_size?: boolean;
+}
+
+/** One driver the server runs. */
+export interface Driver {
+  name: string;
+  capabilities: DriverCapabilities;
+}
+
+/** What a server says of itself (GET /v1/server). */
+export interface ServerInfo {
+  /** serve --node. */
+  node: string;
+  /** serve --deadline: how long a transient phase may last. */
+  deadline_seconds: number;
+  /** The view reads come from: "kv" or "sql". */
+  read_from: string;
+}
+
+/** A token's scope: admin holds every scope. Open. */
+export type Scope = "read" | "write" | "admin" | (string & {});
+
+/** The body of a token's creation. */
+export interface TokenRequest {
+  name: string;
+  scopes: Scope[];
+  /** How long it lasts ("720h", "30d"); none: it does not expire. */
+  expires?: string;
+}
+
+/** A token as the server tells of it: never its secret. */
+export interface TokenInfo {
+  name: string;
+  scopes: Scope[];
+  created_at: string;
+  expires_at?: string;
+  created_by?: string;
+}
+
+/** A new token: its secret is in `token`, shown this once. */
+export interface NewToken extends TokenInfo {
+  token: string;
+}
+
+/** One line of a replay's progress (POST /v1/replay). */
+export interface ReplayProgress {
+  view: string;
+  /** fold, write, catchup, swap; last done or failed. */
+  phase: string;
+  done?: number;
+  total?: number;
+  /** done: the log's seq the view was rebuilt to, and where it is. */
+  seq?: number;
+  target?: string;
+  events?: number;
+  elapsed_ms?: number;
+  /** failed: why. */
+  error?: { code: string; message: string };
+}

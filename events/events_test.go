@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -224,6 +225,60 @@ func TestFoldOutcomes(t *testing.T) {
 				t.Fatalf("last_outcome %q reason %q, want %q and %q", v.LastOutcome, v.Reason, c.outcome, c.reason)
 			}
 		})
+	}
+}
+
+// TestFoldPhaseSince: phase_since is the time of the event that moved the
+// view into its current phase; an event that leaves the phase leaves it
+// (CONTRACT §6), and SortTime falls back to updated_at for a view without
+// it.
+func TestFoldPhaseSince(t *testing.T) {
+	at := func(s int64) time.Time { return time.Unix(s, 7).UTC() }
+	steps := []struct {
+		e     Event
+		phase Phase
+		since time.Time
+	}{
+		{&Created{Name: "a", Generation: 1}, PhaseProvisioning, at(10)},
+		{&SupervisorAttached{Generation: 1}, PhaseReady, at(11)},
+		{&ForwardOpened{ForwardID: "f1", Listen: "127.0.0.1:0", Address: "127.0.0.1:1", Port: 80}, PhaseReady, at(11)},
+		{&SuspendRequested{Generation: 1}, PhaseSuspending, at(13)},
+		{&Suspended{Generation: 1, RestoreRef: "r"}, PhaseSuspended, at(14)},
+		{&ResumeRequested{Generation: 2, RestoreRef: "r"}, PhaseStarting, at(15)},
+		{&RetainedStateConsumed{Generation: 2, RestoreRef: "r"}, PhaseStarting, at(15)},
+		{&Resumed{Generation: 2, Outcome: OutcomeRestored}, PhaseStarting, at(15)},
+		{&SupervisorAttached{Generation: 2}, PhaseReady, at(18)},
+	}
+	var v View
+	for i, s := range steps {
+		en, err := NewEnvelope("s1", s.e, Meta{}, at(int64(10+i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		en.Seq = uint64(i + 1)
+		if _, err := v.Apply(en); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if v.Phase != s.phase || !v.PhaseSince.Equal(s.since) {
+			t.Errorf("after %T: phase %s since %s, want %s since %s", s.e, v.Phase, v.PhaseSince, s.phase, s.since)
+		}
+	}
+	if got := v.SortTime(); !got.Equal(at(18)) {
+		t.Errorf("SortTime %s, want phase_since %s", got, at(18))
+	}
+	old := View{UpdatedAt: at(3)}
+	if got := old.SortTime(); !got.Equal(at(3)) {
+		t.Errorf("SortTime of a view without phase_since %s, want updated_at %s", got, at(3))
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"phase_since":"1970-01-01T00:00:18.000000007Z"`; !strings.Contains(string(b), want) {
+		t.Errorf("view JSON %s: want %s", b, want)
+	}
+	if b, _ := json.Marshal(old); strings.Contains(string(b), "phase_since") {
+		t.Errorf("view without phase_since: JSON %s names it", b)
 	}
 }
 

@@ -43,6 +43,13 @@ type View struct {
 	Reason      string            `json:"reason"`
 	UpdatedAt   time.Time         `json:"updated_at"`
 	Seq         uint64            `json:"seq"`
+	// PhaseSince is the time of the event that moved the sandbox into its
+	// current phase (added to CONTRACT §6's fields): its age in the phase
+	// is now minus PhaseSince. An event that leaves the phase as it was
+	// leaves it too. Zero, and left out of the JSON, in a view an older
+	// build stored, until its phase next changes: readers then take
+	// UpdatedAt (SortTime).
+	PhaseSince time.Time `json:"phase_since,omitzero"`
 	// Forwards are the TCP forwards open to the sandbox (added to CONTRACT
 	// §6's fields), in the order they were opened; none once it is deleted.
 	Forwards []Forward `json:"forwards,omitempty"`
@@ -70,6 +77,16 @@ type Forward struct {
 // through a gateway: forged, or a writer's bug), so it changes no view;
 // readers skip it and count it.
 var ErrRefused = errors.New("refused by the lifecycle table")
+
+// SortTime is when the sandbox entered its phase, as a list sorted by age
+// in phase takes it: PhaseSince, or UpdatedAt for a view stored before
+// views had PhaseSince.
+func (v View) SortTime() time.Time {
+	if v.PhaseSince.IsZero() {
+		return v.UpdatedAt
+	}
+	return v.PhaseSince
+}
 
 // Fold folds env into v and reports whether it changed v: Apply, with an
 // event it refuses left out as one that changes nothing.
@@ -99,6 +116,9 @@ func (v *View) Apply(env Envelope) (bool, error) {
 	to, err := Next(v.Phase, env.Type)
 	if err != nil {
 		return false, fmt.Errorf("%w: sandbox %s seq %d: %w", ErrRefused, env.SandboxID, env.Seq, err)
+	}
+	if to != v.Phase {
+		v.PhaseSince = env.Time
 	}
 	v.Phase = to
 	if env.Seq != 0 {

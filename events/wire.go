@@ -19,11 +19,16 @@ type CreateRequest struct {
 	Node string `json:"node,omitempty"`
 }
 
-// Page is one page of a list, in creation order; Next is the opaque cursor of
-// the following page, empty at the end.
+// Page is one page of a list, in the list's order (creation order unless
+// sorted); Next is the opaque cursor of the following page, empty at the
+// end.
 type Page struct {
 	Items []View `json:"items"`
 	Next  string `json:"next"`
+	// Total is how many sandboxes the list's filters select over all its
+	// pages (added to CONTRACT §5's list body), as the view held them when
+	// this page was read.
+	Total int `json:"total"`
 }
 
 // HistoryEntry is one event of the audit history (CONTRACT §3), with the

@@ -153,6 +153,28 @@ func TestCLIBinary(t *testing.T) {
 		fails(t, nil, events.CodeInvalidArgument, "list", "-l", "team")
 	})
 
+	t.Run("list sorts and filters by name, driver and node", func(t *testing.T) {
+		if out, _ := ok(t, "list", "--name", "FMT-", "--sort", "-name", "-o", "name"); out != "fmt-c\nfmt-b\nfmt-a\n" {
+			t.Fatalf("list --name FMT- --sort -name: %q", out)
+		}
+		if out, _ := ok(t, "list", "--name", "fmt", "--driver", "sim", "--node", "local", "-l", "team=a", "--sort", "name", "-o", "name"); out != "fmt-a\nfmt-b\n" {
+			t.Fatalf("list --name fmt --driver sim --node local -l team=a --sort name: %q", out)
+		}
+		if out, _ := ok(t, "list", "--name", "fmt", "--driver", "process", "-o", "name"); out != "" {
+			t.Fatalf("list --driver process: %q", out)
+		}
+		out, _ := ok(t, "list", "--name", "fmt", "--sort", "name", "--limit", "1", "-o", "json")
+		var p torpor.Page
+		if err := json.Unmarshal([]byte(out), &p); err != nil || len(p.Items) != 1 || p.Items[0].Name != "fmt-a" || p.Total != 3 || p.Next == "" {
+			t.Fatalf("list --sort name --limit 1 -o json: %v\n%s", err, out)
+		}
+		if out, _ := ok(t, "list", "--name", "fmt", "--sort", "name", "--limit", "1", "--cursor", p.Next, "-o", "name"); out != "fmt-b\n" {
+			t.Fatalf("list --sort name at the cursor of its first page: %q", out)
+		}
+		fails(t, nil, events.CodeInvalidArgument, "list", "--sort", "age", "--cursor", p.Next)
+		fails(t, nil, events.CodeInvalidArgument, "list", "--sort", "size")
+	})
+
 	t.Run("lifecycle verbs wait and print", func(t *testing.T) {
 		ok(t, "create", "life")
 		out, stderr := ok(t, "suspend", "life", "-o", "json")

@@ -39,8 +39,9 @@ func checkOutput(o string) error {
 // printViews prints views in format o: a table (wide: with more columns),
 // JSON (one view as an object; a list as {"items":…,"next":…}), or each
 // view's name (its id when it has none), one a line. next is the cursor of
-// a further page, if any; list says whether views are a list.
-func printViews(out, errOut io.Writer, o string, views []events.View, list bool, next string) error {
+// a further page, if any, and total the matches of the list over all its
+// pages; list says whether views are a list.
+func printViews(out, errOut io.Writer, o string, views []events.View, list bool, next string, total int) error {
 	switch o {
 	case outJSON:
 		enc := json.NewEncoder(out)
@@ -51,7 +52,7 @@ func printViews(out, errOut io.Writer, o string, views []events.View, list bool,
 		if views == nil {
 			views = []events.View{}
 		}
-		return enc.Encode(torpor.Page{Items: views, Next: next})
+		return enc.Encode(torpor.Page{Items: views, Next: next, Total: total})
 	case outName:
 		for _, v := range views {
 			fmt.Fprintln(out, ref(v))

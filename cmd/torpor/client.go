@@ -137,7 +137,7 @@ func (f *clientFlags) verb(cmd *cobra.Command) *cobra.Command {
 
 // show prints one view in the -o format.
 func (f *clientFlags) show(cmd *cobra.Command, v events.View) error {
-	return printViews(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.output, []events.View{v}, false, "")
+	return printViews(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.output, []events.View{v}, false, "", 1)
 }
 
 // clientHelp is the long help of torpor: what the client verbs share, and
@@ -368,16 +368,17 @@ func (f *clientFlags) getCmd() *cobra.Command {
 
 func (f *clientFlags) listCmd() *cobra.Command {
 	var (
-		phase, cursor string
-		labels        []string
-		limit         int
+		o      torpor.ListOptions
+		labels []string
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "list sandboxes in creation order (every page, unless --limit or --cursor asks for one)",
-		Long: "list sandboxes in creation order. -l k=v (repeatable) keeps those with every label given:\n" +
-			"the server filters on one of them, the others are filtered here, so a page of --limit N\n" +
-			"can come back with fewer than N. Without --limit or --cursor every page is read.",
+		Short: "list sandboxes, in creation order unless --sort (every page, unless --limit or --cursor asks for one)",
+		Long: "list sandboxes, in creation order unless --sort says name, -name, age (the longest in its\n" +
+			"phase first) or -age. -l k=v (repeatable) keeps those with every label given: the server\n" +
+			"filters on one of them, the others are filtered here, so a page of --limit N can come back\n" +
+			"with fewer than N (and -o json's total counts the first label only). --name keeps names\n" +
+			"that contain it, in any case. Without --limit or --cursor every page is read.",
 		Args:              cobra.NoArgs,
 		ValidArgsFunction: cobra.NoFileCompletions,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -386,10 +387,12 @@ func (f *clientFlags) listCmd() *cobra.Command {
 				return err
 			}
 			c := f.client()
-			one := limit > 0 || cursor != ""
+			one := o.Limit > 0 || o.Cursor != ""
+			o.Label = lf.server()
 			var views []events.View
+			total := 0
 			for {
-				p, err := c.List(cmd.Context(), phase, lf.server(), limit, cursor)
+				p, err := c.ListWith(cmd.Context(), o)
 				if err != nil {
 					return err
 				}
@@ -398,18 +401,25 @@ func (f *clientFlags) listCmd() *cobra.Command {
 						views = append(views, v)
 					}
 				}
-				cursor = p.Next
-				if one || cursor == "" {
+				o.Cursor, total = p.Next, p.Total
+				if one || o.Cursor == "" {
 					break
 				}
 			}
-			return printViews(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.output, views, true, cursor)
+			if !one {
+				total = len(views)
+			}
+			return printViews(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.output, views, true, o.Cursor, total)
 		},
 	}
-	cmd.Flags().StringVar(&phase, "phase", "", "only this phase")
+	cmd.Flags().StringVar(&o.Phase, "phase", "", "only this phase")
 	cmd.Flags().StringArrayVarP(&labels, "label", "l", nil, "only sandboxes with label k=v (repeatable: all of them)")
-	cmd.Flags().IntVar(&limit, "limit", 0, "one page of this size")
-	cmd.Flags().StringVar(&cursor, "cursor", "", "the page at this cursor")
+	cmd.Flags().StringVar(&o.Name, "name", "", "only names that contain this, in any case")
+	cmd.Flags().StringVar(&o.Driver, "driver", "", "only this driver")
+	cmd.Flags().StringVar(&o.Node, "node", "", "only this node")
+	cmd.Flags().StringVar(&o.Sort, "sort", "", "created (default), name, -name, age (longest in phase first) or -age")
+	cmd.Flags().IntVar(&o.Limit, "limit", 0, "one page of this size")
+	cmd.Flags().StringVar(&o.Cursor, "cursor", "", "the page at this cursor (of a list of the same --sort)")
 	return cmd
 }
 

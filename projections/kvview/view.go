@@ -241,17 +241,23 @@ var ErrGarbage = errors.New("not a view")
 
 // decode reads e as the view of its key, or an error wrapping ErrGarbage.
 func decode(e jetstream.KeyValueEntry) (events.View, error) {
+	return decodeView(e.Key(), e.Value(), e.Revision())
+}
+
+// decodeView reads raw, the value of key at revision rev, as the view of
+// key, or an error wrapping ErrGarbage.
+func decodeView(key string, raw []byte, rev uint64) (events.View, error) {
 	var view events.View
-	err := json.Unmarshal(e.Value(), &view)
+	err := json.Unmarshal(raw, &view)
 	switch {
 	case err != nil:
-	case view.ID != e.Key():
+	case view.ID != key:
 		err = fmt.Errorf("the view of %q", view.ID)
 	case view.Seq == 0 || !view.Phase.Known():
 		err = fmt.Errorf("seq %d, phase %q", view.Seq, view.Phase)
 	}
 	if err != nil {
-		return events.View{}, events.Errorf(events.CodeUnavailable, "view %s rev %d: %v; it is rebuilt from the log at its next event: %w", e.Key(), e.Revision(), err, ErrGarbage)
+		return events.View{}, events.Errorf(events.CodeUnavailable, "view %s rev %d: %v; it is rebuilt from the log at its next event: %w", key, rev, err, ErrGarbage)
 	}
 	return view, nil
 }

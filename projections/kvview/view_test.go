@@ -113,6 +113,9 @@ func TestApplyLifecycle(t *testing.T) {
 	for _, s := range steps {
 		apply(t, v, env(t, id, s.seq, s.phase, s.e))
 		s.edit(&want)
+		if s.phase != want.Phase { // phase_since: when it entered its phase
+			want.PhaseSince = t0.Add(time.Duration(s.seq) * time.Second)
+		}
 		want.Phase, want.Seq, want.UpdatedAt = s.phase, s.seq, t0.Add(time.Duration(s.seq)*time.Second)
 		got := get(t, v, id)
 		t.Logf("after %s", s.name)

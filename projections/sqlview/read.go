@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,55 +40,121 @@ func (v *View) Get(ctx context.Context, id string) (events.View, error) {
 	return view, nil
 }
 
-// List returns the views q selects in creation order, with the KV view's
-// answers: the same pages, cursors (a KV cursor works here and back) and
-// INVALID_ARGUMENT errors for a malformed cursor, label, phase or limit.
-// Ids are uuid v7, so the order of ids is the order of creation; the rows
-// come ORDER BY id, which for such ids is the byte order the KV view sorts
-// by under any of the usual collations (CockroachDB's and PostgreSQL's C
-// compare bytes).
+// List returns the page of the views q selects in q's order, with the
+// number it selects over all pages, as the KV view answers: the same
+// pages, cursors (a KV cursor works here and back), totals and
+// INVALID_ARGUMENT errors for a malformed cursor, label, phase, sort or
+// limit, or a cursor of another sort. Ids are uuid v7, so the order of ids
+// is the order of creation; ids compare the same under any of the usual
+// collations (CockroachDB's and PostgreSQL's C compare bytes), names are
+// compared in COLLATE "C", byte by byte, as the KV view does; the age in
+// phase is phase_since, or updated_at where it is NULL, with its
+// nanoseconds. The page and the total are two statements of one
+// read-only transaction, so they agree.
 func (v *View) List(ctx context.Context, q Query) (events.Page, error) {
 	pq, err := q.Parse()
 	if err != nil {
 		return events.Page{}, err
 	}
-	after, lk, lv, limit := pq.After, pq.LabelKey, pq.LabelValue, pq.Limit
+	var where strings.Builder
+	where.WriteString(`TRUE`)
+	var args []any
+	arg := func(x any) string {
+		args = append(args, x)
+		return `$` + strconv.Itoa(len(args))
+	}
+	if pq.Phase != events.PhaseNone {
+		where.WriteString(` AND phase = ` + arg(string(pq.Phase)))
+	}
+	if pq.LabelKey != "" {
+		where.WriteString(` AND labels ->> ` + arg(pq.LabelKey) + ` = ` + arg(pq.LabelValue))
+	}
+	if pq.Name != "" {
+		where.WriteString(` AND strpos(lower(name), ` + arg(pq.Name) + `) > 0`)
+	}
+	if pq.Driver != "" {
+		where.WriteString(` AND driver = ` + arg(pq.Driver))
+	}
+	if pq.Node != "" {
+		where.WriteString(` AND node = ` + arg(pq.Node))
+	}
+	filters, filterArgs := where.String(), slices.Clone(args)
 
+	// The columns of the order, and the place of the cursor's view in it.
+	var cols, place []string
+	switch pq.Sort {
+	case projections.SortName, projections.SortNameDesc:
+		cols = []string{`name COLLATE "C"`, `id`}
+		if pq.After != "" {
+			place = []string{arg(pq.AfterName) + `::TEXT COLLATE "C"`, arg(pq.After) + `::TEXT`}
+		}
+	case projections.SortAge, projections.SortAgeDesc:
+		cols = []string{`coalesce(phase_since, updated_at)`,
+			`(CASE WHEN phase_since IS NULL THEN updated_at_nanos ELSE phase_since_nanos END)`, `id`}
+		if pq.After != "" {
+			at := time.Unix(0, pq.AfterTime).UTC()
+			place = []string{arg(at.Truncate(time.Microsecond)) + `::TIMESTAMPTZ`,
+				arg(int32(at.Nanosecond()%1000)) + `::INT4`, arg(pq.After) + `::TEXT`}
+		}
+	default:
+		cols = []string{`id`}
+		if pq.After != "" {
+			place = []string{arg(pq.After) + `::TEXT`}
+		}
+	}
+	past, dir := ` > `, ``
+	if pq.Sort == projections.SortNameDesc || pq.Sort == projections.SortAgeDesc {
+		past, dir = ` < `, ` DESC`
+	}
 	var sb strings.Builder
-	sb.WriteString(`SELECT ` + columns + ` FROM torpor_sandboxes WHERE id > $1`)
-	args := []any{after}
-	if q.Phase != events.PhaseNone {
-		args = append(args, string(q.Phase))
-		sb.WriteString(` AND phase = $` + strconv.Itoa(len(args)))
+	sb.WriteString(`SELECT ` + columns + ` FROM torpor_sandboxes WHERE ` + filters)
+	if place != nil {
+		sb.WriteString(` AND (` + strings.Join(cols, `, `) + `)` + past + `(` + strings.Join(place, `, `) + `)`)
 	}
-	if lk != "" {
-		args = append(args, lk, lv)
-		fmt.Fprintf(&sb, ` AND labels ->> $%d = $%d`, len(args)-1, len(args))
-	}
-	args = append(args, limit+1) // one more than the page: is there a next one?
-	sb.WriteString(` ORDER BY id LIMIT $` + strconv.Itoa(len(args)))
+	sb.WriteString(` ORDER BY ` + strings.Join(cols, dir+`, `) + dir)
+	sb.WriteString(` LIMIT ` + arg(pq.Limit+1)) // one more than the page: is there a next one?
+	query := sb.String()
 
-	rs, err := v.pool.Query(ctx, sb.String(), args...)
+	page := events.Page{Items: make([]events.View, 0, min(pq.Limit, 64))}
+	err = v.readTx(ctx, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM torpor_sandboxes WHERE `+filters, filterArgs...).Scan(&page.Total); err != nil {
+			return err
+		}
+		rs, err := tx.Query(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		for rs.Next() {
+			view, err := scanRow(rs)
+			if err != nil {
+				return err
+			}
+			if len(page.Items) == pq.Limit {
+				page.Next = pq.Next(page.Items[pq.Limit-1])
+				break
+			}
+			page.Items = append(page.Items, view)
+		}
+		return rs.Err()
+	})
 	if err != nil {
 		return events.Page{}, fmt.Errorf("list: %w", err)
 	}
-	defer rs.Close()
-	page := events.Page{Items: make([]events.View, 0, min(limit, 64))}
-	for rs.Next() {
-		view, err := scanRow(rs)
-		if err != nil {
-			return events.Page{}, fmt.Errorf("list: %w", err)
-		}
-		if len(page.Items) == limit {
-			page.Next = projections.Cursor(page.Items[limit-1].ID)
-			break
-		}
-		page.Items = append(page.Items, view)
-	}
-	if err := rs.Err(); err != nil {
-		return events.Page{}, fmt.Errorf("list: %w", err)
-	}
 	return page, nil
+}
+
+// readTx runs fn in a read-only transaction of one snapshot.
+func (v *View) readTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	tx, err := v.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 // Counts returns how many sandboxes are in each phase; every phase of the

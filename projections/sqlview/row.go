@@ -12,10 +12,11 @@ import (
 
 // columns are torpor_sandboxes' columns in the order scanRow reads them.
 const columns = `id, name, phase, generation, driver, node, labels, restore, last_outcome, exit_code, reason,
-  updated_at, updated_at_nanos, seq, forwards`
+  updated_at, updated_at_nanos, seq, forwards, phase_since, phase_since_nanos`
 
 // scanRow reads one row of columns into a view: labels, restore and
-// forwards from their JSON, updated_at with its nanoseconds, in UTC.
+// forwards from their JSON, updated_at and phase_since with their
+// nanoseconds, in UTC (a NULL phase_since is the zero time).
 func scanRow(r pgx.Row) (events.View, error) {
 	var (
 		v                         events.View
@@ -23,16 +24,20 @@ func scanRow(r pgx.Row) (events.View, error) {
 		labels, restore, forwards []byte
 		exit                      *int64
 		at                        time.Time
-		nanos                     int32
+		nanos, sinceNanos         int32
+		since                     *time.Time
 		seq                       int64
 	)
 	err := r.Scan(&v.ID, &v.Name, &phase, &v.Generation, &v.Driver, &v.Node, &labels, &restore,
-		&v.LastOutcome, &exit, &v.Reason, &at, &nanos, &seq, &forwards)
+		&v.LastOutcome, &exit, &v.Reason, &at, &nanos, &seq, &forwards, &since, &sinceNanos)
 	if err != nil {
 		return events.View{}, err
 	}
 	v.Phase, v.Seq = events.Phase(phase), uint64(seq)
 	v.UpdatedAt = at.UTC().Add(time.Duration(nanos))
+	if since != nil {
+		v.PhaseSince = since.UTC().Add(time.Duration(sinceNanos))
+	}
 	if exit != nil {
 		code := int(*exit)
 		v.ExitCode = &code
@@ -62,6 +67,8 @@ type rows struct {
 	exit                                           []*int64
 	at                                             []time.Time
 	nanos                                          []int32
+	since                                          []*time.Time // nil: no phase_since
+	sinceNanos                                     []int32
 }
 
 func (r *rows) add(v events.View) error {
@@ -77,6 +84,12 @@ func (r *rows) add(v events.View) error {
 	r.exit = append(r.exit, exit)
 	// PostgreSQL keeps microseconds; the rest goes in its own column.
 	r.at, r.nanos = append(r.at, v.UpdatedAt.Truncate(time.Microsecond)), append(r.nanos, int32(v.UpdatedAt.Nanosecond()%1000))
+	var since *time.Time
+	if !v.PhaseSince.IsZero() {
+		t := v.PhaseSince.Truncate(time.Microsecond)
+		since = &t
+	}
+	r.since, r.sinceNanos = append(r.since, since), append(r.sinceNanos, int32(v.PhaseSince.Nanosecond()%1000))
 	restore, err := json.Marshal(v.Restore)
 	if err != nil {
 		return fmt.Errorf("encode restore of %s: %w", v.ID, err)
@@ -113,21 +126,22 @@ func jsonOrNull(null bool, x any) (*string, error) {
 // of JSONB.
 const upsertRows = `INSERT INTO torpor_sandboxes (` + columns + `)
 SELECT id, name, phase, generation, driver, node, labels::JSONB, restore::JSONB, last_outcome, exit_code, reason,
-  updated_at, updated_at_nanos, seq, forwards::JSONB
+  updated_at, updated_at_nanos, seq, forwards::JSONB, phase_since, phase_since_nanos
 FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::INT8[], $5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[],
-  $9::TEXT[], $10::INT8[], $11::TEXT[], $12::TIMESTAMPTZ[], $13::INT4[], $14::INT8[], $15::TEXT[])
+  $9::TEXT[], $10::INT8[], $11::TEXT[], $12::TIMESTAMPTZ[], $13::INT4[], $14::INT8[], $15::TEXT[],
+  $16::TIMESTAMPTZ[], $17::INT4[])
   AS r (id, name, phase, generation, driver, node, labels, restore, last_outcome, exit_code, reason,
-  updated_at, updated_at_nanos, seq, forwards)
+  updated_at, updated_at_nanos, seq, forwards, phase_since, phase_since_nanos)
 ON CONFLICT (id) DO UPDATE SET name = excluded.name, phase = excluded.phase, generation = excluded.generation,
   driver = excluded.driver, node = excluded.node, labels = excluded.labels, restore = excluded.restore,
   last_outcome = excluded.last_outcome, exit_code = excluded.exit_code, reason = excluded.reason,
   updated_at = excluded.updated_at, updated_at_nanos = excluded.updated_at_nanos, seq = excluded.seq,
-  forwards = excluded.forwards
+  forwards = excluded.forwards, phase_since = excluded.phase_since, phase_since_nanos = excluded.phase_since_nanos
 WHERE torpor_sandboxes.seq < excluded.seq`
 
 func (r *rows) args() []any {
 	return []any{r.id, r.name, r.phase, r.generation, r.driver, r.node, r.labels, r.restore,
-		r.outcome, r.exit, r.reason, r.at, r.nanos, r.seq, r.forwards}
+		r.outcome, r.exit, r.reason, r.at, r.nanos, r.seq, r.forwards, r.since, r.sinceNanos}
 }
 
 // history is events as the columns of one INSERT into torpor_history.

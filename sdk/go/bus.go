@@ -514,6 +514,7 @@ func (b *Bus) scan(ctx context.Context, each func(events.View)) error {
 // v7); phase and label ("k=v") filter when set, limit (default 100, at
 // most 1000) bounds the page and cursor is the Next of the page before. It
 // reads the whole bucket for each page: for a large fleet, list over HTTP.
+// The page's Total is how many sandboxes match over all pages.
 func (b *Bus) List(ctx context.Context, phase, label string, limit int, cursor string) (Page, error) {
 	lk, lv, hasLabel := strings.Cut(label, "=")
 	if label != "" && (!hasLabel || lk == "") {
@@ -534,11 +535,16 @@ func (b *Bus) List(ctx context.Context, phase, label string, limit int, cursor s
 		after = string(raw)
 	}
 	var all []events.View
+	total := 0 // the matches over all pages
 	err := b.scan(ctx, func(v events.View) {
-		if v.ID <= after || (phase != "" && string(v.Phase) != phase) {
+		if phase != "" && string(v.Phase) != phase {
 			return
 		}
 		if val, ok := v.Labels[lk]; label != "" && (!ok || val != lv) {
+			return
+		}
+		if v.ID <= after {
+			total++ // a match on a page before
 			return
 		}
 		all = append(all, v)
@@ -546,8 +552,9 @@ func (b *Bus) List(ctx context.Context, phase, label string, limit int, cursor s
 	if err != nil {
 		return Page{}, err
 	}
+	total += len(all)
 	slices.SortFunc(all, func(x, y events.View) int { return strings.Compare(x.ID, y.ID) })
-	page := Page{Items: []events.View{}}
+	page := Page{Items: []events.View{}, Total: total}
 	if len(all) > limit {
 		all = all[:limit]
 		page.Next = base64.RawURLEncoding.EncodeToString([]byte(all[limit-1].ID))

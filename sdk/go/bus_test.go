@@ -116,6 +116,9 @@ func TestBusListPages(t *testing.T) {
 		for _, v := range page.Items {
 			got = append(got, v.ID)
 		}
+		if page.Total != 3 {
+			t.Errorf("page at %q: total %d, want 3", cursor, page.Total)
+		}
 		if page.Next == "" {
 			break
 		}

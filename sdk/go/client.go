@@ -177,20 +177,43 @@ func (c *Client) GetAt(ctx context.Context, ref, at string) (events.View, error)
 	return v, c.do(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(ref)+"?at="+url.QueryEscape(at), "", nil, &v)
 }
 
-// List lists sandboxes; phase and label ("k=v") filter when set.
+// List lists sandboxes in creation order; phase and label ("k=v") filter
+// when set. ListWith takes the other filters and the sorts.
 func (c *Client) List(ctx context.Context, phase, label string, limit int, cursor string) (Page, error) {
+	return c.ListWith(ctx, ListOptions{Phase: phase, Label: label, Limit: limit, Cursor: cursor})
+}
+
+// ListOptions select and order a list (CONTRACT §5); the zero value lists
+// every sandbox in creation order, a page of the server's default size.
+type ListOptions struct {
+	// Phase and Label ("k=v") keep sandboxes in that phase, with that label.
+	Phase, Label string
+	// Name keeps sandboxes whose name contains it, in any case.
+	Name string
+	// Driver and Node keep sandboxes of that driver, on that node.
+	Driver, Node string
+	// Sort is "created" (the default), "name", "-name", "age" (the
+	// longest in its phase first) or "-age"; another is INVALID_ARGUMENT.
+	Sort string
+	// Limit is the page size (1 to 1000; 0 is the server's default).
+	Limit int
+	// Cursor is the Next of the page before, listed with the same Sort
+	// (a cursor of another sort is INVALID_ARGUMENT).
+	Cursor string
+}
+
+// ListWith lists sandboxes as o says; the page's Total is how many match
+// over all pages.
+func (c *Client) ListWith(ctx context.Context, o ListOptions) (Page, error) {
 	q := url.Values{}
-	if phase != "" {
-		q.Set("phase", phase)
+	for k, v := range map[string]string{"phase": o.Phase, "label": o.Label, "name": o.Name, "driver": o.Driver,
+		"node": o.Node, "sort": o.Sort, "cursor": o.Cursor} {
+		if v != "" {
+			q.Set(k, v)
+		}
 	}
-	if label != "" {
-		q.Set("label", label)
-	}
-	if limit > 0 {
-		q.Set("limit", fmt.Sprint(limit))
-	}
-	if cursor != "" {
-		q.Set("cursor", cursor)
+	if o.Limit > 0 {
+		q.Set("limit", fmt.Sprint(o.Limit))
 	}
 	var p Page
 	return p, c.do(ctx, http.MethodGet, "/v1/sandboxes?"+q.Encode(), "", nil, &p)

@@ -3,6 +3,8 @@ package torpor_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -115,6 +117,56 @@ func walk(t *testing.T, ctx context.Context, c lifecycleClient) {
 		if _, ok := counts[p]; !ok {
 			t.Errorf("phases: no count of %s", p)
 		}
+	}
+}
+
+// TestHTTPListWith: ListWith passes the filters and the sort to the
+// server, pages a sorted list with its cursors, and the page says the
+// total of matches; an unknown sort is INVALID_ARGUMENT.
+func TestHTTPListWith(t *testing.T) {
+	ctx := ctxFor(t)
+	c := client()
+	label := unique()
+	sfx := label[len(label)-8:]
+	ids := map[string]string{}
+	for _, n := range []string{"b", "c", "a"} {
+		r := sim()
+		r.Name, r.Labels = "lw-"+sfx+"-"+n, map[string]string{"lw": label}
+		v, err := c.Create(ctx, r, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[n] = v.ID
+	}
+	var got []string
+	opts := torpor.ListOptions{Label: "lw=" + label, Sort: "-name", Limit: 2}
+	for range 3 {
+		page, err := c.ListWith(ctx, opts)
+		if err != nil {
+			t.Fatalf("ListWith(%+v): %v", opts, err)
+		}
+		if page.Total != 3 {
+			t.Errorf("ListWith(%+v): total %d, want 3", opts, page.Total)
+		}
+		for _, v := range page.Items {
+			got = append(got, v.ID)
+		}
+		if opts.Cursor = page.Next; opts.Cursor == "" {
+			break
+		}
+	}
+	if want := []string{ids["c"], ids["b"], ids["a"]}; !slices.Equal(got, want) {
+		t.Errorf("sorted by -name: %v, want %v", got, want)
+	}
+	page, err := c.ListWith(ctx, torpor.ListOptions{Name: strings.ToUpper(sfx) + "-A", Driver: "sim", Node: serveNode})
+	if err != nil || len(page.Items) != 1 || page.Items[0].ID != ids["a"] || page.Total != 1 {
+		t.Errorf("ListWith(name in upper case, driver, node): %+v, %v; want lw-%s-a alone", page, err, sfx)
+	}
+	if page, err := c.ListWith(ctx, torpor.ListOptions{Label: "lw=" + label, Driver: "process"}); err != nil || len(page.Items) != 0 || page.Total != 0 {
+		t.Errorf("ListWith(another driver): %+v, %v; want none", page, err)
+	}
+	if _, err := c.ListWith(ctx, torpor.ListOptions{Sort: "size"}); !errors.Is(err, torpor.ErrInvalidArgument) {
+		t.Errorf("ListWith(sort size): %v, want INVALID_ARGUMENT", err)
 	}
 }
 

@@ -5,10 +5,10 @@
 // # Clients
 //
 // Client speaks HTTP to one server: every verb (Create, Start, Stop,
-// Suspend, Resume, Delete, Lifecycle), the reads (Get, GetAt, List,
-// History, Logs, Drivers, Phases), Wait and Watch. Bus speaks to the
-// service on a NATS connection: the same verbs as request/reply on
-// torpor.cmd.<verb>, Get, List and Phases from the KV bucket torpor_phases,
+// Suspend, Resume, Delete, Lifecycle), the reads (Get, GetAt, List, ListWith
+// with its filters and sorts, History, Logs, Drivers, Phases), Wait and
+// Watch. Bus speaks to the service on a NATS connection: the same verbs as
+// request/reply on torpor.cmd.<verb>, Get, List and Phases from the KV bucket torpor_phases,
 // History from the stream TORPOR_EVENTS, Wait from a KV watch of the
 // sandbox's key and Watch from a KV watch of the bucket. Both satisfy
 // Sandboxes and Watcher.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -279,11 +280,23 @@ func (h *HTTP) get(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, v)
 }
 
+// listSorts are the orders of a list (CONTRACT §5), as the views take them.
+var listSorts = []string{"created", "name", "-name", "age", "-age"}
+
+// list answers a page of sandboxes: filters phase, label (k=v), name (a
+// substring, in any case), driver and node; sort; limit; cursor (the next
+// of the page before, of the same sort). The body holds the total of
+// matches over all pages.
 func (h *HTTP) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	lq := ListQuery{Phase: events.Phase(q.Get("phase")), Label: q.Get("label"), Cursor: q.Get("cursor")}
+	lq := ListQuery{Phase: events.Phase(q.Get("phase")), Label: q.Get("label"), Cursor: q.Get("cursor"),
+		Name: q.Get("name"), Driver: q.Get("driver"), Node: q.Get("node"), Sort: q.Get("sort")}
 	if lq.Phase != "" && !lq.Phase.Known() {
 		writeError(w, events.Errorf(events.CodeInvalidArgument, "unknown phase %q", lq.Phase))
+		return
+	}
+	if lq.Sort != "" && !slices.Contains(listSorts, lq.Sort) {
+		writeError(w, events.Errorf(events.CodeInvalidArgument, "unknown sort %q: want one of %s", lq.Sort, strings.Join(listSorts, ", ")))
 		return
 	}
 	if l := q.Get("limit"); l != "" {

@@ -6,10 +6,16 @@ import (
 	"github.com/torpor/torpor/events"
 )
 
-// ListQuery selects sandboxes for a list.
+// ListQuery selects sandboxes for a list (CONTRACT §5).
 type ListQuery struct {
 	Phase  events.Phase
 	Label  string // "key=value"
+	Name   string // a substring of the name, in any case
+	Driver string
+	Node   string
+	// Sort is created (or empty), name, -name, age (the longest in its
+	// phase first) or -age.
+	Sort   string
 	Limit  int
 	Cursor string
 }

@@ -979,7 +979,8 @@ func (a viewAdapter) Watch(ctx context.Context, after uint64) (<-chan events.Vie
 	return a.f.Watch(ctx, after)
 }
 func (a viewAdapter) List(ctx context.Context, q gateway.ListQuery) (events.Page, error) {
-	return a.v.List(ctx, kvview.Query{Phase: q.Phase, Label: q.Label, Limit: q.Limit, Cursor: q.Cursor})
+	return a.v.List(ctx, kvview.Query{Phase: q.Phase, Label: q.Label, Name: q.Name, Driver: q.Driver, Node: q.Node,
+		Sort: q.Sort, Limit: q.Limit, Cursor: q.Cursor})
 }
 
 var _ gateway.Views = viewAdapter{}

@@ -305,7 +305,8 @@ func (s sqlViews) List(ctx context.Context, q gateway.ListQuery) (events.Page, e
 	if err != nil {
 		return events.Page{}, err
 	}
-	page, err := v.List(ctx, sqlview.Query{Phase: q.Phase, Label: q.Label, Limit: q.Limit, Cursor: q.Cursor})
+	page, err := v.List(ctx, sqlview.Query{Phase: q.Phase, Label: q.Label, Name: q.Name, Driver: q.Driver, Node: q.Node,
+		Sort: q.Sort, Limit: q.Limit, Cursor: q.Cursor})
 	return page, unavailable(err)
 }
 

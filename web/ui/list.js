@@ -10,11 +10,11 @@ import { button } from './actions.js';
 const LIMIT = 100;
 const FILTERS = ['phase', 'label', 'name', 'driver', 'node'];
 const SORTS = [
-  ['created', 'Created (oldest first)'],
-  ['name', 'Name (A–Z)'],
-  ['-name', 'Name (Z–A)'],
-  ['age', 'Age in phase (longest first)'],
-  ['-age', 'Age in phase (newest first)'],
+  ['created', 'Created'],
+  ['name', 'Name A–Z'],
+  ['-name', 'Name Z–A'],
+  ['age', 'Longest in phase'],
+  ['-age', 'Newest in phase'],
 ];
 
 // since is when view entered its phase: phase_since, else updated_at.
@@ -173,7 +173,7 @@ export class ListView {
       const n = counts[p] || 0;
       total += n;
       return h('li', {},
-        h('button', { type: 'button', class: `count phase-${PHASES.includes(p) ? p : 'other'}`, 'data-phase': p,
+        h('button', { type: 'button', class: `count count-${PHASES.includes(p) ? p : 'other'} ${n ? '' : 'zero'}`, 'data-phase': p,
           'aria-pressed': this.filters.phase === p ? 'true' : 'false', 'aria-label': `${n} ${p}; show only ${p}`,
           onclick: () => this.go({ ...this.filters, sort: this.sort, phase: this.filters.phase === p ? '' : p }) },
         h('span', { class: 'n' }, String(n)), h('span', { class: 'p' }, p)));

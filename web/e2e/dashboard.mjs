@@ -55,11 +55,18 @@ async function launch() {
   };
 }
 
+// signIn signs in from the keyboard: the token field has the focus when
+// the page opens, Enter submits.
 async function signIn(page, token) {
   await page.goto(URL);
-  await page.getByLabel('Token').fill(token);
-  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByLabel('Token').waitFor(WAIT);
+  assert.equal(await page.evaluate(() => document.activeElement?.id), 'token', 'the token field has the focus');
+  await page.keyboard.type(token);
+  await page.keyboard.press('Enter');
   await page.locator('tbody tr.row').first().waitFor(WAIT);
+  // Every field has its label.
+  const unlabelled = await page.locator('input, select').evaluateAll((els) => els.filter((e) => !e.labels?.length && !e.getAttribute('aria-label')).map((e) => e.outerHTML));
+  assert.deepEqual(unlabelled, []);
 }
 
 const row = (page, name) => page.locator('tbody tr.row', { has: page.getByRole('link', { name, exact: true }) });
@@ -128,7 +135,12 @@ async function write() {
     await timelineRow(page, 'sandbox.suspended').locator('.phase', { hasText: 'suspended' }).waitFor(WAIT);
 
     // Resume from its page: ready again, the timeline says restored, by whom.
-    await page.locator('.actions-bar').getByRole('button', { name: 'resume' }).click();
+    // From the keyboard: Tab reaches the button, Enter presses it.
+    // (suspend, disabled now, is skipped).
+    await page.getByRole('link', { name: '← All sandboxes' }).focus();
+    await page.keyboard.press('Tab');
+    assert.equal(await page.evaluate(() => document.activeElement?.dataset.verb), 'resume');
+    await page.keyboard.press('Enter');
     await page.locator('.sandbox-head .phase', { hasText: /^ready$/ }).waitFor(WAIT);
     const resumed = timelineRow(page, 'sandbox.resumed');
     await resumed.locator('.outcome', { hasText: 'restored' }).waitFor(WAIT);

@@ -8,8 +8,9 @@ import { headers, session } from './api.js';
 // watch calls onView(view) for each view change after seq `after` (null:
 // from the current view of every sandbox), and onState('live' |
 // 'reconnecting' | 'stopped', detail) when the stream's state changes,
-// until stop() is called. A 401 calls onUnauthenticated and stops.
-export function watch({ after, onView, onState, onUnauthenticated }) {
+// until stop() is called. A 401 calls onUnauthenticated and stops. base
+// is the server's origin ('' on the page).
+export function watch({ after, onView, onState, onUnauthenticated, base = '' }) {
   const ctl = new AbortController();
   let last = after;
   let delay = 500;
@@ -18,7 +19,7 @@ export function watch({ after, onView, onState, onUnauthenticated }) {
   async function once() {
     const h = headers(session.token());
     if (last !== null && last !== undefined) h['Last-Event-ID'] = String(last);
-    const res = await fetch('/v1/watch', { headers: h, signal: ctl.signal, cache: 'no-store' });
+    const res = await fetch(`${base}/v1/watch`, { headers: h, signal: ctl.signal, cache: 'no-store' });
     if (res.status === 401) {
       stopped = true;
       onUnauthenticated?.();
@@ -32,33 +33,15 @@ export function watch({ after, onView, onState, onUnauthenticated }) {
     onState('live');
     delay = 500;
     const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-    let buf = '';
-    let id = null;
-    let data = [];
+    const parser = new Parser();
     for (;;) {
       const { value, done } = await reader.read();
       if (done) return;
-      buf += value;
-      const lines = buf.split(/\r\n|\r|\n/);
-      buf = lines.pop(); // an unfinished line waits for more
-      for (const line of lines) {
-        if (line === '') {
-          if (data.length) {
-            let view = null;
-            try { view = JSON.parse(data.join('\n')); } catch { /* a garbled event is skipped */ }
-            if (id !== null) last = id;
-            if (view) onView(view);
-          }
-          data = [];
-          continue;
-        }
-        if (line.startsWith(':')) continue; // a comment
-        const i = line.indexOf(':');
-        const field = i < 0 ? line : line.slice(0, i);
-        let v = i < 0 ? '' : line.slice(i + 1);
-        if (v.startsWith(' ')) v = v.slice(1);
-        if (field === 'data') data.push(v);
-        else if (field === 'id' && /^\d+$/.test(v)) id = Number(v);
+      for (const ev of parser.push(value)) {
+        let view = null;
+        try { view = JSON.parse(ev.data); } catch { /* a garbled event is skipped */ }
+        if (ev.id !== null) last = ev.id;
+        if (view) onView(view);
       }
     }
   }
@@ -83,4 +66,40 @@ export function watch({ after, onView, onState, onUnauthenticated }) {
     stop() { stopped = true; ctl.abort(); },
     get last() { return last; },
   };
+}
+
+// Parser takes a server-sent event stream in chunks cut anywhere and
+// returns the events each chunk completes, {id, data}: id the last id
+// field seen (a number, or null if none yet), data the event's data lines
+// joined with newlines. Comments and other fields are skipped.
+export class Parser {
+  constructor() {
+    this.buf = '';
+    this.id = null;
+    this.data = [];
+  }
+
+  push(chunk) {
+    const out = [];
+    this.buf += chunk;
+    // A line ends at CRLF, LF or CR; a CR last may be half a CRLF.
+    const cut = this.buf.endsWith('\r') ? this.buf.length - 1 : this.buf.length;
+    const lines = this.buf.slice(0, cut).split(/\r\n|\r|\n/);
+    this.buf = lines.pop() + this.buf.slice(cut); // an unfinished line waits for more
+    for (const line of lines) {
+      if (line === '') {
+        if (this.data.length) out.push({ id: this.id, data: this.data.join('\n') });
+        this.data = [];
+        continue;
+      }
+      if (line.startsWith(':')) continue; // a comment
+      const i = line.indexOf(':');
+      const field = i < 0 ? line : line.slice(0, i);
+      let v = i < 0 ? '' : line.slice(i + 1);
+      if (v.startsWith(' ')) v = v.slice(1);
+      if (field === 'data') this.data.push(v);
+      else if (field === 'id' && /^\d+$/.test(v)) this.id = Number(v);
+    }
+    return out;
+  }
 }

@@ -35,8 +35,8 @@ export async function run(view, verb) {
   }
   try {
     const { data } = await api.command(view.id, verb);
-    if (app.take(data)) for (const f of app.listeners) f(data);
-    app.status(`${verb}: ${name} is ${data.phase}`);
+    app.observe(data);
+    app.status(`${verb} ${name}: accepted`);
     return data;
   } catch (err) {
     app.status(`${verb} ${name}: ${err.code}: ${err.message}`, 'error');

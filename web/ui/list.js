@@ -305,6 +305,7 @@ export class ListView {
   // redrawn; one off this page that the filters keep is counted.
   onView(v) {
     this.countsSoon();
+    this.rate();
     const r = this.rows.get(v.id);
     if (r) {
       if (r.view.seq >= v.seq) return;
@@ -335,6 +336,11 @@ export class ListView {
       const cell = tr.querySelector('.age');
       if (cell) cell.textContent = this.ageText(view, now);
     }
+    this.rate();
+  }
+
+  // rate shows the phase changes per second over the last 10 s.
+  rate() {
     const cut = performance.now() - 10000;
     const t = app.transitions;
     while (t.length && t[0] < cut) t.shift();

@@ -50,6 +50,15 @@ export const app = {
     if (app.recent.size > RECENT) app.recent.delete(app.recent.keys().next().value);
     return true;
   },
+  // observe takes a view from the watch or a command's answer: a newer
+  // one is kept, counted as a transition if its phase moved, and passed
+  // to the current view's listeners.
+  observe(v) {
+    const old = app.recent.get(v.id);
+    if (!app.take(v)) return;
+    if (!old || old.phase !== v.phase) app.transitions.push(performance.now());
+    for (const f of app.listeners) f(v);
+  },
   // newest is v, or the newer view of the same sandbox the watch sent.
   newest(v) {
     const r = app.recent.get(v.id);
@@ -61,12 +70,7 @@ export const app = {
     if (app.watcher) return;
     app.watcher = watch({
       after,
-      onView(v) {
-        const old = app.recent.get(v.id);
-        if (!app.take(v)) return;
-        if (!old || old.phase !== v.phase) app.transitions.push(performance.now());
-        for (const f of app.listeners) f(v);
-      },
+      onView: (v) => app.observe(v),
       onState(state, detail) {
         const el = $('live');
         el.dataset.state = state;

@@ -71,6 +71,22 @@ async function signIn(page, token) {
 
 const row = (page, name) => page.locator('tbody tr.row', { has: page.getByRole('link', { name, exact: true }) });
 
+// waitRows waits until the table's rows are names (in that order if
+// ordered, else in any).
+async function waitRows(page, names, ordered = false) {
+  const want = ordered ? names : [...names].sort();
+  try {
+    await page.waitForFunction(({ want, ordered }) => {
+      let got = [...document.querySelectorAll('tbody tr.row th a')].map((a) => a.textContent);
+      if (!ordered) got = got.sort();
+      return JSON.stringify(got) === JSON.stringify(want);
+    }, { want, ordered }, WAIT);
+  } catch (err) {
+    const got = await page.locator('tbody tr.row th a').allTextContents();
+    assert.deepEqual(got, want, `rows: ${err.message}`);
+  }
+}
+
 // timelineRow is the row of event type in the sandbox page's timeline.
 const timelineRow = (page, type) => page.locator(`.timeline tr[data-type="${type}"]`);
 
@@ -154,6 +170,25 @@ async function write() {
     await page.goto(`${URL}/#/`);
     await row(page, 'flaky-1').locator('.outcome-cold_start_fallback').waitFor(WAIT);
     await row(page, 'cache-1').locator('.outcome-restore_failed').waitFor(WAIT);
+
+    // Filters: a phase's count shows that phase only; a label and a name
+    // from the form.
+    await page.locator('.counts button[data-phase="suspended"]').click();
+    await page.waitForURL(/phase=suspended/);
+    await page.locator('.counts button[data-phase="suspended"][aria-pressed="true"]').waitFor(WAIT);
+    const suspendedNames = (await api('/v1/sandboxes?phase=suspended')).items.map((v) => v.name).sort();
+    await waitRows(page, suspendedNames);
+    await page.getByRole('button', { name: 'Clear' }).click();
+    await page.getByLabel('Label').fill('team=web');
+    await page.getByLabel('Label').press('Enter');
+    await waitRows(page, ['web-1', 'web-2']);
+    await page.getByLabel('Label').fill('');
+    await page.getByLabel('Name contains').fill('-1');
+    await page.getByLabel('Sort').selectOption('-name');
+    await page.getByRole('button', { name: 'Apply' }).click();
+    await waitRows(page, ['web-1', 'stuck-1', 'flaky-1', 'db-1', 'cache-1', 'batch-1'], true);
+    await page.getByRole('button', { name: 'Clear' }).click();
+    await page.locator('tbody tr.row').nth(6).waitFor(WAIT);
 
     // A phone's width: nothing wider than the screen but the table's own
     // scrolling region.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/check"
 	"github.com/torpor/torpor/internal/servetest"
 	torpor "github.com/torpor/torpor/sdk/go"
 )
@@ -34,6 +35,23 @@ func browser(t *testing.T) (node, chromium string) {
 	chromium = servetest.Need(t, "chromium")
 	servetest.NeedDir(t, filepath.Join("e2e", "node_modules", "playwright-core"), "cd web/e2e && npm ci")
 	return node, chromium
+}
+
+// startChecked starts a node for t whose log the invariant checker reads
+// at t's end (before the node stops: cleanups run last first).
+func startChecked(t *testing.T) *servetest.Server {
+	t.Helper()
+	s := servetest.Start(t)
+	t.Cleanup(func() {
+		vs, err := check.Replay(context.Background(), s.Node.Store(), check.Options{Deadline: s.Deadline, Slack: 10 * time.Second, Now: time.Now()})
+		if err != nil {
+			t.Errorf("check the log: %v", err)
+		}
+		for _, v := range vs {
+			t.Errorf("the log breaks an invariant: %v", v)
+		}
+	})
+	return s
 }
 
 // sandbox is one of the sandboxes the dashboard is shown, made through the
@@ -62,7 +80,7 @@ func suspended(ctx context.Context, c *torpor.Client, id string) error {
 // PERMISSION_DENIED (web/e2e/dashboard.mjs).
 func TestDashboardInBrowser(t *testing.T) {
 	node, chromium := browser(t)
-	s := servetest.Start(t)
+	s := startChecked(t)
 	c := torpor.New(s.URL, nil).WithToken(s.Admin)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -152,7 +170,7 @@ func TestDashboardInBrowser(t *testing.T) {
 // times; it asserts none (a benchmark).
 func TestDashboardFirstPaint10k(t *testing.T) {
 	node, chromium := browser(t)
-	s := servetest.Start(t)
+	s := startChecked(t)
 	const n = 10000
 	bus, err := torpor.NewBus(s.Node.Conn())
 	if err != nil {

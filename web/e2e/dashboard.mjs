@@ -255,7 +255,11 @@ async function paint() {
       const wall = Date.now() - t0;
       const inPage = await page.evaluate(() => performance.now());
       const rows = await page.locator('tbody tr.row').count();
-      console.log(`first paint with ${total} sandboxes, ${label}: ${wall} ms (in page ${inPage.toFixed(0)} ms since navigation), ${rows} rows`);
+      // Where the time went: the page's requests, by path, in ms.
+      const calls = await page.evaluate(() => performance.getEntriesByType('resource')
+        .filter((e) => e.name.includes('/v1/') && !e.name.includes('/v1/watch'))
+        .map((e) => `${new URL(e.name).pathname} ${e.duration.toFixed(0)}`).join(', '));
+      console.log(`first paint with ${total} sandboxes, ${label}: ${wall} ms (in page ${inPage.toFixed(0)} ms since navigation), ${rows} rows; requests: ${calls}`);
       assert.equal(rows, 100);
     }
     assert.deepEqual(problems, []);

@@ -18,6 +18,7 @@ async function route() {
   const view = $('view');
   fill(view);
   const m = hash.match(/^#\/sandbox\/([^/?]+)/);
+  if (!m) app.listHash = hash;
   current = m ? new SandboxView(view, decodeURIComponent(m[1])) : new ListView(view, new URLSearchParams(hash.split('?')[1] || ''));
   await current.open();
 }
@@ -58,6 +59,7 @@ function signOut(message) {
 }
 
 app.signOut = signOut;
+app.route = route;
 onUnauthenticated((msg) => signOut(`The server refused the token: ${msg}`));
 
 $('signin-form').addEventListener('submit', async (e) => {

@@ -101,7 +101,7 @@ export class ListView {
         h('select', { id: 'f-sort', name: 'sort' }, SORTS.map(([v, l]) => h('option', { value: v, selected: this.sort === v }, l)))),
       h('div', { class: 'field buttons' },
         h('button', { type: 'submit' }, 'Apply'),
-        h('button', { type: 'button', class: 'secondary', onclick: () => { location.hash = '#/'; } }, 'Clear')));
+        h('button', { type: 'button', class: 'secondary', onclick: () => app.go('#/') }, 'Clear')));
     fill(this.root,
       h('section', { class: 'summary', 'aria-labelledby': 'counts-title' },
         h('h1', { id: 'counts-title' }, 'Sandboxes'),
@@ -143,7 +143,7 @@ export class ListView {
     const q = new URLSearchParams();
     for (const [k, v] of Object.entries(f)) if (v && !(k === 'sort' && v === 'created')) q.set(k, v);
     const s = q.toString();
-    location.hash = s ? `#/?${s}` : '#/';
+    app.go(s ? `#/?${s}` : '#/');
   }
 
   async loadCounts() {

@@ -50,7 +50,7 @@ export class SandboxView {
     this.timelineBody = h('tbody');
     this.logsEl = h('pre', { class: 'logs', tabindex: '0', 'aria-label': 'Last log lines' });
     fill(this.root,
-      h('p', {}, h('a', { href: '#/' }, '← All sandboxes')),
+      h('p', {}, h('a', { href: app.listHash }, '← All sandboxes')),
       this.headEl,
       this.actionsEl,
       h('div', { class: 'columns' },

@@ -59,6 +59,15 @@ export const app = {
     if (!old || old.phase !== v.phase) app.transitions.push(performance.now());
     for (const f of app.listeners) f(v);
   },
+  // go shows hash: a new address opens its view (hashchange); the
+  // address shown now is reloaded.
+  go(hash) {
+    if ((location.hash || '#/') === hash) app.route();
+    else location.hash = hash;
+  },
+  // listHash is the address of the list last shown, filters and all.
+  listHash: '#/',
+  route: () => {},
   // newest is v, or the newer view of the same sandbox the watch sent.
   newest(v) {
     const r = app.recent.get(v.id);

@@ -8,10 +8,13 @@ import (
 )
 
 // HeaderLogHead is the response header of GET /v1/sandboxes and GET
-// /v1/phases that names the log's last sequence, read before the answer's
-// views were: a client that starts GET /v1/watch with Last-Event-ID set to
-// it misses no change after what it was shown, and is not sent the current
-// view of every sandbox first (the dashboard does so).
+// /v1/phases that names a sequence of the log every event up to which was
+// in the views the answer was read from: the log's last sequence, read
+// before the views, less the lag of the view furthest behind then. A
+// client that starts GET /v1/watch with Last-Event-ID set to it misses no
+// change after what it was shown (it may be sent a view it was shown), and
+// is not sent the current view of every sandbox first (the dashboard does
+// so).
 const HeaderLogHead = "Torpor-Log-Head"
 
 // WithDashboard serves ui, the ops dashboard's static files (package web),
@@ -48,11 +51,19 @@ func (h *HTTP) whoami(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, Whoami{Name: tok.Name, Scopes: scopes})
 }
 
-// withHead sets HeaderLogHead on f's answer to the log's last sequence as
-// it was before f read its views; a log that cannot tell leaves it out.
+// withHead sets HeaderLogHead on f's answer: the log's last sequence
+// before f reads its views, less the largest lag of a view (WithLags) then;
+// a log that cannot tell leaves it out.
 func (h *HTTP) withHead(f http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if seq, err := h.svc.store.LastSeq(r.Context()); err == nil {
+			if h.lags != nil {
+				var behind uint64
+				for _, lag := range h.lags(r.Context()) {
+					behind = max(behind, lag)
+				}
+				seq -= min(behind, seq)
+			}
 			w.Header().Set(HeaderLogHead, strconv.FormatUint(seq, 10))
 		}
 		f(w, r)

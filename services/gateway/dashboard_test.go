@@ -131,8 +131,10 @@ func TestWhoami(t *testing.T) {
 	}
 }
 
-// TestLogHeadHeader: the list and the counts name the log's last sequence,
-// so that a watch started there skips the current view of every sandbox.
+// TestLogHeadHeader: the list and the counts name the log's last sequence
+// less the lag of the view furthest behind, so that a watch started there
+// misses no change the answer lacked and skips the current view of every
+// sandbox.
 func TestLogHeadHeader(t *testing.T) {
 	r := newFuzzRig(t)
 	h := dashboardHTTP(r)
@@ -160,6 +162,12 @@ func TestLogHeadHeader(t *testing.T) {
 			got, err := strconv.Atoi(res.Header.Get(HeaderLogHead))
 			if res.StatusCode != http.StatusOK || err != nil || got != want {
 				t.Errorf("GET %s after %d sandboxes: %d, %s %q, want %d", path, i+1, res.StatusCode, HeaderLogHead, res.Header.Get(HeaderLogHead), want)
+			}
+			// Both views 1 event behind: the head less 1, what both hold.
+			lagging := dashboardHTTP(r).WithLags(func(context.Context) map[string]uint64 { return map[string]uint64{"kv": 1, "sql": 1} })
+			res = askUI(t, lagging, "GET", path, fuzzTokens[1].secret)
+			if got, err := strconv.Atoi(res.Header.Get(HeaderLogHead)); err != nil || got != want-1 {
+				t.Errorf("GET %s after %d sandboxes, views 1 behind: %s %q, want %d", path, i+1, HeaderLogHead, res.Header.Get(HeaderLogHead), want-1)
 			}
 		}
 	}

@@ -146,7 +146,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	env := append(s.Env(), "CHROMIUM="+chromium, "SHOTS="+shots, "TARGET=web-1", "SUSPENDED=db-1")
 	servetest.Run(t, "e2e", env, 90*time.Second, node, "dashboard.mjs", "write")
 	servetest.Run(t, "e2e", env, 60*time.Second, node, "dashboard.mjs", "read")
-	for _, name := range []string{"list.png", "sandbox.png", "list-phone.png"} {
+	for _, name := range []string{"list.png", "sandbox.png", "list-phone.png", "sandbox-phone.png"} {
 		data, err := os.ReadFile(filepath.Join(shots, name))
 		if err != nil || !bytes.HasPrefix(data, []byte("\x89PNG\r\n\x1a\n")) {
 			t.Errorf("screenshot %s: not a PNG (%d bytes, %v)", name, len(data), err)

@@ -6,7 +6,8 @@
 //          suspend TARGET from its row and see it turn suspended without a
 //          reload, find the transitions in its timeline with actor and
 //          outcome, resume it from its page; a start of SUSPENDED asks
-//          first; screenshots in SHOTS (list.png, sandbox.png, list-phone.png).
+//          first; screenshots in SHOTS (list.png, sandbox.png, list-phone.png,
+//          sandbox-phone.png).
 //   read:  sign in with the read token: no action buttons anywhere, and a
 //          suspend forged from the page is PERMISSION_DENIED.
 //   paint: with SANDBOXES in the view, the time from navigation to the
@@ -196,6 +197,11 @@ async function write() {
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth);
     assert.ok(overflow <= 375, `the page is ${overflow}px wide at 375px`);
     await page.screenshot({ path: join(SHOTS, 'list-phone.png'), fullPage: true });
+    await row(page, target).getByRole('link', { name: target, exact: true }).click();
+    await timelineRow(page, 'sandbox.resumed').waitFor(WAIT);
+    const pageWidth = await page.evaluate(() => document.documentElement.scrollWidth);
+    assert.ok(pageWidth <= 375, `the sandbox page is ${pageWidth}px wide at 375px`);
+    await page.screenshot({ path: join(SHOTS, 'sandbox-phone.png'), fullPage: true });
 
     // Sign out: the token leaves session storage.
     await page.getByRole('button', { name: 'Sign out' }).click();

@@ -252,6 +252,7 @@ export class ListView {
     const now = Date.now();
     const trs = items.map((v0) => {
       const v = app.newest(v0);
+      app.take(v); // a watch that sends it again is not a change
       const tr = this.row(v, now);
       this.rows.set(v.id, { view: v, tr });
       return tr;

@@ -70,6 +70,7 @@ export class SandboxView {
     try {
       const { data } = await api.get(this.id);
       this.view = app.newest(data);
+      app.take(this.view);
     } catch (err) {
       if (err.status !== 401) fill(this.headEl, h('h1', {}, this.id), h('p', { class: 'error', role: 'alert' }, `${err.code}: ${err.message}`));
       return;

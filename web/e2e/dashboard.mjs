@@ -268,6 +268,17 @@ async function paint() {
       console.log(`first paint with ${total} sandboxes, ${label}: ${wall} ms (in page ${inPage.toFixed(0)} ms since navigation), ${rows} rows; requests: ${calls}`);
       assert.equal(rows, 100);
     }
+    // Paging: Next shows the following 100, Previous the first again.
+    const names = () => page.locator('tbody tr.row th a').allTextContents();
+    const first = await names();
+    await page.getByRole('button', { name: 'Next →' }).click();
+    await page.getByText('page 2', { exact: false }).waitFor(WAIT);
+    const second = await names();
+    assert.equal(second.length, 100);
+    assert.ok(!second.some((n) => first.includes(n)), 'page 2 repeats page 1');
+    await page.getByRole('button', { name: '← Previous' }).click();
+    await page.getByText('page 1', { exact: false }).waitFor(WAIT);
+    assert.deepEqual(await names(), first);
     assert.deepEqual(problems, []);
   } finally {
     await close();

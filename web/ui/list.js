@@ -106,12 +106,12 @@ export class ListView {
       h('section', { class: 'summary', 'aria-labelledby': 'counts-title' },
         h('h1', { id: 'counts-title' }, 'Sandboxes'),
         this.countsEl,
-        h('p', { class: 'rate' }, h('span', { class: 'rate-label' }, 'transitions/s '), this.rateEl, ' ', this.totalEl)),
+        h('p', { class: 'rate' }, h('span', { class: 'rate-label' }, 'transitions/s '), this.rateEl)),
       form,
       this.noticeEl,
       h('div', { class: 'table-wrap', tabindex: '0', role: 'region', 'aria-labelledby': 'table-caption' },
         h('table', { class: 'sandboxes' },
-          h('caption', { id: 'table-caption' }, 'Sandboxes'),
+          h('caption', { id: 'table-caption' }, 'Sandboxes ', this.totalEl),
           h('thead', {}, h('tr', {},
             this.th('Name', 'name'), h('th', { scope: 'col' }, 'Phase'), this.th('In phase', 'age'),
             h('th', { scope: 'col' }, 'Gen'), h('th', { scope: 'col' }, 'Outcome'),
@@ -288,7 +288,7 @@ export class ListView {
       h('button', { type: 'button', class: 'secondary', disabled: this.page === 0, onclick: () => this.turn(-1) }, '← Previous'),
       h('span', { class: 'muted', 'aria-live': 'polite' }, `page ${this.page + 1}${pages ? ` of ${pages}` : ''}`),
       h('button', { type: 'button', class: 'secondary', disabled: !this.next, onclick: () => this.turn(1) }, 'Next →'));
-    this.totalEl.textContent = this.total !== null ? `· ${this.total} match` : '';
+    this.totalEl.textContent = this.total !== null ? `(${this.total} match)` : '';
   }
 
   async turn(d) {

@@ -1,7 +1,7 @@
 // The dashboard's watch client (web/ui/watch.js) against a server that
 // drops the stream: it parses the server-sent events by hand (split
 // anywhere across chunks), and resumes with Last-Event-ID, the id of the
-// last event it took. Run by web/e2e_test.go (TestWatchResumes) with
+// last event it took. Run by web/e2e_test.go (TestPageModulesUnderNode) with
 // `node --test`; no browser.
 
 import { test } from 'node:test';

@@ -9,7 +9,8 @@ import { h, fill, time, age } from './dom.js';
 import { VERBS, button } from './actions.js';
 import { phaseBadge, outcomeBadge, lateness, since } from './list.js';
 
-// outcome is what an event says of a suspend or resume, if anything.
+// outcome is what an event says of a suspend or resume, if anything, as
+// the view's last_outcome folds it (events/view.go).
 export function outcome(e) {
   const d = e.data || {};
   if (d.outcome) return d.outcome;
@@ -17,6 +18,7 @@ export function outcome(e) {
     case 'sandbox.resume_failed': return 'restore_failed';
     case 'sandbox.suspend_rejected': return d.reason === 'DeadlineExceeded' ? 'suspend_timed_out' : 'suspend_rejected';
     case 'sandbox.start_requested': return d.fallback ? 'cold_start_fallback' : '';
+    case 'sandbox.stopped': return d.reason === 'RetainedStateLost' ? 'restore_failed' : '';
     default: return '';
   }
 }

@@ -236,6 +236,20 @@ async function read() {
     const after = await api(`/v1/sandboxes/${before.id}`);
     assert.equal(after.seq, before.seq, 'the forged suspend changed the sandbox');
     console.log(`read token: no action buttons; forged suspend: ${forged.status} ${forged.body.error.code}`);
+
+    // A sandbox's page opened first (a link, a reload): its watch starts
+    // at the log's head and shows a change made elsewhere, live.
+    const other = (await api('/v1/sandboxes?limit=100')).items.find((v) => v.name === 'web-2');
+    await page.goto('about:blank'); // a new document, not a hash change
+    await page.goto(`${URL}/#/sandbox/${other.id}`);
+    await page.locator('#live[data-state="live"]').waitFor(WAIT);
+    await timelineRow(page, 'supervisor.attached').first().waitFor(WAIT);
+    const res = await fetch(`${URL}/v1/sandboxes/${other.id}/suspend`, { method: 'POST', headers: { Authorization: `Bearer ${env('TORPOR_ADMIN_TOKEN')}` } });
+    assert.equal(res.status, 202);
+    await page.locator('.sandbox-head .phase', { hasText: /^suspended$/ }).waitFor(WAIT);
+    await timelineRow(page, 'sandbox.suspended').waitFor(WAIT);
+    assert.equal((await timelineRow(page, 'sandbox.suspend_requested').locator('.actor').textContent()).trim(), 'token:admin');
+    console.log('a sandbox page opened first: a suspend made elsewhere seen live');
     // The refusal logs a console error (a failed fetch); nothing else may.
     assert.deepEqual(problems.filter((p) => !p.includes('403')), []);
   } finally {

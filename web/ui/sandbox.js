@@ -3,7 +3,7 @@
 // workload's last log lines, and the lifecycle buttons for a token with
 // write. The watch keeps it current.
 
-import { api } from './api.js';
+import { api, logHead } from './api.js';
 import { app } from './state.js';
 import { h, fill, time, age } from './dom.js';
 import { VERBS, button } from './actions.js';
@@ -78,8 +78,24 @@ export class SandboxView {
       return;
     }
     this.render();
-    if (!app.watcher) app.startWatch(this.view.seq);
-    await Promise.all([this.loadHistory(), this.loadLogs()]);
+    await Promise.all([this.loadHistory(), this.loadLogs(), app.watcher ? null : this.startWatch()]);
+  }
+
+  // startWatch starts the shared watch when this page is the first one
+  // opened: from the log's head that GET /v1/phases names (not from this
+  // sandbox's seq, which would send every sandbox changed since), then
+  // reads the view again, which holds whatever changed before that head.
+  async startWatch() {
+    let head = null;
+    try {
+      head = logHead((await api.phases()).headers);
+    } catch { /* the watch starts from the view's seq */ }
+    if (app.watcher) return;
+    app.startWatch(head ?? this.view.seq);
+    try {
+      const { data } = await api.get(this.view.id);
+      app.observe(data);
+    } catch { /* the watch brings the next change */ }
   }
 
   close() {

@@ -57,11 +57,12 @@ export class ListView {
     this.render();
     app.listeners.add(this.listener);
     this.ticker = setInterval(() => this.tick(), 1000);
-    const [counts, page] = await Promise.allSettled([this.loadCounts(), this.loadPage()]);
-    if (!app.watcher) {
-      const heads = [counts, page].map((r) => (r.status === 'fulfilled' ? r.value : null)).filter((x) => x !== null);
+    const [counts, page] = await Promise.all([this.loadCounts(), this.loadPage()]);
+    if (!app.watcher && page) {
       // Start after the earliest head read: the views changed since are
-      // sent, the current view of every other sandbox is not.
+      // sent, the current view of every other sandbox is not. (A server
+      // without the header: after the newest view shown.)
+      const heads = [counts?.head, page.head].filter((x) => x !== null && x !== undefined);
       app.startWatch(heads.length ? Math.min(...heads) : this.maxSeq());
     }
   }
@@ -151,7 +152,7 @@ export class ListView {
     try {
       const { data, headers } = await api.phases();
       this.renderCounts(data);
-      return logHead(headers);
+      return { head: logHead(headers) };
     } catch (err) {
       if (err.status !== 401) fill(this.countsEl, h('li', { class: 'error' }, `${err.code}: ${err.message}`));
       return null;
@@ -211,7 +212,7 @@ export class ListView {
       this.renderPager();
       this.outside.clear();
       fill(this.noticeEl, notes.join('; '));
-      return logHead(headers);
+      return { head: logHead(headers) };
     } catch (err) {
       if (err.status !== 401) fill(this.tbody, h('tr', {}, h('td', { colspan: '9', class: 'error' }, `${err.code}: ${err.message}`)));
       return null;

@@ -25,6 +25,11 @@ export function watch({ after, onView, onState, onUnauthenticated, base = '' }) 
       onUnauthenticated?.();
       return;
     }
+    if (res.status === 403) { // a token without read: no retry will do
+      stopped = true;
+      onState('stopped', 'the token may not watch');
+      return;
+    }
     if (!res.ok || !res.body) {
       let msg = `${res.status}`;
       try { msg = (await res.json()).error.message; } catch { /* keep the status */ }

@@ -28,6 +28,8 @@ var allowed = []struct {
 	{"deploy", []string{"deploy"}}, // embedded manifests, leaves
 	{"services/access", []string{"services/access", "events", "internal"}},
 	{"sdk/go", []string{"sdk/go", "events"}},
+	// The dashboard's static files, embedded, and their contract errors.
+	{"web", []string{"web", "events"}},
 	{"services/node", nil}, // assembles the parts below
 	{"cmd/torpor", nil},    // flags, the CLI, and services/node
 	// The bench drives the whole service as users and operators do (its log,

@@ -127,6 +127,7 @@ func TestHTTPScopes(t *testing.T) {
 		{"GET", "/v1/phases", "", "read"},
 		{"GET", "/v1/drivers", "", "read"},
 		{"GET", "/v1/server", "", "read"},
+		{"GET", "/v1/whoami", "", "read"},
 		{"GET", "/v1/log/sandboxes", "", "read"},
 		{"GET", "/metrics", "", "read"},
 		{"GET", "/v1/no-such-route", "", "read"},

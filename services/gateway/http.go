@@ -103,7 +103,7 @@ func NewHTTP(svc *Service, views Views, ready func(context.Context) error, log z
 	h := &HTTP{svc: svc, views: views, ready: ready, log: log, mux: http.NewServeMux()}
 	read, write := events.ScopeRead, events.ScopeWrite
 	h.handle("POST /v1/sandboxes", write, h.create)
-	h.handle("GET /v1/sandboxes", read, h.list)
+	h.handle("GET /v1/sandboxes", read, h.withHead(h.list))
 	h.handle("GET /v1/sandboxes/{ref}", read, h.get)
 	h.handle("DELETE /v1/sandboxes/{id}", write, h.lifecycle(VerbDelete))
 	for _, verb := range []string{VerbStart, VerbStop, VerbSuspend, VerbResume} {
@@ -116,7 +116,8 @@ func NewHTTP(svc *Service, views Views, ready func(context.Context) error, log z
 	h.handle("DELETE /v1/sandboxes/{id}/forwards/{fid}", write, h.unforward)
 	h.handle("GET /v1/sandboxes/{id}/wait", read, h.limited(streamWait, h.wait))
 	h.handle("GET /v1/watch", read, h.limited(streamWatch, h.watch))
-	h.handle("GET /v1/phases", read, h.phases)
+	h.handle("GET /v1/phases", read, h.withHead(h.phases))
+	h.handle("GET /v1/whoami", read, h.whoami)
 	h.handle("GET /healthz", scopeOpen, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

@@ -42,6 +42,7 @@ import (
 	"github.com/torpor/torpor/services/compute/supervisor"
 	"github.com/torpor/torpor/services/forward"
 	"github.com/torpor/torpor/services/gateway"
+	"github.com/torpor/torpor/web"
 )
 
 // Config is everything `torpor serve` takes from its flags.
@@ -542,6 +543,7 @@ func startOnce(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, er
 	}
 	h.WithServerInfo(gateway.ServerInfo{Node: cfg.Node, DeadlineSeconds: cfg.Deadline.Seconds(), ReadFrom: readFrom})
 	h.WithLogSandboxes(store.Sandboxes) // torpor check: the sandboxes of the log, not of a view
+	h.WithDashboard(web.Handler())      // GET /, GET /ui/...: static, no token
 	// torpor replay: a rebuild streams its progress, so the server has no
 	// write timeout.
 	replay := ReplayDeps{Store: store, KV: view, Log: log.With().Str("part", "replay").Logger()}

@@ -1,0 +1,51 @@
+// Pure parts of the page's modules under node (no browser): how a
+// transient sandbox is judged against the server's deadline, and which
+// events of a timeline carry an outcome badge. Run by web/e2e_test.go
+// (TestPageModulesUnderNode) with `node --test`.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+
+const { app } = await import('../ui/state.js');
+const { lateness, since } = await import('../ui/list.js');
+const { outcome } = await import('../ui/sandbox.js');
+
+test('a transient phase is judged against the deadline, from phase_since', () => {
+  app.server.deadline_seconds = 120;
+  const now = Date.parse('2026-12-06T12:00:00Z');
+  const at = (s) => new Date(now - s * 1000).toISOString();
+  for (const [v, want] of [
+    [{ phase: 'suspending', phase_since: at(10), updated_at: at(1) }, 'transient'],
+    [{ phase: 'starting', phase_since: at(61), updated_at: at(1) }, 'aging'],
+    [{ phase: 'deleting', phase_since: at(121), updated_at: at(1) }, 'late'],
+    // No phase_since (a server before it): updated_at stands in.
+    [{ phase: 'provisioning', updated_at: at(130) }, 'late'],
+    [{ phase: 'stopping', updated_at: at(5) }, 'transient'],
+    // Settled phases are never late, however old.
+    [{ phase: 'ready', phase_since: at(100000), updated_at: at(1) }, ''],
+    [{ phase: 'suspended', phase_since: at(100000), updated_at: at(1) }, ''],
+    [{ phase: 'hibernating', phase_since: at(100000), updated_at: at(1) }, ''], // a phase this page does not know
+  ]) {
+    assert.equal(lateness(v, now), want, JSON.stringify(v));
+  }
+  assert.equal(since({ phase_since: at(3), updated_at: at(1) }), now - 3000);
+});
+
+test('the timeline tells restored, cold_start_fallback and restore_failed apart', () => {
+  for (const [e, want] of [
+    [{ type: 'sandbox.resumed', data: { generation: 2, outcome: 'restored' } }, 'restored'],
+    [{ type: 'sandbox.resumed', data: { generation: 3, outcome: 'cold_start_fallback' } }, 'cold_start_fallback'],
+    [{ type: 'sandbox.start_requested', data: { generation: 3, fallback: true } }, 'cold_start_fallback'],
+    [{ type: 'sandbox.start_requested', data: { generation: 3 } }, ''],
+    [{ type: 'sandbox.resume_failed', data: { generation: 2, message: 'boom' } }, 'restore_failed'],
+    // A strict resume whose restore failed after the consumption.
+    [{ type: 'sandbox.stopped', data: { generation: 2, reason: 'RetainedStateLost' } }, 'restore_failed'],
+    [{ type: 'sandbox.stopped', data: { generation: 2 } }, ''],
+    [{ type: 'sandbox.suspend_rejected', data: { generation: 1, reason: 'DeadlineExceeded' } }, 'suspend_timed_out'],
+    [{ type: 'sandbox.suspend_rejected', data: { generation: 1 } }, 'suspend_rejected'],
+    [{ type: 'sandbox.suspended', data: { generation: 1, restore_ref: 'sim:x' } }, ''],
+    [{ type: 'sandbox.something_new' }, ''],
+  ]) {
+    assert.equal(outcome(e), want, JSON.stringify(e));
+  }
+});

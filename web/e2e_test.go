@@ -14,8 +14,8 @@ import (
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/check"
-	"github.com/torpor/torpor/internal/servetest"
 	torpor "github.com/torpor/torpor/sdk/go"
+	"github.com/torpor/torpor/services/node/servetest"
 )
 
 // updateShot copies the list's screenshot to docs/dashboard.png.

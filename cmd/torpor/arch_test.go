@@ -28,6 +28,10 @@ var allowed = []struct {
 	{"deploy", []string{"deploy"}}, // embedded manifests, leaves
 	{"services/access", []string{"services/access", "events", "internal"}},
 	{"sdk/go", []string{"sdk/go", "events"}},
+	// The TypeScript and Python SDKs: no Go but their tests', which start a
+	// node (services/node/servetest) and run the suites in their languages.
+	{"sdk/ts", []string{}},
+	{"sdk/python", []string{}},
 	// The dashboard's static files, embedded, and their contract errors.
 	{"web", []string{"web", "events"}},
 	{"services/node", nil}, // assembles the parts below

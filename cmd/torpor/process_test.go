@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/torpor/torpor/events"
-	"github.com/torpor/torpor/internal/servetest"
 	torpor "github.com/torpor/torpor/sdk/go"
 	"github.com/torpor/torpor/services/compute"
 	"github.com/torpor/torpor/services/compute/process"
+	"github.com/torpor/torpor/services/node/servetest"
 )
 
 // processApp is the service as serve wires it, its process driver's

@@ -15,7 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
-	"github.com/torpor/torpor/internal/natserr"
+	"github.com/torpor/torpor/events/natserr"
 )
 
 // LeaseBucket is the KV bucket of leases: name → the process holding it.

@@ -10,7 +10,7 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/torpor/torpor/events"
-	"github.com/torpor/torpor/internal/natserr"
+	"github.com/torpor/torpor/events/natserr"
 )
 
 // loadBatch is how many messages one batched direct get asks for.

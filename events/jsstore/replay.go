@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
-	"github.com/torpor/torpor/internal/natserr"
+	"github.com/torpor/torpor/events/natserr"
 )
 
 // ReplayChunk is how many envelopes Replay hands over at a time.

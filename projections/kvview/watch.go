@@ -7,7 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
-	"github.com/torpor/torpor/internal/natserr"
+	"github.com/torpor/torpor/events/natserr"
 )
 
 // Wait returns the view of sandbox id as soon as its phase is phase, at a

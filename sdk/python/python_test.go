@@ -1,5 +1,5 @@
 // Package python_test runs the Python SDK's unittest suite (sdk/python)
-// against a real node: internal/servetest starts one in this process and
+// against a real node: services/node/servetest starts one in this process and
 // hands the suite its URL and tokens. python3 missing fails the test under
 // CI=true and skips it loudly elsewhere.
 package python_test
@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/torpor/torpor/internal/servetest"
+	"github.com/torpor/torpor/services/node/servetest"
 )
 
 // TestPythonSDK: every test of sdk/python/tests, the scenarios of

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/torpor/torpor/internal/servetest"
+	"github.com/torpor/torpor/services/node/servetest"
 )
 
 // TestTypeScriptSDK compiles the TypeScript SDK and its tests (tsc, from

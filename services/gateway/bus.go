@@ -16,8 +16,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/natserr"
 	"github.com/torpor/torpor/internal/metrics"
-	"github.com/torpor/torpor/internal/natserr"
 	"github.com/torpor/torpor/internal/warm"
 	"github.com/torpor/torpor/services/compute"
 )

@@ -18,7 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
-	"github.com/torpor/torpor/internal/natserr"
+	"github.com/torpor/torpor/events/natserr"
 )
 
 // HTTP serves the API of CONTRACT §5 over a Service and a Views projection.

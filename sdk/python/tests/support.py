@@ -23,7 +23,7 @@ import torpor  # noqa: E402
 
 
 class Env:
-    """The server the suites run against (internal/servetest's Env)."""
+    """The server the suites run against (services/node/servetest's Env)."""
 
     def __init__(self) -> None:
         self.url = os.environ["TORPOR_URL"]

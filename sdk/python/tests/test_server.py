@@ -1,5 +1,5 @@
 """The SDK against a real torpor serve (TORPOR_URL and the tokens of
-internal/servetest): every verb, the typed errors the server answers, the
+services/node/servetest): every verb, the typed errors the server answers, the
 retries under one key through a proxy that drops answers, and a watch
 resumed after a drop. Expectations come from CONTRACT §1–§6."""
 

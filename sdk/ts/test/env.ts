@@ -1,5 +1,5 @@
 // The server the tests run against, from the environment that sdk/ts's Go
-// test (internal/servetest) sets: TORPOR_URL and a token of each scope.
+// test (services/node/servetest) sets: TORPOR_URL and a token of each scope.
 
 import test from "node:test";
 import { Client } from "../src/index.js";

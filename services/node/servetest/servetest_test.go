@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/torpor/torpor/internal/servetest"
 	torpor "github.com/torpor/torpor/sdk/go"
+	"github.com/torpor/torpor/services/node/servetest"
 )
 
 // TestTokensHaveTheirScopes: the write token creates, the read token reads

@@ -53,9 +53,14 @@ func (h *HTTP) whoami(w http.ResponseWriter, r *http.Request) {
 
 // withHead sets HeaderLogHead on f's answer: the log's last sequence
 // before f reads its views, less the largest lag of a view (WithLags) then;
-// a log that cannot tell leaves it out.
+// a log that cannot tell, or an HTTP API over views alone (no Service),
+// leaves it out.
 func (h *HTTP) withHead(f http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if h.svc == nil {
+			f(w, r)
+			return
+		}
 		if seq, err := h.svc.store.LastSeq(r.Context()); err == nil {
 			if h.lags != nil {
 				var behind uint64

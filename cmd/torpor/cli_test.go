@@ -204,6 +204,7 @@ func TestFlagsRefusedWithContractCode(t *testing.T) {
 	}{
 		{[]string{"serve", "--data", t.TempDir(), "--duplicate-window", "0"}, "--duplicate-window"},
 		{[]string{"serve", "--data", t.TempDir(), "--heartbeat-limit", "0"}, "--heartbeat-limit"},
+		{[]string{"serve", "--data", t.TempDir(), "--retain-for", "-1s"}, "--retain-for"},
 		{[]string{"serve", "--data", t.TempDir(), "--node", "Bad.Node"}, "--node"},
 		{[]string{"serve", "--data", t.TempDir(), "--replicas", "6"}, "--replicas 6"},
 		{[]string{"serve", "--data", t.TempDir(), "--replicas", "-1"}, "--replicas -1"},

@@ -168,3 +168,52 @@ func TestExpiryEndToEnd(t *testing.T) {
 		t.Errorf("the log breaks an invariant: %v", v)
 	}
 }
+
+// TestExpiryAfterTakeover: the process holding node n1's sagas stops
+// before a sandbox's ttl comes due; the other process serving n1 takes the
+// sagas over and fires the expiry, once (the saved position held the
+// create that armed it).
+func TestExpiryAfterTakeover(t *testing.T) {
+	hub := startNode(t, testConfig(t, "n0"))
+	file := serviceCreds(t, hub)
+	join := func() *Node {
+		cfg := testConfig(t, "n1")
+		cfg.NATSURL, cfg.NATSCreds, cfg.NATSListen = hub.NATSURL(), file, ""
+		cfg.LeaseTTL = 3 * time.Second
+		return startNode(t, cfg)
+	}
+	ctx := context.Background()
+	a, b := join(), join()
+	c := torpor.New(a.HTTPURL(), nil).WithToken(hub.AdminToken())
+	v, err := c.Create(ctx, torpor.CreateRequest{Driver: "sim", TTL: "2s"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(ctx, v.ID, events.PhaseReady, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	holder, other := a, b
+	if b.Sim().Calls()["start"] > 0 {
+		holder, other = b, a
+	}
+	if err := holder.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if time.Now().After(v.ExpiresAt) {
+		t.Fatalf("the holder stopped after the expiry (%s): nothing tested", v.ExpiresAt)
+	}
+	oc := torpor.New(other.HTTPURL(), nil).WithToken(hub.AdminToken())
+	if _, err := oc.Wait(ctx, v.ID, events.PhaseDeleted, 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, exp, _ := historyTypes(t, oc, v.ID); len(exp) != 1 || exp[0].Policy != events.ExpiryTTL {
+		t.Fatalf("expiries %+v; want one ttl", exp)
+	}
+	vs, err := check.Replay(ctx, hub.Store(), check.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		t.Errorf("the log breaks an invariant: %v", v)
+	}
+}

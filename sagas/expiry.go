@@ -143,7 +143,11 @@ func (r *Runner) expire(ctx context.Context, x *expiry) error {
 		}
 		e = &events.Expired{Policy: events.ExpiryTTL, ExpiresAt: v.ExpiresAt, Action: v.OnExpiry}
 	case events.ExpiryRetention:
-		if !v.Restore.Held || v.Restore.ExpiresAt.IsZero() || st.held == "" {
+		// Held in suspended, or in starting by a resume that may fail
+		// back to it; held in error (a resume's deadline), only a delete
+		// ends it.
+		if !v.Restore.Held || v.Restore.ExpiresAt.IsZero() || st.held == "" ||
+			(v.Phase != events.PhaseSuspended && v.Phase != events.PhaseStarting) {
 			r.closeExpiry(x)
 			return nil
 		}

@@ -210,3 +210,25 @@ func TestExpiryAfterARestart(t *testing.T) {
 		t.Fatalf("%d expiries of the sandbox, want 1", len(envs))
 	}
 }
+
+// TestRetentionHeldInErrorExpiresNothing: a resume whose deadline ended it
+// in error leaves its reference held in the log, for the delete to
+// invalidate: its retention has nothing to stop, and is not fired (nor
+// tried every second) there. A witness suspended after it shows the time
+// passed.
+func TestRetentionHeldInErrorExpiresNothing(t *testing.T) {
+	h := newHarness(t, sagas.Config{})
+	h.rec.expand = gatewayExpands
+	sb, ref := h.suspendedWith(&events.Created{RetainFor: expiryTTL.String()})
+	sb.when(&events.ResumeRequested{Generation: 2, RestoreRef: ref})
+	sb.given(&events.DeadlinePassed{Phase: events.PhaseStarting, Deadline: "2m0s"}, &events.CleanupRequested{Generation: 2, Action: events.CleanupStop})
+	witness, _ := h.suspendedWith(&events.Created{RetainFor: (2 * expiryTTL).String()})
+	h.run(h.sim)
+	witness.waitExpired()
+	if envs, _ := sb.expiries(); len(envs) != 0 {
+		t.Fatalf("the sandbox in error expired: %v", envs)
+	}
+	if n := h.rec.callsOf(events.TypeExpired); n != 1 {
+		t.Fatalf("%d expiries reported, want the witness's only", n)
+	}
+}

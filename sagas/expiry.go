@@ -11,7 +11,8 @@ import (
 )
 
 // Expiry (issue 27, items 4 and 5; events/expiry.go):
-//   sandbox.created{expires_at}  arms the sandbox's ttl, at expires_at
+//   sandbox.created{expires_at}  arms the sandbox's ttl, at expires_at (and its consumption on another node,
+//                                that node's runner's)
 //   sandbox.suspended            arms its retention, at the suspension's time + retain_for (created's)
 //   when one comes due           → load the sandbox's log, decide again on it: nothing to do (expired
 //                                  recorded, deleted, the state no longer held) disarms it; not due yet
@@ -64,6 +65,20 @@ func (r *Runner) trackExpiry(ctx context.Context, env events.Envelope, created *
 		}
 	case events.TypeRetainedStateConsumed, events.TypeRetainedStateDiscarded, events.TypeRetainedStateInvalidated:
 		r.disarm(expiryKey{id, events.ExpiryRetention})
+	}
+	if node := movedTo(env); node != "" {
+		// A resume on another node moved the sandbox: its ttl is the
+		// runner of that node's from now on (armed by this event; the
+		// job reads the ttl from the log when the cache lacks it).
+		c := r.specs.get(id)
+		switch {
+		case !r.drives(node):
+			r.disarm(expiryKey{id, events.ExpiryTTL})
+		case c == nil:
+			r.arm(ctx, env, events.ExpiryTTL, time.Now())
+		case !c.ExpiresAt.IsZero():
+			r.arm(ctx, env, events.ExpiryTTL, c.ExpiresAt)
+		}
 	}
 	if env.Phase == events.PhaseDeleting || env.Phase == events.PhaseDeleted {
 		r.disarm(expiryKey{id, events.ExpiryTTL})

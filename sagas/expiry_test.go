@@ -232,3 +232,23 @@ func TestRetentionHeldInErrorExpiresNothing(t *testing.T) {
 		t.Fatalf("%d expiries reported, want the witness's only", n)
 	}
 }
+
+// TestTTLFollowsAMovedSandbox: a sandbox of another node whose resume
+// moved it to this runner's node expires here, at its ttl.
+func TestTTLFollowsAMovedSandbox(t *testing.T) {
+	h := newHarness(t, sagas.Config{})
+	at := time.Now().Add(expiryTTL).UTC()
+	sb := &sandbox{h: h, id: uuid.Must(uuid.NewV7()).String()}
+	sb.when(&events.Created{Name: "sb", Driver: "sim", Node: "n0", Generation: 1, ExpiresAt: at, OnExpiry: events.OnExpiryDelete})
+	sb.given(&events.Started{Generation: 1}, &events.SupervisorAttached{Generation: 1})
+	sb.when(&events.SuspendRequested{Generation: 1})
+	sb.given(&events.Suspended{Generation: 1, RestoreRef: "vm:n0:x"})
+	sb.when(&events.ResumeRequested{Generation: 2, RestoreRef: "vm:n0:x", Node: node})
+	sb.given(&events.RetainedStateConsumed{Generation: 2, RestoreRef: "vm:n0:x", Node: node}, &events.Resumed{Generation: 2, Outcome: events.OutcomeRestored})
+	sb.given(&events.SupervisorAttached{Generation: 2})
+	h.run(h.sim)
+	env, got := sb.waitExpired()
+	if got.Policy != events.ExpiryTTL || !got.ExpiresAt.Equal(at) || env.Time.Before(at) {
+		t.Fatalf("expired %+v at %s; want the ttl at %s", got, env.Time, at)
+	}
+}

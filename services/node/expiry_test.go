@@ -185,7 +185,7 @@ func TestExpiryAfterTakeover(t *testing.T) {
 	ctx := context.Background()
 	a, b := join(), join()
 	c := torpor.New(a.HTTPURL(), nil).WithToken(hub.AdminToken())
-	v, err := c.Create(ctx, torpor.CreateRequest{Driver: "sim", TTL: "2s"}, "")
+	v, err := c.Create(ctx, torpor.CreateRequest{Driver: "sim", TTL: "4s"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

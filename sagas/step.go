@@ -60,7 +60,8 @@ type step struct {
 }
 
 // drivesStep says whether an event of type typ is one the runner drives a
-// step for: an intent of a command, or the clean-up a deadline asked for.
+// step for: an intent of a command, the clean-up a deadline asked for, or
+// an expiry (its release of an invalidated retained state, expiry.go).
 func drivesStep(typ string) bool {
 	return events.Intent(typ) || typ == events.TypeCleanupRequested || typ == events.TypeExpired
 }

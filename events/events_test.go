@@ -35,7 +35,7 @@ var samples = []Event{
 	&ResumeRequested{Generation: 2, RestoreRef: "sim:x:1:abc", RestartIfRestoreFails: true},
 	&RetainedStateConsumed{Generation: 2, RestoreRef: "sim:x:1:abc"},
 	&RetainedStateDiscarded{RestoreRef: "sim:x:1:abc"},
-	&RetainedStateInvalidated{RestoreRef: "sim:x:1:abc"},
+	&RetainedStateInvalidated{RestoreRef: "sim:x:1:abc", Reason: ReasonExpired},
 	&ResumeFailed{Generation: 2, Message: "restore failed"},
 	&Resumed{Generation: 2, Outcome: OutcomeRestored},
 	&Exited{Generation: 2, Code: 137},
@@ -47,6 +47,7 @@ var samples = []Event{
 	&SupervisorDetached{Generation: 2},
 	&ForwardOpened{ForwardID: "0193b0a4-0000-7000-8000-0000000000f1", Listen: "127.0.0.1:0", Address: "127.0.0.1:43117", Port: 8000},
 	&ForwardClosed{ForwardID: "0193b0a4-0000-7000-8000-0000000000f1"},
+	&Expired{Policy: ExpiryRetention, ExpiresAt: time.Date(2026, 11, 30, 11, 0, 0, 0, time.UTC), Action: OnExpiryStop, RestoreRef: "sim:x:1:abc"},
 }
 
 // TestGoldenWireFormat guards the JSON of every event type in its envelope.

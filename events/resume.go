@@ -31,9 +31,12 @@ type RetainedStateDiscarded struct {
 }
 
 // RetainedStateInvalidated: the restore reference can no longer be used
-// (delete, resource loss).
+// (delete, resource loss, or its retention expired).
 type RetainedStateInvalidated struct {
 	RestoreRef string `json:"restore_ref"`
+	// Reason is Expired when an expiry invalidated it (in suspended, it
+	// moves the sandbox to stopped); empty otherwise.
+	Reason string `json:"reason,omitempty"`
 }
 
 // ResumeFailed: the restore failed before the retained state was consumed; the

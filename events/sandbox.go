@@ -1,5 +1,7 @@
 package events
 
+import "time"
+
 // Reasons say why a phase is what it is (CONTRACT §6), CamelCase.
 const (
 	ReasonMainProcessExited      = "MainProcessExited"
@@ -34,6 +36,13 @@ type Created struct {
 	// Credentials.SealEnv); Env then names the variables with each value
 	// "(secret)". Events from before have it empty and Env in clear.
 	EnvSealed string `json:"env_sealed,omitempty"`
+	// ExpiresAt is the sandbox's time to live (create's ttl or expires_at;
+	// zero for none) and OnExpiry what it then does (delete or stop);
+	// RetainFor how long a retained state is held from its suspension
+	// ("" for ever). See expiry.go.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	OnExpiry  string    `json:"on_expiry,omitempty"`
+	RetainFor string    `json:"retain_for,omitempty"`
 }
 
 // DeleteRequested: a delete command was accepted (intent).

@@ -93,6 +93,18 @@ var Table = []Transition{
 	{PhaseSuspended, TypeForwardClosed, PhaseSuspended},
 	{PhaseDeleting, TypeForwardClosed, PhaseDeleting},
 	{PhaseError, TypeForwardClosed, PhaseError},
+	// Expiry (expiry.go): sandbox.expired is a fact of the phase it finds;
+	// a retained state invalidated in suspended (its retention expired, or
+	// a TTL that stops it) stops the sandbox: never suspended on it again.
+	{PhaseProvisioning, TypeExpired, PhaseProvisioning},
+	{PhaseReady, TypeExpired, PhaseReady},
+	{PhaseStopping, TypeExpired, PhaseStopping},
+	{PhaseStopped, TypeExpired, PhaseStopped},
+	{PhaseStarting, TypeExpired, PhaseStarting},
+	{PhaseSuspending, TypeExpired, PhaseSuspending},
+	{PhaseSuspended, TypeExpired, PhaseSuspended},
+	{PhaseError, TypeExpired, PhaseError},
+	{PhaseSuspended, TypeRetainedStateInvalidated, PhaseStopped},
 }
 
 type transitionKey struct {

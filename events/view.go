@@ -24,6 +24,9 @@ type Restore struct {
 	// Bytes is what the held state keeps (a VM's snapshot), where the
 	// driver says; the state itself is never in the view.
 	Bytes int64 `json:"bytes,omitempty"`
+	// ExpiresAt is when the held state's retention ends (its suspension
+	// plus the sandbox's retain_for); omitted when it is kept for ever.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
 }
 
 // View is the phase view of one sandbox (CONTRACT §6): what the KV bucket
@@ -60,6 +63,11 @@ type View struct {
 	// and that command, whose id this is, decides its outcome: wait on
 	// the view to see it (the suspend in flight may still be rejected).
 	Joined string `json:"joined,omitempty"`
+	// ExpiresAt, OnExpiry and RetainFor are the sandbox's expiry policies
+	// from its create (expiry.go), each omitted when none.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	OnExpiry  string    `json:"on_expiry,omitempty"`
+	RetainFor string    `json:"retain_for,omitempty"`
 }
 
 // Forward is one open TCP forward of a view: from Address on torpor's
@@ -134,6 +142,7 @@ func (v *View) Apply(env Envelope) (bool, error) {
 		if v.Labels == nil {
 			v.Labels = map[string]string{}
 		}
+		v.ExpiresAt, v.OnExpiry, v.RetainFor = e.ExpiresAt, e.OnExpiry, e.RetainFor
 	case *StartRequested:
 		v.Generation, v.Reason, v.ExitCode = e.Generation, "", nil
 		if e.Fallback {
@@ -149,7 +158,7 @@ func (v *View) Apply(env Envelope) (bool, error) {
 			v.LastOutcome = OutcomeRestoreFailed
 		}
 	case *Suspended:
-		v.Restore = Restore{Held: true, Bytes: e.Bytes}
+		v.Restore = Restore{Held: true, Bytes: e.Bytes, ExpiresAt: RetentionEnd(env.Time, v.RetainFor)}
 	case *SuspendRejected:
 		v.LastOutcome, v.Reason = OutcomeSuspendRejected, e.Reason
 		if e.Reason == ReasonDeadlineExceeded {
@@ -165,8 +174,13 @@ func (v *View) Apply(env Envelope) (bool, error) {
 		if e.Node != "" {
 			v.Node = e.Node
 		}
-	case *RetainedStateDiscarded, *RetainedStateInvalidated:
-		v.Restore.Held = false
+	case *RetainedStateDiscarded:
+		v.Restore.Held, v.Restore.ExpiresAt = false, time.Time{}
+	case *RetainedStateInvalidated:
+		v.Restore.Held, v.Restore.ExpiresAt = false, time.Time{}
+		if e.Reason == ReasonExpired {
+			v.Reason = ReasonExpired
+		}
 	case *ResumeFailed:
 		v.LastOutcome = OutcomeRestoreFailed
 	case *Resumed:

@@ -17,6 +17,14 @@ type CreateRequest struct {
 	// default) or one whose drivers it reaches on the bus (torpor serve
 	// --remote-nodes).
 	Node string `json:"node,omitempty"`
+	// TTL or ExpiresAt (RFC 3339) is the sandbox's time to live, OnExpiry
+	// what it then does (delete, the default, or stop); RetainFor how
+	// long a retained state is held from its suspension (the server's
+	// default when empty). See expiry.go.
+	TTL       string `json:"ttl,omitempty"`
+	ExpiresAt string `json:"expires_at,omitempty"`
+	OnExpiry  string `json:"on_expiry,omitempty"`
+	RetainFor string `json:"retain_for,omitempty"`
 }
 
 // Page is one page of a list, in the list's order (creation order unless

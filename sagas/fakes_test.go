@@ -224,6 +224,9 @@ func (s *tracked) waitPast(t *testing.T, seq uint64) {
 type recorder struct {
 	store  *tracked
 	refuse func(events.Event) bool
+	// expand, when set, is what the gateway appends for a reported event
+	// (an expiry comes with the start of its action); nil keeps it as is.
+	expand func(events.Event) []events.Event
 	// unavailable is how many calls fail with events.ErrUnavailable first.
 	unavailable int
 
@@ -264,6 +267,17 @@ func (r *recorder) Record(ctx context.Context, cause events.Envelope, actor stri
 	})
 	if len(evs) == 0 {
 		return nil
+	}
+	if r.expand != nil {
+		var out []events.Event
+		for _, e := range evs {
+			if more := r.expand(e); more != nil {
+				out = append(out, more...)
+				continue
+			}
+			out = append(out, e)
+		}
+		evs = out
 	}
 	envs := make([]events.Envelope, len(evs))
 	for i, e := range evs {

@@ -104,6 +104,9 @@ type Runner struct {
 	// another node it is driving (reach, resume.go); dropped when the
 	// sandbox leaves the transient phase.
 	reached map[string]*reach
+	// expiries are the ttls and retentions armed, per sandbox and policy
+	// (expiry.go).
+	expiries map[expiryKey]*expiry
 }
 
 // warmKeep is how long a worker's goroutine waits for the next sandbox
@@ -128,6 +131,8 @@ type job struct {
 	// late, when set, makes this the job of a suspend's answer that came
 	// after its deadline (env is the suspend's intent).
 	late *lateSuspend
+	// expiry, when set, makes this the job of that expiry come due.
+	expiry *expiry
 }
 
 // New returns a Runner over the log src, keeping its place in pos, that
@@ -164,6 +169,8 @@ func New(src Source, pos Position, rec Recorder, drv Drivers, creds *compute.Cre
 		freed:  make(chan struct{}),
 
 		reached: map[string]*reach{},
+
+		expiries: map[expiryKey]*expiry{},
 	}, nil
 }
 
@@ -221,6 +228,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	for _, o := range r.open {
 		o.timer.Stop()
 	}
+	for _, x := range r.expiries {
+		x.timer.Stop()
+	}
 	r.mu.Unlock()
 	r.workers.Wait()
 	r.late.Wait()  // late answers queue no job once stopping
@@ -276,6 +286,9 @@ func (r *Runner) floor() uint64 {
 	for _, o := range r.open {
 		f = min(f, o.env.Seq-1)
 	}
+	for _, x := range r.expiries {
+		f = min(f, x.env.Seq-1)
+	}
 	return f
 }
 
@@ -319,6 +332,7 @@ func (r *Runner) dispatch(ctx context.Context, envs []events.Envelope, pending u
 		}
 		// After the intent's job: a deadline already passed queues behind it.
 		r.track(ctx, env, created)
+		r.trackExpiry(ctx, env, created)
 		r.processed = env.Seq
 	}
 	if pending == 0 && len(envs) > 0 {
@@ -445,7 +459,7 @@ next:
 		// other sandboxes may hold every worker slot for as long as their
 		// driver calls last, and a deadline must not wait for them.
 		sem := r.sem
-		if j.deadline != nil {
+		if j.deadline != nil || j.expiry != nil {
 			sem = r.lane
 		}
 		for wait := retryMin; ; wait = min(2*wait, retryMax) {
@@ -462,6 +476,8 @@ next:
 				err = r.settle(ctx, j.deadline)
 			case j.late != nil:
 				err = r.takeLate(ctx, j)
+			case j.expiry != nil:
+				err = r.expire(ctx, j.expiry)
 			default:
 				err = r.step(ctx, j, later, seen)
 			}
@@ -478,7 +494,7 @@ next:
 			}
 			seen, later = false, nil // the log moved meanwhile: load it again
 		}
-		if j.deadline != nil || j.late != nil {
+		if j.deadline != nil || j.late != nil || j.expiry != nil {
 			continue // a deadline holds the floor through its open phase, not as a job; a late answer holds none
 		}
 		r.mu.Lock()
@@ -515,7 +531,7 @@ func (r *Runner) acquire(ctx context.Context, sem chan struct{}, j *job) int {
 	}
 	id := j.env.SandboxID
 	var wake chan struct{} // nil for a deadline: it waits for its lane only
-	if j.deadline == nil {
+	if j.deadline == nil && j.expiry == nil {
 		wake = r.wakeOn(id)
 	}
 	select {

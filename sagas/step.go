@@ -60,9 +60,10 @@ type step struct {
 }
 
 // drivesStep says whether an event of type typ is one the runner drives a
-// step for: an intent of a command, or the clean-up a deadline asked for.
+// step for: an intent of a command, the clean-up a deadline asked for, or
+// an expiry (its release of an invalidated retained state, expiry.go).
 func drivesStep(typ string) bool {
-	return events.Intent(typ) || typ == events.TypeCleanupRequested
+	return events.Intent(typ) || typ == events.TypeCleanupRequested || typ == events.TypeExpired
 }
 
 // sagaOf names the saga an intent type starts, "" for any other type: the
@@ -72,6 +73,8 @@ func sagaOf(typ string) string {
 	switch {
 	case typ == events.TypeCleanupRequested:
 		return "cleanup"
+	case typ == events.TypeExpired:
+		return "expiry"
 	case !events.Intent(typ):
 		return ""
 	case typ == events.TypeCreated:
@@ -119,7 +122,7 @@ func (r *Runner) step(ctx context.Context, j *job, later []events.Envelope, seen
 			return fmt.Errorf("load %s after %d: %w", env.SandboxID, env.Seq, err)
 		}
 	}
-	if why := settled(env, later); why != "" {
+	if why := settled(env, later); why != "" && env.Type != events.TypeExpired {
 		log.Debug().Str("step", "skip").Msg(why)
 		return nil
 	}
@@ -163,6 +166,8 @@ func (r *Runner) step(ctx context.Context, j *job, later []events.Envelope, seen
 		return r.delete(ctx, s)
 	case *events.CleanupRequested:
 		return r.cleanup(ctx, s, e)
+	case *events.Expired:
+		return r.release(ctx, s)
 	}
 	return nil
 }

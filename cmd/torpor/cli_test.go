@@ -51,6 +51,10 @@ func TestCLI(t *testing.T) {
 	if code, out, _ := cli(t, srv, "history", "cli-demo"); code != 0 || !strings.Contains(out, "sandbox.retained_state_consumed") {
 		t.Fatalf("history: exit %d\n%s", code, out)
 	}
+	code, out, _ = cli(t, srv, "create", "cli-expiry", "--ttl", "1h", "--on-expiry", "stop", "--retain-for", "5m", "--no-wait", "-o", "json")
+	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.ExpiresAt.IsZero() || v.OnExpiry != "stop" || v.RetainFor != "5m0s" {
+		t.Fatalf("create with an expiry: exit %d, %s", code, out)
+	}
 	if code, out, _ := cli(t, srv, "list", "--phase", "ready"); code != 0 || !strings.Contains(out, "cli-demo") {
 		t.Fatalf("list: exit %d\n%s", code, out)
 	}
@@ -63,6 +67,7 @@ func TestCLI(t *testing.T) {
 		{[]string{"resume", "cli-demo"}, "torpor: FAILED_PRECONDITION: "},
 		{[]string{"get", "nobody"}, "torpor: NOT_FOUND: "},
 		{[]string{"create", "--opt", "latency"}, "torpor: INVALID_ARGUMENT: "},
+		{[]string{"create", "--ttl", "1h", "--expires-at", "2099-01-01T00:00:00Z"}, "torpor: INVALID_ARGUMENT: create: ttl and expires_at"},
 	} {
 		code, _, stderr := cli(t, srv, c.args...)
 		if code == 0 || !strings.HasPrefix(stderr, c.want) {
@@ -204,6 +209,7 @@ func TestFlagsRefusedWithContractCode(t *testing.T) {
 	}{
 		{[]string{"serve", "--data", t.TempDir(), "--duplicate-window", "0"}, "--duplicate-window"},
 		{[]string{"serve", "--data", t.TempDir(), "--heartbeat-limit", "0"}, "--heartbeat-limit"},
+		{[]string{"serve", "--data", t.TempDir(), "--retain-for", "-1s"}, "--retain-for"},
 		{[]string{"serve", "--data", t.TempDir(), "--node", "Bad.Node"}, "--node"},
 		{[]string{"serve", "--data", t.TempDir(), "--replicas", "6"}, "--replicas 6"},
 		{[]string{"serve", "--data", t.TempDir(), "--replicas", "-1"}, "--replicas -1"},

@@ -334,6 +334,10 @@ func (f *clientFlags) createCmd() *cobra.Command {
 	fl.StringSliceVar(&opts, "opt", nil, "driver option k=v (repeatable)")
 	fl.StringSliceVar(&labels, "label", nil, "label k=v (repeatable)")
 	fl.StringArrayVar(&env, "env", nil, "the workload's environment variable K=V (repeatable; a value may hold commas)")
+	fl.StringVar(&req.TTL, "ttl", "", "time to live (2h45m): then --on-expiry")
+	fl.StringVar(&req.ExpiresAt, "expires-at", "", "when it expires, RFC 3339 (instead of --ttl)")
+	fl.StringVar(&req.OnExpiry, "on-expiry", "", "what its expiry does: delete (default) or stop")
+	fl.StringVar(&req.RetainFor, "retain-for", "", "how long a retained state is held from its suspension (default the server's --retain-for)")
 	w.add(cmd, "create")
 	return cmd
 }

@@ -126,7 +126,24 @@ func (l *life) next(e events.Event) (events.Phase, string) {
 		}
 		return "", "a discard only with the explicit start of a suspended sandbox"
 	case *events.RetainedStateInvalidated:
-		if in(deleting, errored) {
+		switch {
+		case in(deleting, errored):
+			return p, ""
+		case p == suspended && e.Reason == events.ReasonExpired:
+			// Issue 27: an expiry stops a suspended sandbox, its retained
+			// state invalidated: never suspended on it again.
+			return stopped, ""
+		case p == suspended:
+			return "", "an invalidation in suspended only by an expiry"
+		}
+	case *events.Expired:
+		// Issue 27: an expiry is a fact of the phase it finds; the events
+		// that carry out its action follow it. A retention expires only a
+		// suspended sandbox's state; nothing expires a deleting one.
+		switch {
+		case e.Policy == events.ExpiryRetention && p != suspended:
+			return "", "a retention expiry only in suspended"
+		case in(provisioning, ready, stopping, stopped, starting, suspending, suspended, errored):
 			return p, ""
 		}
 	case *events.CleanupRequested, *events.CleanedUp:

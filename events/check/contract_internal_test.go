@@ -17,6 +17,10 @@ func variants(typ string, p events.Phase) []events.Event {
 		return []events.Event{e, &events.Stopped{Reason: events.ReasonRetainedStateLost}}
 	case *events.StartRequested:
 		return []events.Event{e, &events.StartRequested{Fallback: true}}
+	case *events.RetainedStateInvalidated:
+		return []events.Event{e, &events.RetainedStateInvalidated{Reason: events.ReasonExpired}}
+	case *events.Expired:
+		return []events.Event{&events.Expired{Policy: events.ExpiryTTL}, &events.Expired{Policy: events.ExpiryRetention}}
 	case *events.DeadlinePassed:
 		var out []events.Event
 		for _, q := range events.Phases {

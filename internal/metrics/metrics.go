@@ -49,6 +49,8 @@ type Set struct {
 	conflicts   prometheus.Counter
 	retries     prometheus.Counter
 	extended    *prometheus.CounterVec
+	// expirations counts the expiries recorded (issue 27).
+	expirations *counters
 }
 
 // New returns a Set with its collectors registered, the Go runtime's and
@@ -93,7 +95,17 @@ func New() *Set {
 		Namespace: Namespace, Name: "outage_extensions_total", Help: "Deadlines (what=deadline) and heartbeat limits (what=heartbeat) extended because the log was unavailable within them (a NATS election, a server down).",
 	}, []string{"what"})
 	s.reg.MustRegister(s.parked, s.foreign, s.conflicts, s.retries, s.extended)
+	s.expirations = newCounters(s.reg, prometheus.CounterOpts{
+		Name: "expirations_total", Help: "Expiries the sagas recorded, by reason: ttl (a sandbox's time to live) or retention (a retained state held past its retain_for).",
+	}, "reason")
 	return s
+}
+
+// Expired counts an expiry recorded for reason (ttl, retention).
+func (s *Set) Expired(reason string) {
+	if s != nil {
+		s.expirations.get(labels{reason}).Inc()
+	}
 }
 
 // Registry is the registry of s's collectors, for a caller to add its own.

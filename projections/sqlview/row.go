@@ -12,7 +12,7 @@ import (
 
 // columns are torpor_sandboxes' columns in the order scanRow reads them.
 const columns = `id, name, phase, generation, driver, node, labels, restore, last_outcome, exit_code, reason,
-  updated_at, updated_at_nanos, seq, forwards, phase_since, phase_since_nanos`
+  updated_at, updated_at_nanos, seq, forwards, phase_since, phase_since_nanos, expiry`
 
 // scanRow reads one row of columns into a view: labels, restore and
 // forwards from their JSON, updated_at and phase_since with their
@@ -27,9 +27,10 @@ func scanRow(r pgx.Row) (events.View, error) {
 		nanos, sinceNanos         int32
 		since                     *time.Time
 		seq                       int64
+		exp                       []byte
 	)
 	err := r.Scan(&v.ID, &v.Name, &phase, &v.Generation, &v.Driver, &v.Node, &labels, &restore,
-		&v.LastOutcome, &exit, &v.Reason, &at, &nanos, &seq, &forwards, &since, &sinceNanos)
+		&v.LastOutcome, &exit, &v.Reason, &at, &nanos, &seq, &forwards, &since, &sinceNanos, &exp)
 	if err != nil {
 		return events.View{}, err
 	}
@@ -54,7 +55,21 @@ func scanRow(r pgx.Row) (events.View, error) {
 			return events.View{}, fmt.Errorf("row %s: %s: %w", v.ID, c.name, err)
 		}
 	}
+	if exp != nil {
+		var x expiry
+		if err := json.Unmarshal(exp, &x); err != nil {
+			return events.View{}, fmt.Errorf("row %s: expiry: %w", v.ID, err)
+		}
+		v.ExpiresAt, v.OnExpiry, v.RetainFor = x.ExpiresAt, x.OnExpiry, x.RetainFor
+	}
 	return v, nil
+}
+
+// expiry is the column expiry: the view's expiry policies (issue 27).
+type expiry struct {
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	OnExpiry  string    `json:"on_expiry,omitempty"`
+	RetainFor string    `json:"retain_for,omitempty"`
 }
 
 // rows are views as the columns of one INSERT: one array per column (see
@@ -69,6 +84,7 @@ type rows struct {
 	nanos                                          []int32
 	since                                          []*time.Time // nil: no phase_since
 	sinceNanos                                     []int32
+	expiry                                         []*string // nil: none
 }
 
 func (r *rows) add(v events.View) error {
@@ -104,6 +120,12 @@ func (r *rows) add(v events.View) error {
 		return fmt.Errorf("encode forwards of %s: %w", v.ID, err)
 	}
 	r.labels, r.forwards = append(r.labels, labels), append(r.forwards, forwards)
+	x := expiry{ExpiresAt: v.ExpiresAt, OnExpiry: v.OnExpiry, RetainFor: v.RetainFor}
+	exp, err := jsonOrNull(x == expiry{}, x)
+	if err != nil {
+		return fmt.Errorf("encode expiry of %s: %w", v.ID, err)
+	}
+	r.expiry = append(r.expiry, exp)
 	return nil
 }
 
@@ -126,22 +148,23 @@ func jsonOrNull(null bool, x any) (*string, error) {
 // of JSONB.
 const upsertRows = `INSERT INTO torpor_sandboxes (` + columns + `)
 SELECT id, name, phase, generation, driver, node, labels::JSONB, restore::JSONB, last_outcome, exit_code, reason,
-  updated_at, updated_at_nanos, seq, forwards::JSONB, phase_since, phase_since_nanos
+  updated_at, updated_at_nanos, seq, forwards::JSONB, phase_since, phase_since_nanos, expiry::JSONB
 FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::INT8[], $5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[],
   $9::TEXT[], $10::INT8[], $11::TEXT[], $12::TIMESTAMPTZ[], $13::INT4[], $14::INT8[], $15::TEXT[],
-  $16::TIMESTAMPTZ[], $17::INT4[])
+  $16::TIMESTAMPTZ[], $17::INT4[], $18::TEXT[])
   AS r (id, name, phase, generation, driver, node, labels, restore, last_outcome, exit_code, reason,
-  updated_at, updated_at_nanos, seq, forwards, phase_since, phase_since_nanos)
+  updated_at, updated_at_nanos, seq, forwards, phase_since, phase_since_nanos, expiry)
 ON CONFLICT (id) DO UPDATE SET name = excluded.name, phase = excluded.phase, generation = excluded.generation,
   driver = excluded.driver, node = excluded.node, labels = excluded.labels, restore = excluded.restore,
   last_outcome = excluded.last_outcome, exit_code = excluded.exit_code, reason = excluded.reason,
   updated_at = excluded.updated_at, updated_at_nanos = excluded.updated_at_nanos, seq = excluded.seq,
-  forwards = excluded.forwards, phase_since = excluded.phase_since, phase_since_nanos = excluded.phase_since_nanos
+  forwards = excluded.forwards, phase_since = excluded.phase_since, phase_since_nanos = excluded.phase_since_nanos,
+  expiry = excluded.expiry
 WHERE torpor_sandboxes.seq < excluded.seq`
 
 func (r *rows) args() []any {
 	return []any{r.id, r.name, r.phase, r.generation, r.driver, r.node, r.labels, r.restore,
-		r.outcome, r.exit, r.reason, r.at, r.nanos, r.seq, r.forwards, r.since, r.sinceNanos}
+		r.outcome, r.exit, r.reason, r.at, r.nanos, r.seq, r.forwards, r.since, r.sinceNanos, r.expiry}
 }
 
 // history is events as the columns of one INSERT into torpor_history.

@@ -59,6 +59,10 @@ type Sandbox struct {
 	// way while the phase is transient): whom a twin joins (see joined).
 	Intent string
 	View   events.View
+	// HeldSince is when the retained state held was suspended (its
+	// retention's clock), and TTLSpent says a TTL expiry is recorded.
+	HeldSince time.Time
+	TTLSpent  bool
 }
 
 // Exists reports whether the sandbox has been created.
@@ -104,6 +108,9 @@ func (s *Sandbox) apply(env events.Envelope) error {
 		s.Resuming = false
 	case *events.Suspended:
 		s.RestoreRef, s.Retained = e.RestoreRef, e.Generation
+		s.HeldSince = env.Time
+	case *events.Expired:
+		s.TTLSpent = s.TTLSpent || e.Policy == events.ExpiryTTL
 	case *events.ResumeRequested:
 		s.Generation, s.Resuming, s.Exited, s.Fallback, s.ResumeNode = e.Generation, true, false, e.RestartIfRestoreFails, e.Node
 	case *events.ResumeFailed:
@@ -156,6 +163,8 @@ type Command struct {
 	// Forward is the forward a forward command opens (bound already) or,
 	// by its ID, the one an unforward closes.
 	Forward events.Forward
+	// Expiry is a create's expiry, resolved (events.ParseCreateExpiry).
+	Expiry events.Created
 }
 
 // Verbs of commands.
@@ -232,6 +241,7 @@ func caused(typ string, s *Sandbox, c Command) events.Event {
 		return &events.Created{
 			Name: r.Name, Driver: r.Driver, Node: c.Node, DriverOptions: r.DriverOptions,
 			Command: r.Command, Env: r.Env, Labels: r.Labels, Generation: 1, EnvSealed: c.EnvSealed,
+			ExpiresAt: c.Expiry.ExpiresAt, OnExpiry: c.Expiry.OnExpiry, RetainFor: c.Expiry.RetainFor,
 		}
 	case events.TypeStartRequested:
 		return &events.StartRequested{Generation: s.Generation + 1}
@@ -409,6 +419,18 @@ func reported(s *Sandbox, evs []events.Event, now time.Time) ([]events.Event, er
 			if held != "" {
 				out = append(out, e, &events.RetainedStateInvalidated{RestoreRef: held})
 				continue
+			}
+		case *events.Expired:
+			acts, err := expired(s, e, now)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, acts...)
+			continue
+		case *events.RetainedStateInvalidated:
+			if s.Phase == events.PhaseSuspended {
+				// Only an expiry stops a suspended sandbox so (expired).
+				return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: a retained state invalidated in suspended but no expiry", s.ID)
 			}
 		case *events.DeadlinePassed:
 			if !e.Phase.Transient() {

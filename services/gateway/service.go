@@ -110,6 +110,9 @@ type Config struct {
 	// is the inbox every command from torpor's own account must be
 	// answered on; one answered elsewhere is PERMISSION_DENIED.
 	ServiceInbox string
+	// RetainFor is how long a retained state is held from its suspension
+	// for a create that names no retain_for; zero keeps it for ever.
+	RetainFor time.Duration
 }
 
 // Defaults fills zero fields.
@@ -157,6 +160,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway: create timeout %s, want a positive duration", c.CreateTimeout)
 	case c.HeartbeatLimit <= 0:
 		return fmt.Errorf("gateway: heartbeat limit %s, want a positive duration", c.HeartbeatLimit)
+	case c.RetainFor < 0:
+		return fmt.Errorf("gateway: retain for %s, want a positive duration or none", c.RetainFor)
 	case c.ReportHold < 0:
 		return fmt.Errorf("gateway: report hold %s, want a positive duration", c.ReportHold)
 	case c.NameGrace < 2*c.CreateTimeout:
@@ -677,6 +682,10 @@ func (s *Service) create(ctx context.Context, c Command) (events.View, error) {
 	if err := s.cfg.Limits.checkCreate(r); err != nil {
 		return events.View{}, err
 	}
+	var err error
+	if c.Expiry.ExpiresAt, c.Expiry.OnExpiry, c.Expiry.RetainFor, err = events.ParseCreateExpiry(*r, s.now(), s.cfg.RetainFor); err != nil {
+		return events.View{}, err
+	}
 	if err := s.drivers.Validate(r.Driver, compute.Spec{Node: node, Options: r.DriverOptions, Command: r.Command, Env: r.Env}); err != nil {
 		// A refusal that carries a code keeps it (a node that lacks what
 		// the driver needs is FAILED_PRECONDITION); any other is the
@@ -717,7 +726,6 @@ func (s *Service) create(ctx context.Context, c Command) (events.View, error) {
 	c.Node = node
 	// The env values go into the log sealed, their names in clear (see
 	// compute's SealEnv); the driver gets them opened.
-	var err error
 	if r.Env, c.EnvSealed, err = s.creds.SealEnv(id, r.Env); err != nil {
 		return events.View{}, err
 	}

@@ -122,6 +122,18 @@ var contractEvents = []struct {
 	{"suspended", "sandbox.forward_closed", "suspended"},
 	{"deleting", "sandbox.forward_closed", "deleting"},
 	{"error", "sandbox.forward_closed", "error"},
+	// Issue 27: an expiry is a fact of the phase it finds (but deleting);
+	// an expiry's invalidation of the retained state stops a suspended
+	// sandbox.
+	{"provisioning", "sandbox.expired", "provisioning"},
+	{"ready", "sandbox.expired", "ready"},
+	{"stopping", "sandbox.expired", "stopping"},
+	{"stopped", "sandbox.expired", "stopped"},
+	{"starting", "sandbox.expired", "starting"},
+	{"suspending", "sandbox.expired", "suspending"},
+	{"suspended", "sandbox.expired", "suspended"},
+	{"error", "sandbox.expired", "error"},
+	{"suspended", "sandbox.retained_state_invalidated", "stopped"},
 }
 
 // transitionKey is one (phase, event type) pair of the lifecycle.

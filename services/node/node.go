@@ -69,6 +69,10 @@ type Config struct {
 	// silent before it is recorded detached (gateway.Config.HeartbeatLimit);
 	// the process driver's supervisors beat three times within it.
 	HeartbeatLimit time.Duration
+	// RetainFor is how long a retained state is held from its suspension
+	// when the create names no retain_for (gateway.Config.RetainFor);
+	// zero keeps it for ever.
+	RetainFor time.Duration
 	// LeaseTTL is how long the node's saga runner lease lasts unrenewed: a
 	// second process serving the same node takes the sagas over this long
 	// after the first dies (jsstore.LeaseConfig.TTL). No flag sets it;
@@ -160,6 +164,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--duplicate-window %s: want 1s or more", c.DuplicateWindow)
 	case c.NATSURL == "" && c.Data == "":
 		return errors.New("--data: want a directory")
+	case c.RetainFor < 0:
+		return fmt.Errorf("--retain-for %s: want a positive duration, or 0 to keep retained states for ever", c.RetainFor)
 	case c.HeartbeatLimit < minHeartbeatLimit:
 		return fmt.Errorf("--heartbeat-limit %s: want %s or more (supervisors beat three times within it)", c.HeartbeatLimit, minHeartbeatLimit)
 	case c.HTTP == "":
@@ -472,6 +478,7 @@ func startOnce(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, er
 		appends = cfg.wrapStore(store)
 	}
 	gcfg := gateway.Config{Node: cfg.Node, Nodes: cfg.RemoteNodes, HeartbeatLimit: cfg.HeartbeatLimit, Metrics: m, Unavailable: store.Unavailable}
+	gcfg.RetainFor = cfg.RetainFor
 	if a.user != nil {
 		// A bus with accounts: torpor's own commands come answered on
 		// its inbox, anything else in its account is refused.

@@ -10,6 +10,8 @@ export interface Restore {
   consumed: boolean;
   /** What a held state keeps, in bytes, where the driver says. */
   bytes?: number;
+  /** RFC 3339: when the held state's retention ends; omitted when kept for ever. */
+  expires_at?: string;
 }
 
 /** One open TCP forward: from `address` on torpor's host to `port` of the sandbox. */
@@ -42,6 +44,7 @@ export type Reason =
   | "DeadlineExceeded"
   | "ComputeResourceMissing"
   | "StartFailed"
+  | "Expired"
   | (string & {});
 
 /** The phase view of one sandbox (CONTRACT §6). */
@@ -70,6 +73,12 @@ export interface View {
    * appended nothing, and the command with this id decides the outcome.
    */
   joined?: string;
+  /** RFC 3339: the sandbox's time to live; omitted when none. */
+  expires_at?: string;
+  /** What its expiry does: "delete" or "stop"; omitted when no ttl. */
+  on_expiry?: string;
+  /** How long a retained state is held from its suspension (a Go duration); omitted when for ever. */
+  retain_for?: string;
 }
 
 /** The body of create (CONTRACT §5). */
@@ -84,6 +93,13 @@ export interface CreateRequest {
   labels?: Record<string, string>;
   /** The service's own node (the default) or one of serve --remote-nodes. */
   node?: string;
+  /** A time to live (a Go duration, "2h"), or expires_at (RFC 3339): not both. */
+  ttl?: string;
+  expires_at?: string;
+  /** "delete" (the default) or "stop", at the expiry. */
+  on_expiry?: string;
+  /** How long a retained state is held from its suspension; the server's --retain-for when omitted. */
+  retain_for?: string;
 }
 
 /** One page of a list, in creation order (or the order `sort` asked). */

@@ -312,12 +312,19 @@ class Client:
         labels: Mapping[str, str] | None = None,
         node: str | None = None,
         key: str | None = None,
+        ttl: str | None = None,
+        expires_at: str | None = None,
+        on_expiry: str | None = None,
+        retain_for: str | None = None,
     ) -> View:
         """Creates a sandbox (provisioning). key is the idempotency key: a
         create sent again with it creates nothing more and answers the same
-        sandbox; None makes a fresh one, which the retries reuse."""
+        sandbox; None makes a fresh one, which the retries reuse. ttl ("2h")
+        or expires_at (RFC 3339), with on_expiry ("delete", "stop"), give it
+        a time to live; retain_for how long a retained state is held."""
         body: dict[str, Any] = {}
-        for k, v in (("name", name), ("driver", driver), ("node", node)):
+        for k, v in (("name", name), ("driver", driver), ("node", node), ("ttl", ttl), ("expires_at", expires_at),
+                     ("on_expiry", on_expiry), ("retain_for", retain_for)):
             if v:
                 body[k] = v
         for k, m in (("driver_options", driver_options), ("env", env), ("labels", labels)):

@@ -86,11 +86,14 @@ class Restore:
     consumed: bool = False
     bytes: int = 0
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: RFC 3339: when the held state's retention ends; "" when kept for ever.
+    expires_at: str = ""
 
     @classmethod
     def from_json(cls, d: Any) -> Restore:
         d = _obj(d)
-        return cls(held=d.get("held") is True, consumed=d.get("consumed") is True, bytes=_int(d.get("bytes")), raw=d)
+        return cls(held=d.get("held") is True, consumed=d.get("consumed") is True, bytes=_int(d.get("bytes")), raw=d,
+                   expires_at=_str(d.get("expires_at")))
 
 
 @dataclass
@@ -133,6 +136,11 @@ class View:
     #: verb already in flight that this one joined (it decides the outcome).
     joined: str = ""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: The sandbox's expiry policies (RFC 3339, "delete" or "stop", a Go
+    #: duration); "" when none.
+    expires_at: str = ""
+    on_expiry: str = ""
+    retain_for: str = ""
 
     @classmethod
     def from_json(cls, d: Any) -> View:
@@ -157,6 +165,9 @@ class View:
             forwards=[Forward.from_json(f) for f in fwd] if isinstance(fwd, list) else [],
             joined=_str(d.get("joined")),
             raw=d,
+            expires_at=_str(d.get("expires_at")),
+            on_expiry=_str(d.get("on_expiry")),
+            retain_for=_str(d.get("retain_for")),
         )
 
 

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/metrics"
 )
 
 // Sandboxes is what the forwarder asks of the rest of torpor.
@@ -41,6 +42,14 @@ type Config struct {
 	// Sweep is how often Run closes the forwards that were closed or whose
 	// sandbox was deleted meanwhile (default 10s).
 	Sweep time.Duration
+	// WakeTimeout bounds how long a connection that woke its sandbox
+	// (wake_on_traffic) waits for it to be ready (default 30s); MaxHeld
+	// how many such connections a sandbox holds at once (default 64):
+	// one more is refused at once. See wake.go.
+	WakeTimeout time.Duration
+	MaxHeld     int
+	// Metrics counts the wakes and their latency.
+	Metrics *metrics.Set
 }
 
 func (c Config) withDefaults() Config {
@@ -55,6 +64,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Sweep == 0 {
 		c.Sweep = 10 * time.Second
+	}
+	if c.WakeTimeout == 0 {
+		c.WakeTimeout = 30 * time.Second
+	}
+	if c.MaxHeld == 0 {
+		c.MaxHeld = 64
 	}
 	return c
 }
@@ -71,6 +86,7 @@ type Forwarder struct {
 	closed bool
 	fws    map[string]*served // by forward id
 	wg     sync.WaitGroup
+	held   holds // connections held for a wake, per sandbox
 }
 
 // served is one forward's listener and its connections.
@@ -305,6 +321,11 @@ func (f *Forwarder) track(s *served, c net.Conn, add bool) bool {
 func (f *Forwarder) carry(s *served, c net.Conn) {
 	defer c.Close()
 	ctx := context.Background()
+	accepted := time.Now()
+	woken, refused := f.wake(ctx, s, c)
+	if refused {
+		return
+	}
 	deadline := time.Now().Add(f.cfg.Hold)
 	for {
 		phase, open, err := f.sb.Phase(ctx, s.sandbox, s.id)
@@ -339,8 +360,12 @@ func (f *Forwarder) carry(s *served, c net.Conn) {
 	}
 	defer f.track(s, up, false)
 	done := make(chan struct{})
+	var to io.Writer = up
+	if woken {
+		to = &firstWrite{w: up, first: func() { f.cfg.Metrics.WakeLatency(time.Since(accepted)) }}
+	}
 	go func() {
-		_, _ = io.Copy(up, c)
+		_, _ = io.Copy(to, c)
 		closeWrite(up)
 		close(done)
 	}()

@@ -113,9 +113,14 @@ func (f *Forwarder) wake(ctx context.Context, s *served, c net.Conn) (woken, ref
 			return fail(WakeFailed, fmt.Sprintf("sandbox %s did not wake: its resume failed (%s); it stays suspended", s.sandbox, why(st)))
 		case st.Phase == events.PhaseSuspended && !asked:
 			asked = true
-			if err := w.Resume(ctx, s.sandbox, s.id, gen0); err != nil {
-				switch events.CodeOf(err) {
-				case events.CodeFailedPrecondition, events.CodeAborted:
+			rctx, cancel := context.WithDeadline(ctx, deadline)
+			err := w.Resume(rctx, s.sandbox, s.id, gen0)
+			cancel()
+			if err != nil {
+				switch {
+				case time.Now().After(deadline):
+					// the timeout's refusal below
+				case events.CodeOf(err) == events.CodeFailedPrecondition, events.CodeOf(err) == events.CodeAborted:
 					// moved meanwhile (resumed by another, say): its
 					// phase tells below
 				default:

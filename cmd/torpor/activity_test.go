@@ -88,3 +88,51 @@ func TestActivityThroughForward(t *testing.T) {
 		t.Fatalf("SQL view's last_active_at %s ns, want the KV view's %s", got, want)
 	}
 }
+
+// TestBusyProcessSandboxIsActive: a process sandbox whose workload spins
+// on a CPU, with no API call and no forward traffic, is active: its
+// supervisor's heartbeats say so and the history has a sandbox.active of
+// source supervisor, one per window; one that sleeps has none over as many
+// beats.
+func TestBusyProcessSandboxIsActive(t *testing.T) {
+	// Beats every 200ms; a short window, so that the busy one records
+	// activity again and again while the other beats on.
+	_, c, _ := processApp(t, 600*time.Millisecond, func(c *serveConfig) { c.ActivityWindow = 300 * time.Millisecond })
+	ctx := context.Background()
+	busy, err := c.Create(ctx, torpor.CreateRequest{Driver: "process", Command: []string{"sh", "-c", "while :; do :; done"}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle, err := c.Create(ctx, torpor.CreateRequest{Driver: "process", Command: []string{"sleep", "3600"}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, c, busy.ID, events.PhaseReady)
+	ready := mustWait(t, c, idle.ID, events.PhaseReady)
+	activeOf := func(id string) []events.HistoryEntry {
+		h, err := c.History(ctx, id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []events.HistoryEntry
+		for _, e := range h {
+			if e.Type == events.TypeActive {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	var got []events.HistoryEntry
+	eventually(t, "the busy sandbox's activity in three windows", func() bool { got = activeOf(busy.ID); return len(got) >= 3 })
+	var e events.Active
+	if err := json.Unmarshal(got[0].Data, &e); err != nil || e.Source != events.ActiveSupervisor || !strings.HasPrefix(got[0].Actor, "supervisor:") {
+		t.Fatalf("sandbox.active %s by %s (%v); want source supervisor, by its supervisor", got[0].Data, got[0].Actor, err)
+	}
+	// The sleeping one beat as often meanwhile, ready all along.
+	if a := activeOf(idle.ID); len(a) != 0 {
+		t.Fatalf("the sleeping sandbox: %+v, want no sandbox.active", a)
+	}
+	if v, err := c.Get(ctx, idle.ID); err != nil || v.Phase != events.PhaseReady || !v.LastActiveAt.Equal(ready.LastActiveAt) {
+		t.Fatalf("the sleeping sandbox's view %+v, %v; want ready, last active at its create", v, err)
+	}
+}

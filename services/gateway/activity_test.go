@@ -14,6 +14,7 @@ import (
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/internal/metrics"
+	"github.com/torpor/torpor/services/compute"
 )
 
 // actives are the sandbox.active events of id's log, in order.
@@ -246,5 +247,45 @@ func TestActiveAcrossInstances(t *testing.T) {
 	}
 	if err := a.Active(ctx, "0193b0a4-0000-7000-8000-00000000dead", events.ActiveForward, "forward", now); events.CodeOf(err) != events.CodeNotFound {
 		t.Fatalf("activity of an unknown sandbox: %v, want NOT_FOUND", err)
+	}
+}
+
+// TestBusyHeartbeatIsActivity: a heartbeat of the attached supervisor that
+// says its workload was busy is activity (sandbox.active, source
+// supervisor, actor supervisor:<gen>), once per window; a beat that does
+// not say so, or one refused (another generation), records none.
+func TestBusyHeartbeatIsActivity(t *testing.T) {
+	r := newRig(t)
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	svc := clocked(t, r, &now)
+	v := readySandbox(t, svc)
+	ctx := context.Background()
+	beat := func(gen int64, active bool) error {
+		t.Helper()
+		body, _ := json.Marshal(compute.Report{SandboxID: v.ID, Generation: gen, Credential: r.creds.Mint(v.ID, gen), Kind: compute.ReportHeartbeat, Active: active})
+		_, err := svc.Report(ctx, v.ID, body)
+		return err
+	}
+	if err := beat(1, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := beat(2, true); events.CodeOf(err) != events.CodeFailedPrecondition {
+		t.Fatalf("a busy beat of another generation: %v, want FAILED_PRECONDITION", err)
+	}
+	if n := len(actives(t, r, v.ID)); n != 0 {
+		t.Fatalf("idle beats and a refused one: %d sandbox.active, want 0", n)
+	}
+	for range 3 {
+		if err := beat(1, true); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(time.Second)
+	}
+	as := actives(t, r, v.ID)
+	if len(as) != 1 {
+		t.Fatalf("three busy beats within the window: %d sandbox.active, want 1", len(as))
+	}
+	if e := activeSource(t, as[0]); e.Source != events.ActiveSupervisor || as[0].Actor != "supervisor:1" {
+		t.Fatalf("sandbox.active %+v by %s; want source supervisor, actor supervisor:1", e, as[0].Actor)
 	}
 }

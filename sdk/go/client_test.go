@@ -211,6 +211,17 @@ func TestHTTPVerbs(t *testing.T) {
 	if _, err := c.Logs(ctx, v.ID, 10); err != nil {
 		t.Errorf("logs: %v", err)
 	}
+	// A touch records activity once per window: the view answers when.
+	touched, err := c.Touch(ctx, v.ID, "")
+	if err != nil || touched.ID != v.ID || touched.LastActiveAt.IsZero() || touched.Seq <= ready.Seq {
+		t.Errorf("touch: %+v, %v; want the view after a sandbox.active, last_active_at set", touched, err)
+	}
+	if again, err := c.Touch(ctx, v.ID, ""); err != nil || again.Seq != touched.Seq || !again.LastActiveAt.Equal(touched.LastActiveAt) {
+		t.Errorf("touch again within the window: %+v, %v; want the same view (seq %d)", again, err, touched.Seq)
+	}
+	if _, err := c.Touch(ctx, unique(), ""); !errors.Is(err, torpor.ErrNotFound) {
+		t.Errorf("touch of an unknown sandbox: %v; want NOT_FOUND", err)
+	}
 }
 
 // checkErrors checks the codes both clients answer with.

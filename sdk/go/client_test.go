@@ -138,6 +138,14 @@ func TestHTTPListWith(t *testing.T) {
 		}
 		ids[n] = v.ID
 	}
+	// A list reads the KV view, which lags the log (CONTRACT §6): each
+	// sandbox is waited for in it first (listed before, one was missing
+	// now and then).
+	for _, id := range ids {
+		if _, err := c.Wait(ctx, id, torpor.PhaseReady, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var got []string
 	opts := torpor.ListOptions{Label: "lw=" + label, Sort: "-name", Limit: 2}
 	for range 3 {

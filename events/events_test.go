@@ -48,6 +48,7 @@ var samples = []Event{
 	&ForwardOpened{ForwardID: "0193b0a4-0000-7000-8000-0000000000f1", Listen: "127.0.0.1:0", Address: "127.0.0.1:43117", Port: 8000},
 	&ForwardClosed{ForwardID: "0193b0a4-0000-7000-8000-0000000000f1"},
 	&Expired{Policy: ExpiryRetention, ExpiresAt: time.Date(2026, 11, 30, 11, 0, 0, 0, time.UTC), Action: OnExpiryStop, RestoreRef: "sim:x:1:abc"},
+	&Active{Source: ActiveForward, At: time.Date(2026, 11, 30, 10, 1, 58, 250_000_000, time.UTC)},
 }
 
 // TestGoldenWireFormat guards the JSON of every event type in its envelope.
@@ -280,6 +281,58 @@ func TestFoldPhaseSince(t *testing.T) {
 	}
 	if b, _ := json.Marshal(old); strings.Contains(string(b), "phase_since") {
 		t.Errorf("view without phase_since: JSON %s names it", b)
+	}
+}
+
+// TestFoldLastActiveAt: last_active_at is the time of the latest activity
+// (README "Activity"): an event a client's command appended, at its time,
+// or a sandbox.active, at its At; the outcomes sagas and supervisors
+// report leave it, and it never goes back.
+func TestFoldLastActiveAt(t *testing.T) {
+	at := func(s int64) time.Time { return time.Unix(s, 3).UTC() }
+	steps := []struct {
+		e      Event
+		active time.Time // last_active_at after the event
+	}{
+		{&Created{Name: "a", Generation: 1}, at(10)},
+		{&Started{Generation: 1}, at(10)},
+		{&SupervisorAttached{Generation: 1}, at(10)},
+		{&Active{Source: ActiveTouch, At: at(12)}, at(12)},
+		{&Active{Source: ActiveForward, At: at(5)}, at(12)}, // seen earlier, recorded late: never back
+		{&Active{Source: ActiveForward}, at(15)},            // no At: the envelope's time
+		{&ForwardOpened{ForwardID: "f1", Port: 80}, at(16)},
+		{&SuspendRequested{Generation: 1}, at(17)},
+		{&Suspended{Generation: 1, RestoreRef: "r"}, at(17)},
+		{&ResumeRequested{Generation: 2, RestoreRef: "r"}, at(19)},
+		{&RetainedStateConsumed{Generation: 2, RestoreRef: "r"}, at(19)},
+		{&StartRequested{Generation: 3, Fallback: true}, at(19)},
+		{&SupervisorAttached{Generation: 3}, at(19)},
+		{&Exited{Generation: 3, Code: 1}, at(19)},
+		{&DeleteRequested{}, at(24)},
+	}
+	var v View
+	for i, s := range steps {
+		en, err := NewEnvelope("s1", s.e, Meta{}, at(int64(10+i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		en.Seq = uint64(i + 1)
+		if _, err := v.Apply(en); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if !v.LastActiveAt.Equal(s.active) {
+			t.Errorf("after %T (step %d): last_active_at %s, want %s", s.e, i, v.LastActiveAt, s.active)
+		}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"last_active_at":"1970-01-01T00:00:24.000000003Z"`; !strings.Contains(string(b), want) {
+		t.Errorf("view JSON %s: want %s", b, want)
+	}
+	if b, _ := json.Marshal(View{ID: "s2"}); strings.Contains(string(b), "last_active_at") {
+		t.Errorf("view without activity: JSON %s names it", b)
 	}
 }
 

@@ -23,7 +23,9 @@ type Transition struct {
 // suspended) is appended before it in the same append, and the deadline is
 // then a fact of the phase it settled in. A deadline that ends in error
 // appends the driver's clean-up with it (cleanup_requested), a fact of
-// error, confirmed by cleaned_up, another.
+// error, confirmed by cleaned_up, another. Activity (sandbox.active) is a
+// fact of every phase a sandbox can be active in: all but deleting, where
+// it is on its way out, and the terminal ones.
 var Table = []Transition{
 	{PhaseNone, TypeCreated, PhaseProvisioning},
 	{PhaseProvisioning, TypeStarted, PhaseProvisioning},
@@ -105,6 +107,13 @@ var Table = []Transition{
 	{PhaseSuspended, TypeExpired, PhaseSuspended},
 	{PhaseError, TypeExpired, PhaseError},
 	{PhaseSuspended, TypeRetainedStateInvalidated, PhaseStopped},
+	{PhaseProvisioning, TypeActive, PhaseProvisioning},
+	{PhaseReady, TypeActive, PhaseReady},
+	{PhaseStopping, TypeActive, PhaseStopping},
+	{PhaseStopped, TypeActive, PhaseStopped},
+	{PhaseStarting, TypeActive, PhaseStarting},
+	{PhaseSuspending, TypeActive, PhaseSuspending},
+	{PhaseSuspended, TypeActive, PhaseSuspended},
 }
 
 type transitionKey struct {

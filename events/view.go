@@ -56,6 +56,12 @@ type View struct {
 	// Forwards are the TCP forwards open to the sandbox (added to CONTRACT
 	// §6's fields), in the order they were opened; none once it is deleted.
 	Forwards []Forward `json:"forwards,omitempty"`
+	// LastActiveAt is the time of the sandbox's latest activity (added to
+	// CONTRACT §6's fields; README "Activity"): the time of an event a
+	// client's command appended (Activity), or the At of a sandbox.active.
+	// It never goes back. Zero, and left out of the JSON, when there was
+	// none (a view an older build stored, until the next activity).
+	LastActiveAt time.Time `json:"last_active_at,omitzero"`
 	// Joined is set in a command's answer only, never in a stored view:
 	// the command met a twin of its verb already in flight (a suspend on
 	// suspending, a stop on stopping, a start on starting, a resume on
@@ -138,6 +144,9 @@ func (v *View) Apply(env Envelope) (bool, error) {
 	if v.ID == "" {
 		v.ID = env.SandboxID
 	}
+	if at, ok := Activity(env, e); ok && at.After(v.LastActiveAt) {
+		v.LastActiveAt = at
+	}
 	switch e := e.(type) {
 	case *Created:
 		v.Name, v.Driver, v.Node, v.Labels, v.Generation = e.Name, e.Driver, e.Node, e.Labels, e.Generation
@@ -214,4 +223,27 @@ func (v *View) Apply(env Envelope) (bool, error) {
 		v.Forwards = nil
 	}
 	return true, nil
+}
+
+// Activity reports whether env (decoded as e) records activity of its
+// sandbox, and when (README "Activity"): a sandbox.active at its At (the
+// envelope's time when it has none), or an event a client's command
+// appended (create, start, stop, suspend, resume, delete, a forward opened
+// or closed) at the envelope's time. A fallback start is the resume
+// saga's, not a command's, and the outcomes sagas and supervisors report
+// are no activity.
+func Activity(env Envelope, e Event) (time.Time, bool) {
+	switch e := e.(type) {
+	case *Active:
+		if e.At.IsZero() {
+			return env.Time, true
+		}
+		return e.At, true
+	case *StartRequested:
+		return env.Time, !e.Fallback
+	case *Created, *StopRequested, *SuspendRequested, *ResumeRequested, *DeleteRequested,
+		*RetainedStateDiscarded, *ForwardOpened, *ForwardClosed:
+		return env.Time, true
+	}
+	return time.Time{}, false
 }

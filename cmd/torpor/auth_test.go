@@ -138,6 +138,7 @@ func TestHTTPScopes(t *testing.T) {
 		{"POST", "/v1/sandboxes/" + id + "/start", "", "write"},
 		{"POST", "/v1/sandboxes/" + id + "/forwards", `{"port":80}`, "write"},
 		{"DELETE", "/v1/sandboxes/" + id + "/forwards/0193b0a4-0000-7000-8000-00000000f00d", "", "write"},
+		{"POST", "/v1/sandboxes/" + id + "/touch", "", "write"},
 		{"DELETE", "/v1/sandboxes/" + id, "", "write"},
 		{"POST", "/v1/replay", `{"view":"kv","until":1}`, "admin"},
 		{"POST", "/v1/tokens", `{"name":"more","scopes":["read"]}`, "admin"},

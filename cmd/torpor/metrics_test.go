@@ -126,6 +126,13 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("resumed as generation %d, want 2", v.Generation)
 	}
 
+	// Two touches within the activity window: one sandbox.active.
+	for range 2 {
+		if _, err := c.Touch(ctx, id, ""); err != nil {
+			t.Fatalf("touch: %v", err)
+		}
+	}
+
 	// Supervisor reports that are fenced: a forged credential, and an exit
 	// of generation 1 with its real credential now that 2 runs.
 	if code := sendReport(t, nc, compute.Report{SandboxID: id, Generation: 2, Credential: "forged", Kind: compute.ReportExited, ExitCode: 1}); code != events.CodeUnauthenticated {
@@ -201,6 +208,7 @@ func TestMetrics(t *testing.T) {
 		{"torpor_fenced_reports_total", map[string]string{"reason": "generation"}, 1, false},
 		{"torpor_append_conflicts_total", nil, 1, false},
 		{"torpor_append_retries_total", nil, 1, false},
+		{"torpor_activity_total", map[string]string{"source": "touch"}, 1, true},
 		{"go_goroutines", nil, 1, false},
 		{"process_cpu_seconds_total", nil, 0, false},
 	}

@@ -62,6 +62,7 @@ func TestServeConfigValidate(t *testing.T) {
 		{"run as no uid:gid", "--run-as", func(c *serveConfig) { c.RunAs = "1:x" }},
 		{"negative log bound", "--max-log-bytes", func(c *serveConfig) { c.MaxLogBytes = -2 }},
 		{"negative replay ttl", "--replay-ttl", func(c *serveConfig) { c.ReplayTTL = -time.Hour }},
+		{"negative activity window", "--activity-window", func(c *serveConfig) { c.ActivityWindow = -time.Second }},
 		{"negative http read header timeout", "--http-read-header-timeout", func(c *serveConfig) { c.HTTPTimeouts.ReadHeader = -time.Second }},
 		{"negative http read timeout", "--http-read-timeout", func(c *serveConfig) { c.HTTPTimeouts.Read = -time.Second }},
 		{"negative http write timeout", "--http-write-timeout", func(c *serveConfig) { c.HTTPTimeouts.Write = -time.Second }},

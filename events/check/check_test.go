@@ -108,6 +108,21 @@ func TestCleanLogs(t *testing.T) {
 			{&events.Deleted{}, "deleted", "c3"}},
 		"a resume's deadline, nothing saying the state is held, ends in error": {created, attached1, suspend1, suspended, resume2,
 			{&events.DeadlinePassed{Phase: "starting"}, "error", "c3"}},
+		"activity in every phase a sandbox can be active in": {created,
+			{&events.Active{Source: events.ActiveTouch, At: t0}, "provisioning", "c2"},
+			attached1,
+			{&events.Active{Source: events.ActiveForward, At: t0}, "ready", ""},
+			suspend1,
+			{&events.Active{Source: events.ActiveSupervisor, At: t0}, "suspending", ""},
+			suspended,
+			{&events.Active{Source: events.ActiveTouch, At: t0}, "suspended", "c4"},
+			resume2, consumed2,
+			{&events.Active{Source: events.ActiveForward, At: t0}, "starting", ""},
+			resumed2, attached2,
+			{&events.StopRequested{Generation: 2}, "stopping", "c5"},
+			{&events.Active{Source: events.ActiveForward, At: t0}, "stopping", ""},
+			{&events.Stopped{Generation: 2}, "stopped", "c5"},
+			{&events.Active{Source: events.ActiveTouch, At: t0}, "stopped", "c6"}},
 		"a deadline ends provisioning in error": {created,
 			{&events.DeadlinePassed{Phase: "provisioning"}, "error", "c1"}},
 	}
@@ -209,6 +224,27 @@ func TestViolations(t *testing.T) {
 				}
 			}
 			t.Fatalf("violations %v; want one of invariant %d (%q) at seq %d", vs, c.invariant, c.rule, c.seq)
+		})
+	}
+}
+
+// TestActivityOutsideActivePhases: sandbox.active in deleting or in a
+// terminal phase is refused by CONTRACT §1 as the README words it and by
+// the views' table: passed over by every reader, counted, no violation.
+func TestActivityOutsideActivePhases(t *testing.T) {
+	for name, steps := range map[string][]step{
+		"deleting": {created, attached1, {&events.DeleteRequested{}, "deleting", "c2"}},
+		"error":    {created, attached1, {&events.Exited{Generation: 1, Code: 2}, "error", ""}},
+		"deleted":  {created, attached1, {&events.DeleteRequested{}, "deleting", "c2"}, {&events.Deleted{}, "deleted", "c2"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			steps = append(steps, step{&events.Active{Source: events.ActiveTouch, At: t0}, events.Phase(name), "c9"})
+			log := build(t, steps...)
+			var refused []uint64
+			vs := check.Log(log, check.Options{Refused: func(env events.Envelope, err error) { refused = append(refused, env.Seq) }})
+			if want := uint64(len(log)); len(vs) != 0 || len(refused) != 1 || refused[0] != want {
+				t.Fatalf("violations %v, refused %v; want none and seq %d refused", vs, refused, want)
+			}
 		})
 	}
 }

@@ -212,6 +212,12 @@ func (l *life) next(e events.Event) (events.Phase, string) {
 		if p != none && p != deleted {
 			return p, ""
 		}
+	case *events.Active:
+		// Activity (README "Activity"): a fact of every phase a sandbox
+		// can be active in, not of deleting or the terminal ones.
+		if in(provisioning, ready, stopping, stopped, starting, suspending, suspended) {
+			return p, ""
+		}
 	}
 	if p.Terminal() {
 		return "", fmt.Sprintf("%s is terminal", p)

@@ -54,6 +54,7 @@ type Set struct {
 	// wakes and wakeLatency are the wakes on traffic (issue 27).
 	wakes       *counters
 	wakeLatency prometheus.Observer
+	activity    *counters
 }
 
 // New returns a Set with its collectors registered, the Go runtime's and
@@ -82,6 +83,9 @@ func New() *Set {
 	s.fenced = newCounters(s.reg, prometheus.CounterOpts{
 		Name: "fenced_reports_total", Help: "Supervisor reports ignored, by why: credential (not the one minted for the generation it claims) or generation (not the current one).",
 	}, "reason")
+	s.activity = newCounters(s.reg, prometheus.CounterOpts{
+		Name: "activity_total", Help: "Activity events (sandbox.active) appended, by source: touch, forward or supervisor (README \"Activity\").",
+	}, "source")
 	s.parked = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "parked_events_total", Help: "Events a view can never apply, parked and skipped, by view.",
 	}, []string{"view"})
@@ -182,6 +186,13 @@ func (s *Set) Transition(from, to string) {
 func (s *Set) DeadlineFired(phase string) {
 	if s != nil {
 		s.deadlines.get(labels{phase}).Inc()
+	}
+}
+
+// Active counts an activity event of source appended.
+func (s *Set) Active(source string) {
+	if s != nil {
+		s.activity.get(labels{source}).Inc()
 	}
 }
 

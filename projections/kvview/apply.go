@@ -27,14 +27,18 @@ const writeWindow = 1000
 const writeTimeout = 30 * time.Second
 
 // DefaultAckTimeout bounds the wait for one put's acknowledgement, once the
-// puts before it are acknowledged (Config.AckTimeout). An asynchronous publish whose stream's leader
-// dies under it is never answered: neither an acknowledgement nor an error
-// comes (nats.go's future waits for ever). Without this bound the writer
-// held its lock for writeTimeout, and the view stood still for 30 s after
-// a NATS server was killed. A put not acknowledged is tried again, on the
-// revision it was made on: if it did land, the retry finds the key moved
-// and folds onto it.
-const DefaultAckTimeout = 5 * time.Second
+// puts before it are acknowledged (Config.AckTimeout). An asynchronous
+// publish whose stream's leader dies under it is never answered: neither an
+// acknowledgement nor an error comes (nats.go's future waits for ever).
+// Without this bound the writer held its lock for writeTimeout, and the
+// view stood still for 30 s after a NATS server was killed. A put not
+// acknowledged is tried again, on the revision it was made on: if it did
+// land, the retry finds the key moved and folds onto it. Not shorter: a
+// put given up on stays among the connection's pending publishes until its
+// late acknowledgement comes, and a rebuild's retries over a server slowed
+// to seconds per acknowledgement (CI under the race detector) filled them
+// up to nats.go's limit of 4000 at 5 s.
+const DefaultAckTimeout = 10 * time.Second
 
 // Apply folds env into its sandbox's view and stores the result: ApplyBatch
 // of one event.

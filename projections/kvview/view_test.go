@@ -93,14 +93,18 @@ func TestApplyLifecycle(t *testing.T) {
 		e     events.Event
 		edit  func(*events.View)
 	}{
-		{"created", 1, events.PhaseProvisioning, created(id, map[string]string{"team": "a"}), func(*events.View) {}},
+		{"created", 1, events.PhaseProvisioning, created(id, map[string]string{"team": "a"}), func(w *events.View) {
+			w.LastActiveAt = t0.Add(time.Second) // a command's event: activity
+		}},
 		{"attached", 3, events.PhaseReady, &events.SupervisorAttached{Generation: 1}, func(*events.View) {}},
-		{"suspend requested", 4, events.PhaseSuspending, &events.SuspendRequested{Generation: 1}, func(*events.View) {}},
+		{"suspend requested", 4, events.PhaseSuspending, &events.SuspendRequested{Generation: 1}, func(w *events.View) {
+			w.LastActiveAt = t0.Add(4 * time.Second)
+		}},
 		{"suspended", 7, events.PhaseSuspended, &events.Suspended{Generation: 1, RestoreRef: "r1"}, func(w *events.View) {
 			w.Restore = events.Restore{Held: true}
 		}},
 		{"resume requested", 8, events.PhaseStarting, &events.ResumeRequested{Generation: 2, RestoreRef: "r1"}, func(w *events.View) {
-			w.Generation = 2
+			w.Generation, w.LastActiveAt = 2, t0.Add(8*time.Second)
 		}},
 		{"retained state consumed", 9, events.PhaseStarting, &events.RetainedStateConsumed{Generation: 2, RestoreRef: "r1"}, func(w *events.View) {
 			w.Restore = events.Restore{Consumed: true}

@@ -81,7 +81,7 @@ func TestParkedAndTheRestApplied(t *testing.T) {
 	code := 7
 	want := events.View{ID: a, Name: "a", Driver: "sim", Node: "n1", Labels: map[string]string{}, Generation: 1,
 		Phase: events.PhaseError, Reason: events.ReasonMainProcessExited, ExitCode: &code, Seq: 7, UpdatedAt: envs[6].Time,
-		PhaseSince: envs[6].Time}
+		PhaseSince: envs[6].Time, LastActiveAt: envs[0].Time} // the create: the last activity
 	sameJSON(t, "view of a", got, want)
 	if _, err := v.Get(context.Background(), b); err == nil {
 		t.Errorf("b has a row; its only event was parked")

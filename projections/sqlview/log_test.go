@@ -77,6 +77,8 @@ func lifecycle(t testing.TB) []ev {
 		{a, events.PhaseReady, &events.ForwardOpened{ForwardID: "f1", Listen: "127.0.0.1:0", Address: "127.0.0.1:4001", Port: 80}},
 		{a, events.PhaseReady, &events.ForwardOpened{ForwardID: "f2", Listen: "127.0.0.1:0", Address: "127.0.0.1:4002", Port: 22}},
 		{a, events.PhaseReady, &events.ForwardClosed{ForwardID: "f1"}},
+		{a, events.PhaseReady, &events.Active{Source: events.ActiveForward, At: time.Date(2026, 12, 6, 12, 0, 0, 123456789, time.UTC)}},
+		{c, events.PhaseReady, &events.Active{Source: events.ActiveTouch}},
 		{b, events.PhaseSuspending, &events.SuspendRequested{Generation: 1}},
 		{b, events.PhaseSuspended, &events.Suspended{Generation: 1, RestoreRef: "rb"}},
 		{b, events.PhaseStarting, &events.ResumeRequested{Generation: 2, RestoreRef: "rb", RestartIfRestoreFails: true}},

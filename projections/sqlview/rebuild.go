@@ -376,9 +376,13 @@ func (b *build) writeRows(ctx context.Context) (int, error) {
 		if r.since[i] != nil {
 			since = *r.since[i]
 		}
+		var active any
+		if r.active[i] != nil {
+			active = *r.active[i]
+		}
 		return []any{r.id[i], r.name[i], r.phase[i], r.generation[i], r.driver[i], r.node[i], str(r.labels[i]),
 			r.restore[i], r.outcome[i], exit, r.reason[i], r.at[i], r.nanos[i], r.seq[i], str(r.forwards[i]),
-			since, r.sinceNanos[i], str(r.expiry[i])}, nil
+			since, r.sinceNanos[i], str(r.expiry[i]), active, r.activeNanos[i]}, nil
 	}))
 	if err != nil {
 		return 0, fmt.Errorf("copy rows: %w", err)

@@ -12,11 +12,13 @@ import (
 
 // columns are torpor_sandboxes' columns in the order scanRow reads them.
 const columns = `id, name, phase, generation, driver, node, labels, restore, last_outcome, exit_code, reason,
-  updated_at, updated_at_nanos, seq, forwards, phase_since, phase_since_nanos, expiry`
+  updated_at, updated_at_nanos, seq, forwards, phase_since, phase_since_nanos, expiry,
+  last_active_at, last_active_at_nanos`
 
 // scanRow reads one row of columns into a view: labels, restore and
 // forwards from their JSON, updated_at and phase_since with their
-// nanoseconds, in UTC (a NULL phase_since is the zero time).
+// nanoseconds, in UTC (a NULL phase_since is the zero time), and
+// last_active_at likewise.
 func scanRow(r pgx.Row) (events.View, error) {
 	var (
 		v                         events.View
@@ -28,9 +30,12 @@ func scanRow(r pgx.Row) (events.View, error) {
 		since                     *time.Time
 		seq                       int64
 		exp                       []byte
+		active                    *time.Time
+		activeNanos               int32
 	)
 	err := r.Scan(&v.ID, &v.Name, &phase, &v.Generation, &v.Driver, &v.Node, &labels, &restore,
-		&v.LastOutcome, &exit, &v.Reason, &at, &nanos, &seq, &forwards, &since, &sinceNanos, &exp)
+		&v.LastOutcome, &exit, &v.Reason, &at, &nanos, &seq, &forwards, &since, &sinceNanos, &exp,
+		&active, &activeNanos)
 	if err != nil {
 		return events.View{}, err
 	}
@@ -38,6 +43,9 @@ func scanRow(r pgx.Row) (events.View, error) {
 	v.UpdatedAt = at.UTC().Add(time.Duration(nanos))
 	if since != nil {
 		v.PhaseSince = since.UTC().Add(time.Duration(sinceNanos))
+	}
+	if active != nil {
+		v.LastActiveAt = active.UTC().Add(time.Duration(activeNanos))
 	}
 	if exit != nil {
 		code := int(*exit)
@@ -84,7 +92,9 @@ type rows struct {
 	nanos                                          []int32
 	since                                          []*time.Time // nil: no phase_since
 	sinceNanos                                     []int32
-	expiry                                         []*string // nil: none
+	expiry                                         []*string    // nil: none
+	active                                         []*time.Time // nil: no last_active_at
+	activeNanos                                    []int32
 }
 
 func (r *rows) add(v events.View) error {
@@ -106,6 +116,12 @@ func (r *rows) add(v events.View) error {
 		since = &t
 	}
 	r.since, r.sinceNanos = append(r.since, since), append(r.sinceNanos, int32(v.PhaseSince.Nanosecond()%1000))
+	var active *time.Time
+	if !v.LastActiveAt.IsZero() {
+		t := v.LastActiveAt.Truncate(time.Microsecond)
+		active = &t
+	}
+	r.active, r.activeNanos = append(r.active, active), append(r.activeNanos, int32(v.LastActiveAt.Nanosecond()%1000))
 	restore, err := json.Marshal(v.Restore)
 	if err != nil {
 		return fmt.Errorf("encode restore of %s: %w", v.ID, err)
@@ -148,23 +164,28 @@ func jsonOrNull(null bool, x any) (*string, error) {
 // of JSONB.
 const upsertRows = `INSERT INTO torpor_sandboxes (` + columns + `)
 SELECT id, name, phase, generation, driver, node, labels::JSONB, restore::JSONB, last_outcome, exit_code, reason,
-  updated_at, updated_at_nanos, seq, forwards::JSONB, phase_since, phase_since_nanos, expiry::JSONB
+  updated_at, updated_at_nanos, seq, forwards::JSONB, phase_since, phase_since_nanos, expiry::JSONB,
+  last_active_at, last_active_at_nanos
 FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::INT8[], $5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[],
   $9::TEXT[], $10::INT8[], $11::TEXT[], $12::TIMESTAMPTZ[], $13::INT4[], $14::INT8[], $15::TEXT[],
-  $16::TIMESTAMPTZ[], $17::INT4[], $18::TEXT[])
+  $16::TIMESTAMPTZ[], $17::INT4[], $18::TEXT[],
+  $19::TIMESTAMPTZ[], $20::INT4[])
   AS r (id, name, phase, generation, driver, node, labels, restore, last_outcome, exit_code, reason,
-  updated_at, updated_at_nanos, seq, forwards, phase_since, phase_since_nanos, expiry)
+  updated_at, updated_at_nanos, seq, forwards, phase_since, phase_since_nanos, expiry,
+  last_active_at, last_active_at_nanos)
 ON CONFLICT (id) DO UPDATE SET name = excluded.name, phase = excluded.phase, generation = excluded.generation,
   driver = excluded.driver, node = excluded.node, labels = excluded.labels, restore = excluded.restore,
   last_outcome = excluded.last_outcome, exit_code = excluded.exit_code, reason = excluded.reason,
   updated_at = excluded.updated_at, updated_at_nanos = excluded.updated_at_nanos, seq = excluded.seq,
   forwards = excluded.forwards, phase_since = excluded.phase_since, phase_since_nanos = excluded.phase_since_nanos,
-  expiry = excluded.expiry
+  expiry = excluded.expiry,
+  last_active_at = excluded.last_active_at, last_active_at_nanos = excluded.last_active_at_nanos
 WHERE torpor_sandboxes.seq < excluded.seq`
 
 func (r *rows) args() []any {
 	return []any{r.id, r.name, r.phase, r.generation, r.driver, r.node, r.labels, r.restore,
-		r.outcome, r.exit, r.reason, r.at, r.nanos, r.seq, r.forwards, r.since, r.sinceNanos, r.expiry}
+		r.outcome, r.exit, r.reason, r.at, r.nanos, r.seq, r.forwards, r.since, r.sinceNanos, r.expiry,
+		r.active, r.activeNanos}
 }
 
 // history is events as the columns of one INSERT into torpor_history.

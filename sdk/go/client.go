@@ -275,6 +275,16 @@ func (c *Client) Delete(ctx context.Context, id, key string) (events.View, error
 	return v, c.do(ctx, http.MethodDelete, "/v1/sandboxes/"+url.PathEscape(id), orKey(key), nil, &v)
 }
 
+// Touch records activity of sandbox id (README "Activity"): a
+// sandbox.active of source touch, unless one was recorded within the
+// server's activity window (then nothing more), and answers its view,
+// whose LastActiveAt it sets; key is the idempotency key ("" makes one).
+// A sandbox deleting, deleted or in error answers FAILED_PRECONDITION.
+func (c *Client) Touch(ctx context.Context, id, key string) (events.View, error) {
+	var v events.View
+	return v, c.do(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/touch", orKey(key), nil, &v)
+}
+
 // History returns the audit history of a sandbox after seq.
 func (c *Client) History(ctx context.Context, id string, after uint64) ([]Event, error) {
 	var out events.History

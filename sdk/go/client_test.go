@@ -138,6 +138,14 @@ func TestHTTPListWith(t *testing.T) {
 		}
 		ids[n] = v.ID
 	}
+	// A list reads the KV view, which lags the log (CONTRACT §6): each
+	// sandbox is waited for in it first (listed before, one was missing
+	// now and then).
+	for _, id := range ids {
+		if _, err := c.Wait(ctx, id, torpor.PhaseReady, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var got []string
 	opts := torpor.ListOptions{Label: "lw=" + label, Sort: "-name", Limit: 2}
 	for range 3 {
@@ -210,6 +218,17 @@ func TestHTTPVerbs(t *testing.T) {
 	}
 	if _, err := c.Logs(ctx, v.ID, 10); err != nil {
 		t.Errorf("logs: %v", err)
+	}
+	// A touch records activity once per window: the view answers when.
+	touched, err := c.Touch(ctx, v.ID, "")
+	if err != nil || touched.ID != v.ID || touched.LastActiveAt.IsZero() || touched.Seq <= ready.Seq {
+		t.Errorf("touch: %+v, %v; want the view after a sandbox.active, last_active_at set", touched, err)
+	}
+	if again, err := c.Touch(ctx, v.ID, ""); err != nil || again.Seq != touched.Seq || !again.LastActiveAt.Equal(touched.LastActiveAt) {
+		t.Errorf("touch again within the window: %+v, %v; want the same view (seq %d)", again, err, touched.Seq)
+	}
+	if _, err := c.Touch(ctx, unique(), ""); !errors.Is(err, torpor.ErrNotFound) {
+		t.Errorf("touch of an unknown sandbox: %v; want NOT_FOUND", err)
 	}
 }
 

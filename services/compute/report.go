@@ -28,6 +28,11 @@ type Report struct {
 	// off before its first heartbeat is found silent too. A supervisor
 	// that never beats (the sim's) leaves it out and is never watched.
 	Beats int64 `json:"beats_ms,omitempty"`
+	// Active, on a heartbeat, says the workload was busy since the beat
+	// before: its processes' CPU time advanced by more than a threshold
+	// (the process driver's supervisor: a fiftieth of the interval). The
+	// gateway records it as activity (sandbox.active, source supervisor).
+	Active bool `json:"active,omitempty"`
 }
 
 // Reporter delivers supervisor reports (over the bus in production).

@@ -3,7 +3,9 @@
 // sandbox through its driver. A forward is never torn down by a suspension:
 // while the sandbox is not running, a new connection is held for a few
 // seconds and then refused with a line that says why; once it runs again
-// the forward carries traffic again.
+// the forward carries traffic again. Bytes through a forward, either way,
+// are activity of its sandbox (README "Activity"): counted, and reported at
+// most once per activity window per sandbox, never once per packet.
 package forward
 
 import (
@@ -29,6 +31,14 @@ type Sandboxes interface {
 	Dial(ctx context.Context, id string, port int) (net.Conn, error)
 }
 
+// Activity is what a Sandboxes may also be: the taker of its sandboxes'
+// activity. A forwarder over one reports bytes through a forward of
+// sandbox id, first seen at at, at most once per Config.Window per sandbox
+// (on a goroutine of its own: traffic never waits for the report).
+type Activity interface {
+	Active(ctx context.Context, id string, at time.Time) error
+}
+
 // Config tunes a Forwarder.
 type Config struct {
 	// Hold is how long a connection to a sandbox that is not running waits
@@ -50,6 +60,12 @@ type Config struct {
 	MaxHeld     int
 	// Metrics counts the wakes and their latency.
 	Metrics *metrics.Set
+	// Window is the activity window: bytes through the forwards of one
+	// sandbox are reported (Activity) at most once per window (default
+	// 30s, serve --activity-window).
+	Window time.Duration
+	// Now is the clock activity is timed by (default time.Now).
+	Now func() time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -71,6 +87,12 @@ func (c Config) withDefaults() Config {
 	if c.MaxHeld == 0 {
 		c.MaxHeld = 64
 	}
+	if c.Window == 0 {
+		c.Window = 30 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	return c
 }
 
@@ -87,6 +109,10 @@ type Forwarder struct {
 	fws    map[string]*served // by forward id
 	wg     sync.WaitGroup
 	held   holds // connections held for a wake, per sandbox
+
+	// reported is when activity of each sandbox was last reported.
+	amu      sync.Mutex
+	reported map[string]time.Time
 }
 
 // served is one forward's listener and its connections.
@@ -101,7 +127,7 @@ type served struct {
 // New returns a forwarder over sb that keeps where its forwards are bound
 // in idx.
 func New(sb Sandboxes, idx Index, cfg Config, log zerolog.Logger) *Forwarder {
-	return &Forwarder{sb: sb, idx: idx, cfg: cfg.withDefaults(), log: log, fws: map[string]*served{}}
+	return &Forwarder{sb: sb, idx: idx, cfg: cfg.withDefaults(), log: log, fws: map[string]*served{}, reported: map[string]time.Time{}}
 }
 
 // ErrNothingListens: the sandbox's port takes no connection.
@@ -224,6 +250,7 @@ func (f *Forwarder) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		f.forgetActivity()
 		f.mu.Lock()
 		all := make([]*served, 0, len(f.fws))
 		for _, s := range f.fws {
@@ -365,11 +392,11 @@ func (f *Forwarder) carry(s *served, c net.Conn) {
 		to = &firstWrite{w: up, first: func() { f.cfg.Metrics.WakeLatency(time.Since(accepted)) }}
 	}
 	go func() {
-		_, _ = io.Copy(to, c)
+		_, _ = io.Copy(to, counted{c, f, s.sandbox})
 		closeWrite(up)
 		close(done)
 	}()
-	_, _ = io.Copy(c, up)
+	_, _ = io.Copy(c, counted{up, f, s.sandbox})
 	closeWrite(c)
 	<-done
 }
@@ -389,5 +416,59 @@ func refuse(c net.Conn, why string) {
 func closeWrite(c net.Conn) {
 	if tc, ok := c.(interface{ CloseWrite() error }); ok {
 		_ = tc.CloseWrite()
+	}
+}
+
+// counted is a connection's reader whose bytes are activity of sandbox.
+type counted struct {
+	r       io.Reader
+	f       *Forwarder
+	sandbox string
+}
+
+func (c counted) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 {
+		c.f.active(c.sandbox)
+	}
+	return n, err
+}
+
+// active notes bytes through a forward of sandbox id: the first in a
+// window is reported, on a goroutine (the forwarder's Shut waits for it),
+// the rest only counted against it.
+func (f *Forwarder) active(id string) {
+	act, ok := f.sb.(Activity)
+	if !ok {
+		return
+	}
+	now := f.cfg.Now()
+	f.amu.Lock()
+	if last, seen := f.reported[id]; seen && now.Sub(last) < f.cfg.Window {
+		f.amu.Unlock()
+		return
+	}
+	f.reported[id] = now
+	f.amu.Unlock()
+	f.wg.Add(1) // within carry's own count: never after Shut's Wait returned
+	go func() {
+		defer f.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), f.cfg.DialTimeout)
+		defer cancel()
+		if err := act.Active(ctx, id, now); err != nil {
+			f.log.Debug().Err(err).Str("sandbox_id", id).Msg("activity not recorded")
+		}
+	}()
+}
+
+// forgetActivity drops what it noted of sandboxes whose window is over.
+func (f *Forwarder) forgetActivity() {
+	now := f.cfg.Now()
+	f.amu.Lock()
+	defer f.amu.Unlock()
+	for id, at := range f.reported {
+		if now.Sub(at) >= f.cfg.Window {
+			delete(f.reported, id)
+		}
 	}
 }

@@ -226,3 +226,156 @@ func TestForwardSurvivesARestart(t *testing.T) {
 		t.Fatalf("index after the sweep: %v", all)
 	}
 }
+
+// active is a Sandboxes that is also an Activity: it records what the
+// forwarder reports.
+type active struct {
+	*sandboxes
+	reports chan report
+}
+
+type report struct {
+	id string
+	at time.Time
+}
+
+func (a *active) Active(_ context.Context, id string, at time.Time) error {
+	a.reports <- report{id, at}
+	return nil
+}
+
+// clock is a settable time.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// listen serves each connection with serve on a real port and returns its
+// address.
+func listen(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				serve(c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestForwardReportsActivityOncePerWindow: bytes through the forwards of a
+// sandbox, either way, are reported once per activity window however many
+// there are and over however many forwards and connections: many lines
+// echoed, a greeting the sandbox sends unasked, bytes it only takes; after
+// the window, the next bytes are reported again. Another sandbox's bytes
+// are its own.
+func TestForwardReportsActivityOncePerWindow(t *testing.T) {
+	greet := listen(t, func(c net.Conn) { _, _ = io.WriteString(c, "hello\n") })
+	sink := listen(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
+	sb := &sandboxes{phase: map[string]events.Phase{"s1": events.PhaseReady, "s2": events.PhaseReady}, closed: map[string]bool{},
+		ports: map[int]string{8000: echo(t), 8001: greet, 8002: sink}}
+	a := &active{sandboxes: sb, reports: make(chan report, 100)}
+	clk := &clock{now: time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)}
+	f := forward.New(a, kvIndex(t), forward.Config{Hold: time.Second, Poll: 10 * time.Millisecond, Sweep: time.Hour, Window: time.Minute, Now: clk.Now}, zerolog.Nop())
+	ctx := context.Background()
+	bind := func(id, fid string, port int) string {
+		t.Helper()
+		addr, err := f.Bind(ctx, id, fid, "127.0.0.1:0", port, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Serve(fid)
+		return addr
+	}
+	echoAddr, greetAddr, sinkAddr := bind("s1", "f1", 8000), bind("s1", "f2", 8001), bind("s2", "f3", 8002)
+	wait := func(want report) {
+		t.Helper()
+		select {
+		case got := <-a.reports:
+			if got.id != want.id || !got.at.Equal(want.at) {
+				t.Fatalf("report %+v, want %+v", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no report of %+v", want)
+		}
+	}
+
+	// Many lines, both ways, on one connection and then another.
+	c, err := net.Dial("tcp", echoAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(c)
+	for i := range 200 {
+		if _, err := io.WriteString(c, strings.Repeat("x", i)+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+	first := clk.Now()
+	wait(report{"s1", first})
+	if got := say(t, echoAddr, "again"); got != "echo: again" {
+		t.Fatalf("through the forward: %q", got)
+	}
+	clk.add(time.Minute - time.Millisecond) // still within the window
+	if got := say(t, greetAddr, ""); got != "hello" {
+		t.Fatalf("the greeting: %q", got)
+	}
+
+	// Bytes the client only sends, of another sandbox: its own report.
+	s, err := net.Dial("tcp", sinkAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(s, "into the sink\n"); err != nil {
+		t.Fatal(err)
+	}
+	wait(report{"s2", clk.Now()})
+	s.Close()
+
+	// The window since the first report is over: the sandbox's next bytes,
+	// a greeting it sends unasked to a client that sends nothing, are
+	// reported.
+	clk.add(time.Millisecond)
+	g, err := net.Dial("tcp", greetAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = g.SetDeadline(time.Now().Add(10 * time.Second))
+	if got, err := bufio.NewReader(g).ReadString('\n'); got != "hello\n" {
+		t.Fatalf("the greeting: %q, %v", got, err)
+	}
+	g.Close()
+	wait(report{"s1", clk.Now()})
+	f.Shut() // waits for every report under way
+	close(a.reports)
+	for extra := range a.reports {
+		t.Errorf("a report more than once per window: %+v", extra)
+	}
+}

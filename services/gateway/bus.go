@@ -374,7 +374,15 @@ func (s *Service) report(ctx context.Context, id string, r compute.Report) error
 	var e events.Event
 	switch r.Kind {
 	case compute.ReportHeartbeat:
-		return s.attached(ctx, id, r.Generation)
+		if err := s.attached(ctx, id, r.Generation); err != nil || !r.Active {
+			return err
+		}
+		// The workload was busy: activity (README "Activity"), at most
+		// once per window; the beat is taken whatever comes of it.
+		if err := s.Active(ctx, id, events.ActiveSupervisor, fmt.Sprintf("supervisor:%d", r.Generation), s.now()); err != nil {
+			s.log.Debug().Err(err).Str("sandbox_id", id).Msg("a busy workload's activity not recorded")
+		}
+		return nil
 	case compute.ReportAttached:
 		e = &events.SupervisorAttached{Generation: r.Generation}
 	case compute.ReportDetached:

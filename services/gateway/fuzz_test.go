@@ -281,6 +281,8 @@ func FuzzHTTP(f *testing.F) {
 		{0, "/v1/sandboxes/@id/logs?tail=0", ``, ""},
 		{1, "/v1/sandboxes/@id/forwards", `{"listen":"127.0.0.1:0","port":8000}`, ""},
 		{2, "/v1/sandboxes/@id/forwards/f1", ``, ""},
+		{1, "/v1/sandboxes/@id/touch", ``, ""},
+		{1, "/v1/sandboxes/@id/touch", `{"restart_if_restore_fails":true}`, "Idempotency-Key: t1"},
 		{0, "/v1/sandboxes/@id/wait?phase=ready&timeout=1s", ``, ""},
 		{0, "/v1/sandboxes/@id/wait?phase=nope", ``, ""},
 		{0, "/v1/sandboxes/@id/wait?phase=ready&timeout=-1s&after=x", ``, ""},

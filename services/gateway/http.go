@@ -114,6 +114,7 @@ func NewHTTP(svc *Service, views Views, ready func(context.Context) error, log z
 	h.handle("GET /v1/drivers", read, h.drivers)
 	h.handle("POST /v1/sandboxes/{id}/forwards", write, h.forward)
 	h.handle("DELETE /v1/sandboxes/{id}/forwards/{fid}", write, h.unforward)
+	h.handle("POST /v1/sandboxes/{id}/touch", write, h.lifecycle(VerbTouch))
 	h.handle("GET /v1/sandboxes/{id}/wait", read, h.limited(streamWait, h.wait))
 	h.handle("GET /v1/watch", read, h.limited(streamWatch, h.watch))
 	h.handle("GET /v1/phases", read, h.withHead(h.phases))

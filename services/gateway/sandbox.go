@@ -55,6 +55,10 @@ type Sandbox struct {
 	// events folded here and not yet stored.
 	keys    map[[16]byte]uint64
 	pending [][16]byte
+	// Active is when the newest sandbox.active was recorded (its
+	// envelope's time), zero for none: the activity window is measured
+	// from it (Command.Window).
+	Active time.Time
 	// Intent is the command id of the newest intent (the command under
 	// way while the phase is transient): whom a twin joins (see joined).
 	Intent string
@@ -132,6 +136,8 @@ func (s *Sandbox) apply(env events.Envelope) error {
 		s.Attached = 0
 	case *events.Exited:
 		s.Exited, s.Attached = true, 0
+	case *events.Active:
+		s.Active = env.Time
 	}
 	s.note(env)
 	env.Phase = to
@@ -165,6 +171,13 @@ type Command struct {
 	Forward events.Forward
 	// Expiry is a create's expiry, resolved (events.ParseCreateExpiry).
 	Expiry events.Created
+	// Source, At and Window are a touch's (and any activity's, Service.Active):
+	// where the activity comes from (events.ActiveTouch, …), when it was
+	// seen, and the activity window: a sandbox.active recorded less than
+	// Window before At makes the touch an idempotent repeat.
+	Source string
+	At     time.Time
+	Window time.Duration
 }
 
 // Verbs of commands.
@@ -179,6 +192,10 @@ const (
 	// VerbUnforward closes one (HTTP only: they need the forward bound).
 	VerbForward   = "forward"
 	VerbUnforward = "unforward"
+	// VerbTouch records activity of a sandbox (README "Activity"): a
+	// sandbox.active, at most one per activity window (HTTP only, as the
+	// activity a forward or a supervisor reports: Service.Active).
+	VerbTouch = "touch"
 )
 
 // Verbs lists the lifecycle verbs, in the order of the contract (the bus
@@ -186,7 +203,7 @@ const (
 var Verbs = []string{VerbCreate, VerbStart, VerbStop, VerbSuspend, VerbResume, VerbDelete}
 
 // allVerbs are every verb of the command table.
-var allVerbs = append(Verbs[:len(Verbs):len(Verbs)], VerbForward, VerbUnforward)
+var allVerbs = append(Verbs[:len(Verbs):len(Verbs)], VerbForward, VerbUnforward, VerbTouch)
 
 // decide is the pure heart of the gateway: given the state, a command and the
 // driver's capabilities, the events the command causes. No events and no
@@ -204,7 +221,8 @@ func decide(s *Sandbox, c Command, caps compute.Capabilities) ([]events.Event, e
 		return nil, events.Errorf(events.CodeFailedPrecondition, "driver %s cannot resume on another node: the retained state of %s stays on %s", s.Spec.Driver, s.ID, s.Spec.Node)
 	}
 	_, open := s.View.Forward(c.Forward.ID)
-	row, ok := Lookup(s.Phase, c.Verb, Facts{AfterResume: s.Resuming, CanSuspend: caps.Suspend, Holds: s.RestoreRef != "", Forwarded: open})
+	recent := !s.Active.IsZero() && c.At.Sub(s.Active) < c.Window
+	row, ok := Lookup(s.Phase, c.Verb, Facts{AfterResume: s.Resuming, CanSuspend: caps.Suspend, Holds: s.RestoreRef != "", Forwarded: open, Recent: recent})
 	if !ok {
 		return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s is %s; %s needs %s", s.ID, s.Phase, c.Verb, joinPhases(needs[c.Verb]))
 	}
@@ -265,6 +283,8 @@ func caused(typ string, s *Sandbox, c Command) events.Event {
 		return &events.ForwardOpened{ForwardID: f.ID, Listen: f.Listen, Address: f.Address, Port: f.Port}
 	case events.TypeForwardClosed:
 		return &events.ForwardClosed{ForwardID: c.Forward.ID}
+	case events.TypeActive:
+		return &events.Active{Source: c.Source, At: c.At}
 	}
 	panic("gateway: the command table names " + typ + ", which no command causes")
 }

@@ -113,7 +113,15 @@ type Config struct {
 	// RetainFor is how long a retained state is held from its suspension
 	// for a create that names no retain_for; zero keeps it for ever.
 	RetainFor time.Duration
+	// ActivityWindow is the activity window (serve --activity-window,
+	// default 30s): a sandbox.active is appended at most once per window
+	// per sandbox; activity within the window of the last one recorded is
+	// no new event (README "Activity").
+	ActivityWindow time.Duration
 }
+
+// DefaultActivityWindow is Config.ActivityWindow's default.
+const DefaultActivityWindow = 30 * time.Second
 
 // Defaults fills zero fields.
 func (c *Config) Defaults() {
@@ -144,6 +152,9 @@ func (c *Config) Defaults() {
 	if c.ReportHold == 0 {
 		c.ReportHold = time.Second
 	}
+	if c.ActivityWindow == 0 {
+		c.ActivityWindow = DefaultActivityWindow
+	}
 	c.Limits.defaults()
 }
 
@@ -164,6 +175,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway: retain for %s, want a positive duration or none", c.RetainFor)
 	case c.ReportHold < 0:
 		return fmt.Errorf("gateway: report hold %s, want a positive duration", c.ReportHold)
+	case c.ActivityWindow < 0:
+		return fmt.Errorf("gateway: activity window %s, want a positive duration", c.ActivityWindow)
 	case c.NameGrace < 2*c.CreateTimeout:
 		return fmt.Errorf("gateway: name grace %s, want at least twice the create timeout %s", c.NameGrace, c.CreateTimeout)
 	case !validName.MatchString(c.Node):
@@ -477,9 +490,14 @@ func (s *Service) handle(ctx context.Context, c Command) (events.View, error) {
 	if c.CommandID == "" {
 		c.CommandID = CommandID(c.Verb, c.ID, c.IdempotencyKey)
 	}
+	if c.Verb == VerbTouch {
+		c.Source, c.At, c.Window = events.ActiveTouch, s.now(), s.cfg.ActivityWindow
+	}
 	defer s.lock(c.ID)()
 	meta := events.Meta{Actor: c.Actor, CommandID: c.CommandID, CorrelationID: c.CommandID}
+	var active bool // the last decision appends a sandbox.active
 	sb, err := s.append(ctx, c.ID, true, meta, c.CommandID, func(sb *Sandbox) ([]events.Event, error) {
+		active = false
 		caps, err := s.drivers.Capabilities(sb.Spec.Driver, sb.Spec.DriverOptions)
 		if err != nil && sb.Exists() {
 			return nil, events.Errorf(events.CodeInternal, "sandbox %s: %v", sb.ID, err)
@@ -490,12 +508,46 @@ func (s *Service) handle(ctx context.Context, c Command) (events.View, error) {
 				return nil, err
 			}
 		}
-		return decide(sb, c, caps)
+		evs, err := decide(sb, c, caps)
+		active = c.Verb == VerbTouch && len(evs) > 0
+		return evs, err
 	})
 	if err != nil {
 		return events.View{}, err
 	}
+	if active {
+		s.cfg.Metrics.Active(c.Source)
+	}
 	return s.answer(ctx, c, sb)
+}
+
+// Active records activity of sandbox id from source (events.ActiveForward,
+// events.ActiveSupervisor), seen at at, as a touch would with actor for
+// the audit: a sandbox.active, unless one was recorded within the activity
+// window before at (then nothing, and no error). The window is judged on
+// the state this instance holds and, when that says nothing is due, again
+// at the log's head, and an append meets the subject's concurrency check:
+// a sandbox.active another instance appended within the window is seen, so
+// the instances of one bus together append at most one per window and
+// sandbox. Activity of a sandbox in a phase that takes none (deleting,
+// deleted, error) is FAILED_PRECONDITION, as a touch's; an unknown sandbox
+// is NOT_FOUND.
+func (s *Service) Active(ctx context.Context, id, source, actor string, at time.Time) error {
+	if err := ParseID(id); err != nil {
+		return err
+	}
+	c := Command{Verb: VerbTouch, ID: id, Source: source, At: at, Window: s.cfg.ActivityWindow}
+	defer s.lock(id)()
+	var active bool
+	_, err := s.append(ctx, id, true, events.Meta{Actor: actor}, "", func(sb *Sandbox) ([]events.Event, error) {
+		evs, err := decide(sb, c, compute.Capabilities{})
+		active = len(evs) > 0
+		return evs, err
+	})
+	if err == nil && active {
+		s.cfg.Metrics.Active(source)
+	}
+	return err
 }
 
 // Record appends events a saga or a supervisor reports about cause's sandbox,

@@ -68,6 +68,9 @@ const (
 	Holds
 	// Forwarded holds when the sandbox has the forward the command names.
 	Forwarded
+	// Recent holds when a sandbox.active was recorded within the activity
+	// window before the activity a touch brings (Command.Window).
+	Recent
 )
 
 // anyVerb in a command row matches every verb.
@@ -118,6 +121,20 @@ var Commands = []Rule{
 	{phDeleted, VerbUnforward, Always, NoForward, nil},
 	{anyPhase, VerbUnforward, Forwarded, Emit, []string{events.TypeForwardClosed}},
 	{anyPhase, VerbUnforward, Always, NoForward, nil},
+	{phProvisioning, VerbTouch, Recent, Done, nil},
+	{phProvisioning, VerbTouch, Always, Emit, []string{events.TypeActive}},
+	{phReady, VerbTouch, Recent, Done, nil},
+	{phReady, VerbTouch, Always, Emit, []string{events.TypeActive}},
+	{phStopping, VerbTouch, Recent, Done, nil},
+	{phStopping, VerbTouch, Always, Emit, []string{events.TypeActive}},
+	{phStopped, VerbTouch, Recent, Done, nil},
+	{phStopped, VerbTouch, Always, Emit, []string{events.TypeActive}},
+	{phStarting, VerbTouch, Recent, Done, nil},
+	{phStarting, VerbTouch, Always, Emit, []string{events.TypeActive}},
+	{phSuspending, VerbTouch, Recent, Done, nil},
+	{phSuspending, VerbTouch, Always, Emit, []string{events.TypeActive}},
+	{phSuspended, VerbTouch, Recent, Done, nil},
+	{phSuspended, VerbTouch, Always, Emit, []string{events.TypeActive}},
 }
 
 // commandRules are the rows of Commands that can match each verb, in order,
@@ -152,6 +169,7 @@ type Facts struct {
 	CanSuspend  bool
 	Holds       bool
 	Forwarded   bool
+	Recent      bool
 }
 
 func (f Facts) hold(g Guard) bool {
@@ -164,6 +182,8 @@ func (f Facts) hold(g Guard) bool {
 		return f.Holds
 	case Forwarded:
 		return f.Forwarded
+	case Recent:
+		return f.Recent
 	}
 	return true
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/services/compute"
@@ -134,6 +135,15 @@ var contractEvents = []struct {
 	{"suspended", "sandbox.expired", "suspended"},
 	{"error", "sandbox.expired", "error"},
 	{"suspended", "sandbox.retained_state_invalidated", "stopped"},
+	// activity (README "Activity") is a fact of every phase a sandbox can
+	// be active in: not deleting (on its way out) nor the terminal ones
+	{"provisioning", "sandbox.active", "provisioning"},
+	{"ready", "sandbox.active", "ready"},
+	{"stopping", "sandbox.active", "stopping"},
+	{"stopped", "sandbox.active", "stopped"},
+	{"starting", "sandbox.active", "starting"},
+	{"suspending", "sandbox.active", "suspending"},
+	{"suspended", "sandbox.active", "suspended"},
 }
 
 // transitionKey is one (phase, event type) pair of the lifecycle.
@@ -207,6 +217,7 @@ var contractCommands = []struct {
 	canSuspend  tri
 	holds       tri
 	forwarded   tri
+	recent      tri
 	emit        []string
 	code        events.Code
 }{
@@ -296,6 +307,24 @@ var contractCommands = []struct {
 	{phase: "deleting", verb: "unforward", forwarded: no, code: events.CodeNotFound},
 	{phase: "error", verb: "unforward", forwarded: no, code: events.CodeNotFound},
 	{phase: "deleted", verb: "unforward", code: events.CodeNotFound},
+	// a touch (README "Activity") records a sandbox.active in every phase
+	// a sandbox can be active in, unless one was recorded within the
+	// window (then it is done); deleting and the terminal phases refuse it
+	{phase: "", verb: "touch", code: events.CodeNotFound},
+	{phase: "provisioning", verb: "touch", recent: no, emit: []string{"sandbox.active"}},
+	{phase: "ready", verb: "touch", recent: no, emit: []string{"sandbox.active"}},
+	{phase: "stopping", verb: "touch", recent: no, emit: []string{"sandbox.active"}},
+	{phase: "stopped", verb: "touch", recent: no, emit: []string{"sandbox.active"}},
+	{phase: "starting", verb: "touch", recent: no, emit: []string{"sandbox.active"}},
+	{phase: "suspending", verb: "touch", recent: no, emit: []string{"sandbox.active"}},
+	{phase: "suspended", verb: "touch", recent: no, emit: []string{"sandbox.active"}},
+	{phase: "provisioning", verb: "touch", recent: yes},
+	{phase: "ready", verb: "touch", recent: yes},
+	{phase: "stopping", verb: "touch", recent: yes},
+	{phase: "stopped", verb: "touch", recent: yes},
+	{phase: "starting", verb: "touch", recent: yes},
+	{phase: "suspending", verb: "touch", recent: yes},
+	{phase: "suspended", verb: "touch", recent: yes},
 }
 
 // TestCommandsWalkEveryPair runs decide for every (phase, verb) pair, with
@@ -309,7 +338,8 @@ func TestCommandsWalkEveryPair(t *testing.T) {
 				var matched []int
 				for i, w := range contractCommands {
 					if w.phase == phase && w.verb == verb && w.afterResume.matches(f.afterResume) &&
-						w.canSuspend.matches(f.canSuspend) && w.holds.matches(f.holds) && w.forwarded.matches(f.forwarded) {
+						w.canSuspend.matches(f.canSuspend) && w.holds.matches(f.holds) && w.forwarded.matches(f.forwarded) &&
+						w.recent.matches(f.recent) {
 						matched = append(matched, i)
 					}
 				}
@@ -328,7 +358,13 @@ func TestCommandsWalkEveryPair(t *testing.T) {
 				if f.forwarded {
 					s.View.Forwards = []events.Forward{{ID: "fw-1"}}
 				}
-				evs, err := decide(s, Command{Verb: verb, ID: sid, Forward: events.Forward{ID: "fw-1"}}, compute.Capabilities{Suspend: f.canSuspend})
+				now := time.Unix(1000, 0)
+				s.Active = now.Add(-time.Minute) // a window ago: not recent
+				if f.recent {
+					s.Active = now.Add(-time.Minute + time.Millisecond)
+				}
+				c := Command{Verb: verb, ID: sid, Forward: events.Forward{ID: "fw-1"}, At: now, Window: time.Minute}
+				evs, err := decide(s, c, compute.Capabilities{Suspend: f.canSuspend})
 				var got []string
 				for _, e := range evs {
 					got = append(got, e.Type())
@@ -343,13 +379,13 @@ func TestCommandsWalkEveryPair(t *testing.T) {
 }
 
 // facts are the facts besides the phase a command row may need.
-type facts struct{ afterResume, canSuspend, holds, forwarded bool }
+type facts struct{ afterResume, canSuspend, holds, forwarded, recent bool }
 
 // allFacts is every combination of them.
 func allFacts() []facts {
 	var out []facts
-	for i := 0; i < 16; i++ {
-		out = append(out, facts{afterResume: i&1 != 0, canSuspend: i&2 != 0, holds: i&4 != 0, forwarded: i&8 != 0})
+	for i := 0; i < 32; i++ {
+		out = append(out, facts{afterResume: i&1 != 0, canSuspend: i&2 != 0, holds: i&4 != 0, forwarded: i&8 != 0, recent: i&16 != 0})
 	}
 	return out
 }

@@ -148,11 +148,19 @@ type Config struct {
 	// and reads through: the fault tests make appends fail. No flag sets
 	// it.
 	wrapStore func(events.Store) events.Store
+	// ActivityWindow is the activity window (--activity-window): a
+	// sandbox.active is appended at most once per window per sandbox, and
+	// a forward reports its bytes at most once per window (README
+	// "Activity"); zero: DefaultActivityWindow.
+	ActivityWindow time.Duration
 	// WrapDrivers, when set, may replace drivers of the registry before
 	// anything uses them: tests wrap a real driver to make it refuse a call.
 	// No flag sets it.
 	WrapDrivers func(compute.Registry)
 }
+
+// DefaultActivityWindow is --activity-window's default (README "Activity").
+const DefaultActivityWindow = gateway.DefaultActivityWindow
 
 // minHeartbeatLimit is the shortest --heartbeat-limit: supervisors beat
 // every third of it, and a beat takes a round trip on the bus.
@@ -180,6 +188,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--read-from %q: want kv or sql", c.ReadFrom)
 	case c.MaxLogBytes < -1:
 		return fmt.Errorf("--max-log-bytes %d: want a positive size, or -1 for no bound", c.MaxLogBytes)
+	case c.ActivityWindow < 0:
+		return fmt.Errorf("--activity-window %s: want a positive duration", c.ActivityWindow)
 	case c.ReplayTTL < 0:
 		return fmt.Errorf("--replay-ttl %s: want a positive duration", c.ReplayTTL)
 	case c.HTTPTimeouts.ReadHeader < 0:
@@ -485,6 +495,7 @@ func startOnce(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, er
 	}
 	gcfg := gateway.Config{Node: cfg.Node, Nodes: cfg.RemoteNodes, HeartbeatLimit: cfg.HeartbeatLimit, Metrics: m, Unavailable: store.Unavailable}
 	gcfg.RetainFor = cfg.RetainFor
+	gcfg.ActivityWindow = cmp.Or(cfg.ActivityWindow, DefaultActivityWindow)
 	if a.user != nil {
 		// A bus with accounts: torpor's own commands come answered on
 		// its inbox, anything else in its account is refused.
@@ -537,7 +548,7 @@ func startOnce(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, er
 	if err != nil {
 		return nil, err
 	}
-	fwd := forward.New(sandboxes{svc: svc}, fwdIndex, forward.Config{WakeTimeout: cfg.WakeTimeout, Metrics: m}, log.With().Str("part", "forwards").Logger())
+	fwd := forward.New(sandboxes{svc: svc}, fwdIndex, forward.Config{Window: gcfg.ActivityWindow, WakeTimeout: cfg.WakeTimeout, Metrics: m}, log.With().Str("part", "forwards").Logger())
 	// Every wait of this process (HTTP, SDKs) is served from one watch of
 	// the KV view, not a consumer per request.
 	var followCtx context.Context
@@ -972,6 +983,14 @@ func (s sandboxes) Phase(ctx context.Context, id, fid string) (events.Phase, boo
 
 func (s sandboxes) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
 	return s.svc.Dial(ctx, id, port)
+}
+
+var _ forward.Activity = sandboxes{}
+
+// Active records bytes through a forward of sandbox id as its activity
+// (sandbox.active, source forward, actor "forward").
+func (s sandboxes) Active(ctx context.Context, id string, at time.Time) error {
+	return s.svc.Active(ctx, id, events.ActiveForward, "forward", at)
 }
 
 // viewAdapter is the KV view as the gateway reads it; its waits and

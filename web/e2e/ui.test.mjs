@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 
 const { app } = await import('../ui/state.js');
 const { lateness, since } = await import('../ui/list.js');
-const { outcome } = await import('../ui/sandbox.js');
+const { outcome, detail } = await import('../ui/sandbox.js');
 
 test('a transient phase is judged against the deadline, from phase_since', () => {
   app.server.deadline_seconds = 120;
@@ -47,5 +47,16 @@ test('the timeline tells restored, cold_start_fallback and restore_failed apart'
     [{ type: 'sandbox.something_new' }, ''],
   ]) {
     assert.equal(outcome(e), want, JSON.stringify(e));
+  }
+});
+
+test('the timeline says where activity came from', () => {
+  for (const [e, want] of [
+    [{ type: 'sandbox.active', data: { source: 'forward', at: '2026-12-06T12:00:00Z' } }, 'by forward'],
+    [{ type: 'sandbox.active', data: { source: 'touch', at: '2026-12-06T12:00:00Z' } }, 'by touch'],
+    [{ type: 'sandbox.exited', data: { generation: 1, code: 3 } }, 'exit 3'],
+    [{ type: 'sandbox.forward_opened', data: { source: 'x' } }, ''],
+  ]) {
+    assert.equal(detail(e), want, JSON.stringify(e));
   }
 });

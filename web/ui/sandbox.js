@@ -24,8 +24,8 @@ export function outcome(e) {
 }
 
 // detail is the rest of an event worth a glance: a reason, an exit code,
-// a message, a deadline.
-function detail(e) {
+// a message, a deadline, where activity came from.
+export function detail(e) {
   const d = e.data || {};
   const parts = [];
   if (d.reason) parts.push(d.reason);
@@ -33,6 +33,7 @@ function detail(e) {
   if (d.message) parts.push(d.message);
   if (d.phase && e.type === 'sandbox.deadline_passed') parts.push(`in ${d.phase}`);
   if (d.node && e.type === 'sandbox.retained_state_consumed') parts.push(`on ${d.node}`);
+  if (d.source && e.type === 'sandbox.active') parts.push(`by ${d.source}`);
   return parts.join(' · ');
 }
 
@@ -121,6 +122,7 @@ export class SandboxView {
       row('labels', Object.entries(v.labels || {}).map(([k, val]) => `${k}=${val}`).join(', ')),
       row('retained state', restore.held ? `held${restore.bytes ? ` (${restore.bytes} bytes)` : ''}` : restore.consumed ? 'consumed' : 'none'),
       row('forwards', (v.forwards || []).map((f) => `${f.address} → ${f.port}`).join(', ')),
+      row('last active', v.last_active_at ? time(v.last_active_at) : ''),
       row('updated', time(v.updated_at)),
       row('seq', String(v.seq)));
     fill(this.actionsEl, app.canWrite ? VERBS.map((verb) => button(v, verb)) : []);

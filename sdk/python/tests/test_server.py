@@ -51,6 +51,14 @@ class Verbs(Server):
         self.assertEqual(self.c.get(name).id, v.id)  # by name
         self.assertEqual(self.c.get(v.id, at=v.seq).phase, torpor.Phase.PROVISIONING)  # the past
         self.assertEqual(self.c.get(v.id, at=r.updated_at).seq, r.seq)
+        # A touch records activity, once per the server's window (README "Activity").
+        t = self.c.touch(v.id)
+        self.assertGreater(t.seq, r.seq)
+        self.assertNotEqual(t.last_active_at, "")
+        again = self.c.touch(v.id)
+        self.assertEqual((again.seq, again.last_active_at), (t.seq, t.last_active_at))
+        with self.assertRaises(torpor.NotFound):
+            self.c.touch("01900000-0000-7000-8000-000000000000")
 
         s = self.c.suspend(v.id)
         self.assertEqual(s.phase, torpor.Phase.SUSPENDING)

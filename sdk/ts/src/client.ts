@@ -245,6 +245,16 @@ export class Client {
     return this.#json("DELETE", `/v1/sandboxes/${enc(id)}`, { key: commandKey(opts), signal: opts.signal });
   }
 
+  /**
+   * touch records activity of a sandbox (a sandbox.active, at most one per
+   * the server's activity window; a touch within it records nothing more)
+   * and answers its view, with last_active_at. A sandbox deleting, deleted
+   * or in error is FAILED_PRECONDITION.
+   */
+  touch(id: string, opts: CommandOptions = {}): Promise<View> {
+    return this.#lifecycle("touch", id, undefined, opts);
+  }
+
   #lifecycle(verb: string, id: string, body: object | undefined, opts: CommandOptions): Promise<View> {
     return this.#json("POST", `/v1/sandboxes/${enc(id)}/${verb}`, { body, key: commandKey(opts), signal: opts.signal });
   }

@@ -69,6 +69,11 @@ export interface View {
   /** The forwards open to the sandbox, in the order opened; omitted when none. */
   forwards?: Forward[];
   /**
+   * RFC 3339: the time of the sandbox's latest activity (a command's event,
+   * a touch, bytes through a forward); omitted when there was none.
+   */
+  last_active_at?: string;
+  /**
    * In a command's answer only: the command met a twin already in flight,
    * appended nothing, and the command with this id decides the outcome.
    */

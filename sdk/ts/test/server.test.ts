@@ -43,6 +43,13 @@ serverTest("every verb of the HTTP API", async () => {
   assert.equal(byName.id, created.id);
   const then = await c.get(created.id, { at: created.seq });
   assert.equal(then.phase, "provisioning", "get at the create's seq folds the log up to it");
+  // A touch records activity, once per the server's window (README "Activity").
+  const touched = await c.touch(created.id);
+  assert.ok(touched.last_active_at && touched.seq > ready.seq, `touch: ${JSON.stringify(touched)}`);
+  const touchedAgain = await c.touch(created.id);
+  assert.equal(touchedAgain.seq, touched.seq, "a touch within the window records nothing more");
+  assert.equal(touchedAgain.last_active_at, touched.last_active_at);
+  await rejectsWith(c.touch("01900000-0000-7000-8000-000000000000"), Codes.NotFound, "touch of an unknown id");
 
   const page = await c.list({ label: `run=${r}` });
   assert.deepEqual(

@@ -50,6 +50,8 @@ type group interface {
 	// frozen process cannot die.
 	kill() error
 	empty() (bool, error)
+	// pids lists the live processes of the group.
+	pids() ([]int, error)
 }
 
 // groupOf is the group of a workload whose main process is pgid (the
@@ -254,6 +256,8 @@ func (g cgroupV2) events(key string) (string, error) {
 
 func (g cgroupV2) signal(sig syscall.Signal) error { return signalAll(g.dir, sig) }
 
+func (g cgroupV2) pids() ([]int, error) { return cgroupPids(g.dir) }
+
 func (g cgroupV2) kill() error {
 	err := writeFile(filepath.Join(g.dir, "cgroup.kill"), "1")
 	if errors.Is(err, os.ErrNotExist) { // before Linux 5.14
@@ -294,6 +298,8 @@ func (g cgroupV1) frozen() (bool, error) {
 }
 
 func (g cgroupV1) signal(sig syscall.Signal) error { return signalAll(g.dir, sig) }
+
+func (g cgroupV1) pids() ([]int, error) { return cgroupPids(g.dir) }
 
 // kill signals every task, then thaws the cgroup: a frozen task dies only
 // once thawed.
@@ -381,6 +387,15 @@ func (g signalGroup) signal(sig syscall.Signal) error {
 
 // kill: SIGKILL ends stopped processes too.
 func (g signalGroup) kill() error { return g.signal(syscall.SIGKILL) }
+
+func (g signalGroup) pids() ([]int, error) {
+	ms, err := g.members()
+	pids := make([]int, len(ms))
+	for i, m := range ms {
+		pids[i] = m.pid
+	}
+	return pids, err
+}
 
 func (g signalGroup) empty() (bool, error) {
 	ms, err := g.members()

@@ -53,3 +53,38 @@ func TestAttachesAgainAfterADetach(t *testing.T) {
 	g.Await(t, spec.SandboxID, compute.ReportHeartbeat, 1)
 	observe(t, d, spec, compute.StateRunning, 1)
 }
+
+// TestHeartbeatsSayBusy: with every freezer (the group's processes are
+// found its way: a cgroup's, or the process group's), the heartbeats of a
+// workload that spins on a CPU say it was active, and those of one that
+// sleeps never do (README "Activity": the CPU time of the group advanced by
+// more than a fiftieth of the interval since the beat before).
+func TestHeartbeatsSayBusy(t *testing.T) {
+	for _, kind := range process.Freezers() {
+		t.Run(kind, func(t *testing.T) {
+			needFreezer(t, kind)
+			g := newGateway(t)
+			d, _ := newDriver(t, g, func(c *process.Config) { c.Freezer = kind })
+			// The spinning child is the shell's, as a workload's children are.
+			busy, idle := newSpec("sh", "-c", "sh -c 'while :; do :; done' & wait"), newSpec("sleep", "3600")
+			startReady(t, d, g, busy, 1)
+			startReady(t, d, g, idle, 1)
+			beats := func(id string) (n, active int) {
+				for _, r := range g.Sent(id) {
+					if r.Kind == compute.ReportHeartbeat {
+						n++
+						if r.Active {
+							active++
+						}
+					}
+				}
+				return n, active
+			}
+			eventually(t, "busy beats of the spinning workload", func() bool { _, a := beats(busy.SandboxID); return a >= 3 })
+			eventually(t, "ten beats of the sleeping workload", func() bool { n, _ := beats(idle.SandboxID); return n >= 10 })
+			if n, a := beats(idle.SandboxID); a != 0 {
+				t.Fatalf("the sleeping workload: %d of %d beats say active, want none", a, n)
+			}
+		})
+	}
+}

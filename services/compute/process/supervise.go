@@ -239,6 +239,9 @@ type supervision struct {
 	// yet, in order: each is sent until a gateway takes or refuses it.
 	reports *supervisor.Reports
 	exited  bool
+	// cpu measures the workload's CPU time between beats: a beat says
+	// whether it was busy (compute.Report.Active).
+	cpu cpuMeter
 }
 
 func (v *supervision) loop(ctx context.Context, chld, usr1 <-chan os.Signal) error {
@@ -257,7 +260,9 @@ func (v *supervision) loop(ctx context.Context, chld, usr1 <-chan os.Signal) err
 			v.handoff()
 		case <-tick.C:
 			if !v.exited {
-				v.reports.Beat(v.report(compute.ReportHeartbeat, 0))
+				r := v.report(compute.ReportHeartbeat, 0)
+				r.Active = busy(v.cpu.used(v.group), v.s.Heartbeat)
+				v.reports.Beat(r)
 			}
 		case <-v.reports.C():
 			v.reports.Flush()

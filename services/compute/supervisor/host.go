@@ -76,6 +76,9 @@ type Stat struct {
 	State byte // R, S, D, T, t, Z, X, …
 	Pgrp  int
 	Start uint64
+	// CPU is the CPU time the process has used, user and system, in
+	// clock ticks (utime + stime).
+	CPU uint64
 }
 
 // ReadStat reads /proc/<pid>/stat; a process that is not there is
@@ -92,7 +95,8 @@ func ReadStat(pid int) (Stat, error) {
 		return Stat{}, fmt.Errorf("/proc/%d/stat: no command name", pid)
 	}
 	f := strings.Fields(string(data[i+1:]))
-	// f[0] is field 3 of Proc(5) (state), f[2] field 5 (pgrp), f[19] field 22 (starttime).
+	// f[0] is field 3 of Proc(5) (state), f[2] field 5 (pgrp), f[11] and
+	// f[12] fields 14 and 15 (utime, stime), f[19] field 22 (starttime).
 	if len(f) < 20 {
 		return Stat{}, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
 	}
@@ -104,7 +108,15 @@ func ReadStat(pid int) (Stat, error) {
 	if err != nil {
 		return Stat{}, fmt.Errorf("/proc/%d/stat: starttime: %w", pid, err)
 	}
-	return Stat{State: f[0][0], Pgrp: pgrp, Start: start}, nil
+	utime, err := strconv.ParseUint(f[11], 10, 64)
+	if err != nil {
+		return Stat{}, fmt.Errorf("/proc/%d/stat: utime: %w", pid, err)
+	}
+	stime, err := strconv.ParseUint(f[12], 10, 64)
+	if err != nil {
+		return Stat{}, fmt.Errorf("/proc/%d/stat: stime: %w", pid, err)
+	}
+	return Stat{State: f[0][0], Pgrp: pgrp, Start: start, CPU: utime + stime}, nil
 }
 
 // Dead says whether a process in this state has ended (a zombie is dead:

@@ -365,6 +365,13 @@ class Client:
         """Deletes a sandbox (deleting, then deleted)."""
         return View.from_json(self._json("DELETE", "/v1/sandboxes/" + self._ref(id), key=key or new_key()))
 
+    def touch(self, id: str, *, key: str | None = None) -> View:
+        """Records activity of a sandbox (a sandbox.active, at most one per
+        the server's activity window: a touch within it records nothing
+        more) and answers its view, with last_active_at. A sandbox deleting,
+        deleted or in error is FailedPrecondition."""
+        return self._lifecycle("touch", id, None, key)
+
     def open_forward(self, id: str, port: int, listen: str = "127.0.0.1:0", *, key: str | None = None) -> Forward:
         """Opens a TCP forward from listen on torpor's host to port of the
         sandbox; the answer names the address bound."""

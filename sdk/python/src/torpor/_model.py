@@ -135,6 +135,9 @@ class View:
     #: Set in a command's answer only: the id of the command of the same
     #: verb already in flight that this one joined (it decides the outcome).
     joined: str = ""
+    #: RFC 3339: the time of the sandbox's latest activity (a command's
+    #: event, a touch, bytes through a forward); "" when there was none.
+    last_active_at: str = ""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     #: The sandbox's expiry policies (RFC 3339, "delete" or "stop", a Go
     #: duration); "" when none.
@@ -164,6 +167,7 @@ class View:
             seq=_int(d.get("seq")),
             forwards=[Forward.from_json(f) for f in fwd] if isinstance(fwd, list) else [],
             joined=_str(d.get("joined")),
+            last_active_at=_str(d.get("last_active_at")),
             raw=d,
             expires_at=_str(d.get("expires_at")),
             on_expiry=_str(d.get("on_expiry")),

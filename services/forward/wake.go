@@ -42,6 +42,10 @@ const (
 	WakeLimit   = "limit"
 )
 
+// wakePoll is how often, at most, a held connection looks at its waking
+// sandbox again.
+const wakePoll = 5 * time.Millisecond
+
 // WakeKey is the idempotency key of the resume a wake asks for sandbox
 // suspended at generation gen: the same for every connection and instance.
 func WakeKey(gen int64) string { return fmt.Sprintf("wake-on-traffic-%d", gen) }
@@ -104,6 +108,9 @@ func (f *Forwarder) wake(ctx context.Context, s *served, c net.Conn) (woken, ref
 	// suspended (or suspending) at gen0, it asks for that resume itself.
 	gen0, asleep, asked := st.Generation, st.Phase != events.PhaseStarting, false
 	deadline := time.Now().Add(f.cfg.WakeTimeout)
+	// A wake looks more often than a plain hold: the phase comes from the
+	// service's cache, and each look saved is latency the client sees.
+	poll := min(f.cfg.Poll, wakePoll)
 	for {
 		switch {
 		case st.Phase == events.PhaseReady:
@@ -136,7 +143,7 @@ func (f *Forwarder) wake(ctx context.Context, s *served, c net.Conn) (woken, ref
 		select {
 		case <-ctx.Done():
 			return false, true
-		case <-time.After(f.cfg.Poll):
+		case <-time.After(poll):
 		}
 		if st, err = w.State(ctx, s.sandbox); err != nil {
 			return fail(WakeFailed, fmt.Sprintf("sandbox %s: %v", s.sandbox, err))

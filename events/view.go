@@ -74,6 +74,8 @@ type View struct {
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	OnExpiry  string    `json:"on_expiry,omitempty"`
 	RetainFor string    `json:"retain_for,omitempty"`
+	// WakeOnTraffic is create's wake_on_traffic (omitted when false).
+	WakeOnTraffic bool `json:"wake_on_traffic,omitempty"`
 }
 
 // Forward is one open TCP forward of a view: from Address on torpor's
@@ -152,6 +154,7 @@ func (v *View) Apply(env Envelope) (bool, error) {
 			v.Labels = map[string]string{}
 		}
 		v.ExpiresAt, v.OnExpiry, v.RetainFor = e.ExpiresAt, e.OnExpiry, e.RetainFor
+		v.WakeOnTraffic = e.WakeOnTraffic
 	case *StartRequested:
 		v.Generation, v.Reason, v.ExitCode = e.Generation, "", nil
 		if e.Fallback {

@@ -338,6 +338,7 @@ func (f *clientFlags) createCmd() *cobra.Command {
 	fl.StringVar(&req.ExpiresAt, "expires-at", "", "when it expires, RFC 3339 (instead of --ttl)")
 	fl.StringVar(&req.OnExpiry, "on-expiry", "", "what its expiry does: delete (default) or stop")
 	fl.StringVar(&req.RetainFor, "retain-for", "", "how long a retained state is held from its suspension (default the server's --retain-for)")
+	fl.BoolVar(&req.WakeOnTraffic, "wake-on-traffic", false, "a connection to one of its forwards while it is suspended resumes it")
 	w.add(cmd, "create")
 	return cmd
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/jsstore"
 	"github.com/torpor/torpor/events/natstest"
 	"github.com/torpor/torpor/projections"
 	"github.com/torpor/torpor/projections/kvview"
@@ -20,27 +21,7 @@ func TestSameRowsAsKV(t *testing.T) {
 	d := newDB(t)
 	script := append(lifecycle(t), randomScript(t, 14, 25, 400)...)
 	envs := envelopes(t, script)
-	ns := natstest.Start(t)
-	store := logOf(t, envs)
-	last := envs[len(envs)-1].Seq
-
-	kv, err := kvview.New(context.Background(), ns.JS, kvview.Config{})
-	if err != nil {
-		t.Fatalf("kvview: %v", err)
-	}
-	sql := d.view(t, DefaultName, nil)
-	for _, p := range []projections.Projection{kv, sql} {
-		r, err := projections.NewRunner(store, p, projections.Config{BatchSize: 64})
-		if err != nil {
-			t.Fatalf("runner: %v", err)
-		}
-		run(t, r)
-	}
-	caughtUp(t, sql, last)
-	eventually(t, "kvview at the head", func() (bool, error) {
-		cp, err := kv.Checkpoint(context.Background())
-		return cp >= last, err
-	})
+	kv, sql, store := bothViews(t, d, envs)
 	ctx := context.Background()
 
 	ids := map[string]bool{}
@@ -160,4 +141,32 @@ func sameJSON(t *testing.T, what string, got, want any) {
 	if string(g) != string(w) {
 		t.Errorf("%s:\n got %s\nwant %s", what, g, w)
 	}
+}
+
+// bothViews feeds envs, as a JetStream log, to a KV view and to the SQL view
+// of d through the runner, and returns the two once both are at its last
+// event, and the log.
+func bothViews(t *testing.T, d *db, envs []events.Envelope) (*kvview.View, *View, *jsstore.Store) {
+	t.Helper()
+	ns := natstest.Start(t)
+	store := logOf(t, envs)
+	last := envs[len(envs)-1].Seq
+	kv, err := kvview.New(context.Background(), ns.JS, kvview.Config{})
+	if err != nil {
+		t.Fatalf("kvview: %v", err)
+	}
+	sql := d.view(t, DefaultName, nil)
+	for _, p := range []projections.Projection{kv, sql} {
+		r, err := projections.NewRunner(store, p, projections.Config{BatchSize: 64})
+		if err != nil {
+			t.Fatalf("runner: %v", err)
+		}
+		run(t, r)
+	}
+	caughtUp(t, sql, last)
+	eventually(t, "kvview at the head", func() (bool, error) {
+		cp, err := kv.Checkpoint(context.Background())
+		return cp >= last, err
+	})
+	return kv, sql, store
 }

@@ -6,9 +6,6 @@ import (
 	"time"
 
 	"github.com/torpor/torpor/events"
-	"github.com/torpor/torpor/events/natstest"
-	"github.com/torpor/torpor/projections"
-	"github.com/torpor/torpor/projections/kvview"
 )
 
 // TestExpirySameAsKV (issue 27): a sandbox's expiry policies (expires_at
@@ -33,26 +30,7 @@ func TestExpirySameAsKV(t *testing.T) {
 		{a, events.PhaseStopped, &events.RetainedStateInvalidated{RestoreRef: "ra", Reason: events.ReasonExpired}},
 	}
 	envs := envelopes(t, script)
-	ns := natstest.Start(t)
-	store := logOf(t, envs)
-	last := envs[len(envs)-1].Seq
-	kv, err := kvview.New(context.Background(), ns.JS, kvview.Config{})
-	if err != nil {
-		t.Fatalf("kvview: %v", err)
-	}
-	sql := d.view(t, DefaultName, nil)
-	for _, p := range []projections.Projection{kv, sql} {
-		r, err := projections.NewRunner(store, p, projections.Config{BatchSize: 64})
-		if err != nil {
-			t.Fatalf("runner: %v", err)
-		}
-		run(t, r)
-	}
-	caughtUp(t, sql, last)
-	eventually(t, "kvview at the head", func() (bool, error) {
-		cp, err := kv.Checkpoint(context.Background())
-		return cp >= last, err
-	})
+	kv, sql, _ := bothViews(t, d, envs)
 	ctx := context.Background()
 	for _, id := range []string{a, b} {
 		want, err := kv.Get(ctx, id)

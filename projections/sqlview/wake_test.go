@@ -5,9 +5,6 @@ import (
 	"testing"
 
 	"github.com/torpor/torpor/events"
-	"github.com/torpor/torpor/events/natstest"
-	"github.com/torpor/torpor/projections"
-	"github.com/torpor/torpor/projections/kvview"
 )
 
 // TestWakeOnTrafficSameAsKV (issue 27): create's wake_on_traffic reads the
@@ -24,26 +21,7 @@ func TestWakeOnTrafficSameAsKV(t *testing.T) {
 		{a, events.PhaseSuspended, &events.Suspended{Generation: 1, RestoreRef: "ra"}},
 	}
 	envs := envelopes(t, script)
-	ns := natstest.Start(t)
-	store := logOf(t, envs)
-	last := envs[len(envs)-1].Seq
-	kv, err := kvview.New(context.Background(), ns.JS, kvview.Config{})
-	if err != nil {
-		t.Fatalf("kvview: %v", err)
-	}
-	sql := d.view(t, DefaultName, nil)
-	for _, p := range []projections.Projection{kv, sql} {
-		r, err := projections.NewRunner(store, p, projections.Config{BatchSize: 64})
-		if err != nil {
-			t.Fatalf("runner: %v", err)
-		}
-		run(t, r)
-	}
-	caughtUp(t, sql, last)
-	eventually(t, "kvview at the head", func() (bool, error) {
-		cp, err := kv.Checkpoint(context.Background())
-		return cp >= last, err
-	})
+	kv, sql, _ := bothViews(t, d, envs)
 	ctx := context.Background()
 	for id, want := range map[string]bool{a: true, b: false} {
 		kvv, err := kv.Get(ctx, id)

@@ -3,7 +3,6 @@ package gateway
 import (
 	"encoding/json"
 	"net/http"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -83,22 +82,7 @@ func TestReportedExpiry(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			sb := given(t, c.given...)
-			got, err := reported(sb, []events.Event{c.when}, c.now)
-			if code := events.CodeOf(err); code != c.code {
-				t.Fatalf("error %v (code %q), want code %q", err, code, c.code)
-			}
-			if !reflect.DeepEqual(got, c.then) && (len(got) != 0 || len(c.then) != 0) {
-				t.Fatalf("appends %#v, want %#v", got, c.then)
-			}
-			phase := sb.Phase
-			for _, e := range got {
-				next, err := Next(phase, e.Type())
-				if err != nil {
-					t.Fatalf("reported %s that the table refuses: %v", e.Type(), err)
-				}
-				phase = next
-			}
+			reportedIs(t, given(t, c.given...), []events.Event{c.when}, c.now, c.code, c.then)
 		})
 	}
 }

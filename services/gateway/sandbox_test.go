@@ -301,22 +301,7 @@ func TestReportedTellsTheTruth(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			sb := given(t, c.given...)
-			got, err := reported(sb, c.when, c.now)
-			if code := events.CodeOf(err); code != c.code {
-				t.Fatalf("error %v (code %q), want code %q", err, code, c.code)
-			}
-			if !reflect.DeepEqual(got, c.then) && (len(got) != 0 || len(c.then) != 0) {
-				t.Fatalf("appends %#v, want %#v", got, c.then)
-			}
-			phase := sb.Phase
-			for _, e := range got {
-				next, err := Next(phase, e.Type())
-				if err != nil {
-					t.Fatalf("reported %s that the table refuses: %v", e.Type(), err)
-				}
-				phase = next
-			}
+			reportedIs(t, given(t, c.given...), c.when, c.now, c.code, c.then)
 		})
 	}
 }
@@ -332,5 +317,27 @@ func TestResumeNeedsTheRetainedState(t *testing.T) {
 	_, err := decide(sb, Command{Verb: VerbResume, ID: sid}, canSuspend)
 	if events.CodeOf(err) != events.CodeFailedPrecondition || !strings.Contains(err.Error(), "no retained state") {
 		t.Fatalf("resume: %v; want FAILED_PRECONDITION saying no retained state is held", err)
+	}
+}
+
+// reportedIs checks what reported makes of a report when on sb at now: the
+// error code (none: code ""), the events it appends, and that the table
+// takes each of them in turn.
+func reportedIs(t *testing.T, sb *Sandbox, when []events.Event, now time.Time, code events.Code, then []events.Event) {
+	t.Helper()
+	got, err := reported(sb, when, now)
+	if got := events.CodeOf(err); got != code {
+		t.Fatalf("error %v (code %q), want code %q", err, got, code)
+	}
+	if !reflect.DeepEqual(got, then) && (len(got) != 0 || len(then) != 0) {
+		t.Fatalf("appends %#v, want %#v", got, then)
+	}
+	phase := sb.Phase
+	for _, e := range got {
+		next, err := Next(phase, e.Type())
+		if err != nil {
+			t.Fatalf("reported %s that the table refuses: %v", e.Type(), err)
+		}
+		phase = next
 	}
 }

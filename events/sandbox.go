@@ -43,6 +43,9 @@ type Created struct {
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	OnExpiry  string    `json:"on_expiry,omitempty"`
 	RetainFor string    `json:"retain_for,omitempty"`
+	// Idle is the sandbox's idle policy (create's or the server's
+	// default), nil for none. See idle.go.
+	Idle IdlePolicy `json:"idle,omitzero"`
 }
 
 // DeleteRequested: a delete command was accepted (intent).

@@ -25,6 +25,10 @@ type CreateRequest struct {
 	ExpiresAt string `json:"expires_at,omitempty"`
 	OnExpiry  string `json:"on_expiry,omitempty"`
 	RetainFor string `json:"retain_for,omitempty"`
+	// Idle is the sandbox's idle policy (the server's default when nil;
+	// idle.go): after is required, action defaults to suspend, fallback
+	// to none.
+	Idle *IdlePolicy `json:"idle,omitempty"`
 }
 
 // Page is one page of a list, in the list's order (creation order unless

@@ -51,7 +51,9 @@ type Set struct {
 	extended    *prometheus.CounterVec
 	// expirations counts the expiries recorded (issue 27).
 	expirations *counters
-	activity    *counters
+	// idles counts the idle timeouts recorded (issue 27).
+	idles    *counters
+	activity *counters
 }
 
 // New returns a Set with its collectors registered, the Go runtime's and
@@ -102,7 +104,18 @@ func New() *Set {
 	s.expirations = newCounters(s.reg, prometheus.CounterOpts{
 		Name: "expirations_total", Help: "Expiries the sagas recorded, by reason: ttl (a sandbox's time to live) or retention (a retained state held past its retain_for).",
 	}, "reason")
+	s.idles = newCounters(s.reg, prometheus.CounterOpts{
+		Name: "idle_timeouts_total", Help: "Idle timeouts recorded (a ready sandbox with no activity for its idle policy's after), by the action started: suspend or stop.",
+	}, "action")
 	return s
+}
+
+// IdleTimeout counts an idle timeout recorded, whose action is action
+// (suspend, stop).
+func (s *Set) IdleTimeout(action string) {
+	if s != nil {
+		s.idles.get(labels{action}).Inc()
+	}
 }
 
 // Expired counts an expiry recorded for reason (ttl, retention).

@@ -52,6 +52,23 @@ func historyIdle(t *testing.T, c *torpor.Client, id string) idleHistory {
 	return out
 }
 
+// waitHistory polls sandbox id's history until done says so of its types
+// (there is no event to wait on in the view: a rejected suspension leaves
+// it ready) and returns it.
+func waitHistory(t *testing.T, c *torpor.Client, id string, done func([]string) bool) idleHistory {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		h := historyIdle(t, c, id)
+		if len(h.types) > 0 && done(h.types) {
+			return h
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("history %v: not what was waited for", h.types)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // checkNodeLog runs the checker over n's log.
 func checkNodeLog(t *testing.T, n *Node) {
 	t.Helper()
@@ -148,18 +165,7 @@ func TestIdleEndToEnd(t *testing.T) {
 	})
 	t.Run("suspension rejected: running, and the history says so", func(t *testing.T) {
 		v := create(t, events.IdlePolicy{After: idleAfter.String()}, map[string]string{"suspend": "reject"})
-		var h idleHistory
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			h = historyIdle(t, c, v.ID)
-			if len(h.types) > 0 && h.types[len(h.types)-1] == events.TypeSuspendRejected {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("history %v: no suspend_rejected", h.types)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		h := waitHistory(t, c, v.ID, func(types []string) bool { return types[len(types)-1] == events.TypeSuspendRejected })
 		if len(h.timeouts) != 1 || after(h.types, events.TypeIdleTimeout) != events.TypeSuspendRequested {
 			t.Fatalf("history %v: want one idle timeout, then suspend_requested", h.types)
 		}
@@ -200,3 +206,107 @@ func TestIdleEndToEnd(t *testing.T) {
 	checkNodeLog(t, n)
 }
 
+// joined starts two processes serving node n1 on hub's NATS (the sagas'
+// lease held by one of them), with the activity window of these tests.
+func joined(t *testing.T, hub *Node) (a, b *Node) {
+	t.Helper()
+	file := serviceCreds(t, hub)
+	join := func() *Node {
+		cfg := testConfig(t, "n1")
+		cfg.NATSURL, cfg.NATSCreds, cfg.NATSListen = hub.NATSURL(), file, ""
+		cfg.LeaseTTL = 3 * time.Second
+		cfg.ActivityWindow = idleWindow
+		return startNode(t, cfg)
+	}
+	return join(), join()
+}
+
+// TestIdleAfterTakeover: the process holding node n1's sagas stops before
+// a sandbox's idle policy comes due; the other process serving n1 takes
+// the sagas over and fires it, once (the saved position held the event
+// that armed it).
+func TestIdleAfterTakeover(t *testing.T) {
+	hub := startNode(t, testConfig(t, "n0"))
+	a, b := joined(t, hub)
+	ctx := context.Background()
+	c := torpor.New(a.HTTPURL(), nil).WithToken(hub.AdminToken())
+	v, err := c.Create(ctx, torpor.CreateRequest{Driver: "sim", Idle: &events.IdlePolicy{After: "4s"}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err = c.Wait(ctx, v.ID, events.PhaseReady, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	holder, other := a, b
+	if b.Sim().Calls()["start"] > 0 {
+		holder, other = b, a
+	}
+	if err := holder.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if due := events.IdleSince(v.LastActiveAt, v.PhaseSince).Add(4 * time.Second); time.Now().After(due) {
+		t.Fatalf("the holder stopped after the idle timeout was due (%s): nothing tested", due)
+	}
+	// The suspend saga runs on the other process, whose sim driver never
+	// started the sandbox: it rejects the suspension. What is tested is
+	// that the idle timeout fires, once.
+	oc := torpor.New(other.HTTPURL(), nil).WithToken(hub.AdminToken())
+	h := waitHistory(t, oc, v.ID, func(types []string) bool {
+		last := types[len(types)-1]
+		return last == events.TypeSuspended || last == events.TypeSuspendRejected
+	})
+	if len(h.timeouts) != 1 || after(h.types, events.TypeIdleTimeout) != events.TypeSuspendRequested {
+		t.Fatalf("history %v: want one idle timeout, then suspend_requested", h.types)
+	}
+	time.Sleep(time.Second) // a second timeout would come within the lease's renewal: none is to
+	if h := historyIdle(t, oc, v.ID); len(h.timeouts) != 1 {
+		t.Fatalf("history %v: %d idle timeouts, want one", h.types, len(h.timeouts))
+	}
+	checkNodeLog(t, hub)
+}
+
+// TestIdleAcrossInstances: two processes serve node n1; one holds the
+// sagas, which decide idleness, while a client touches the sandbox through
+// the other only. The activity recorded there keeps the sandbox ready well
+// past its idle policy's after: the decider never suspends it; once the
+// touches stop, it does, on the last touch as its evidence.
+func TestIdleAcrossInstances(t *testing.T) {
+	hub := startNode(t, testConfig(t, "n0"))
+	a, b := joined(t, hub)
+	ctx := context.Background()
+	const idleAfter = 800 * time.Millisecond
+	ca := torpor.New(a.HTTPURL(), nil).WithToken(hub.AdminToken())
+	cb := torpor.New(b.HTTPURL(), nil).WithToken(hub.AdminToken())
+	v, err := ca.Create(ctx, torpor.CreateRequest{Driver: "sim", Idle: &events.IdlePolicy{After: idleAfter.String()}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = ca.Wait(ctx, v.ID, events.PhaseReady, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Touch through the process that does not hold the sagas.
+	toucher := cb
+	if b.Sim().Calls()["start"] > 0 {
+		toucher = ca
+	}
+	var last time.Time
+	for end := time.Now().Add(4 * idleAfter); time.Now().Before(end); {
+		tv, err := toucher.Touch(ctx, v.ID, "")
+		if err != nil {
+			t.Fatalf("touch: %v", err)
+		}
+		last = tv.LastActiveAt
+		time.Sleep(idleWindow + 50*time.Millisecond) // activity, spread over the window: no synchronisation
+	}
+	if got, err := ca.Get(ctx, v.ID); err != nil || got.Phase != events.PhaseReady {
+		t.Fatalf("touched through the other instance for %s: %s, %v; want ready", 4*idleAfter, got.Phase, err)
+	}
+	if _, err := ca.Wait(ctx, v.ID, events.PhaseSuspended, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	h := historyIdle(t, ca, v.ID)
+	if len(h.timeouts) != 1 || !h.timeouts[0].LastActiveAt.Equal(last) {
+		t.Fatalf("idle timeouts %+v; want one on the last touch, %s", h.timeouts, last)
+	}
+	checkNodeLog(t, hub)
+}

@@ -172,7 +172,7 @@ func (c Config) idle() (events.IdlePolicy, error) {
 	}
 	p, err := events.NewIdlePolicy(c.IdleAfter.String(), c.IdleAction, c.IdleFallback, cmp.Or(c.ActivityWindow, DefaultActivityWindow))
 	if err != nil {
-		return events.IdlePolicy{}, fmt.Errorf("--idle-after, --idle-action, --idle-fallback: %w", err)
+		return events.IdlePolicy{}, fmt.Errorf("--idle-after %s, --idle-action %q, --idle-fallback %q: %s", c.IdleAfter, c.IdleAction, c.IdleFallback, err.Error())
 	}
 	return *p, nil
 }

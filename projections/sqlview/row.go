@@ -13,7 +13,8 @@ import (
 // columns are torpor_sandboxes' columns in the order scanRow reads them.
 const columns = `id, name, phase, generation, driver, node, labels, restore, last_outcome, exit_code, reason,
   updated_at, updated_at_nanos, seq, forwards, phase_since, phase_since_nanos, expiry,
-  last_active_at, last_active_at_nanos`
+  last_active_at, last_active_at_nanos,
+  idle`
 
 // scanRow reads one row of columns into a view: labels, restore and
 // forwards from their JSON, updated_at and phase_since with their
@@ -32,10 +33,12 @@ func scanRow(r pgx.Row) (events.View, error) {
 		exp                       []byte
 		active                    *time.Time
 		activeNanos               int32
+		idle                      []byte
 	)
 	err := r.Scan(&v.ID, &v.Name, &phase, &v.Generation, &v.Driver, &v.Node, &labels, &restore,
 		&v.LastOutcome, &exit, &v.Reason, &at, &nanos, &seq, &forwards, &since, &sinceNanos, &exp,
-		&active, &activeNanos)
+		&active, &activeNanos,
+		&idle)
 	if err != nil {
 		return events.View{}, err
 	}
@@ -70,6 +73,11 @@ func scanRow(r pgx.Row) (events.View, error) {
 		}
 		v.ExpiresAt, v.OnExpiry, v.RetainFor = x.ExpiresAt, x.OnExpiry, x.RetainFor
 	}
+	if idle != nil {
+		if err := json.Unmarshal(idle, &v.Idle); err != nil {
+			return events.View{}, fmt.Errorf("row %s: idle: %w", v.ID, err)
+		}
+	}
 	return v, nil
 }
 
@@ -95,6 +103,7 @@ type rows struct {
 	expiry                                         []*string    // nil: none
 	active                                         []*time.Time // nil: no last_active_at
 	activeNanos                                    []int32
+	idle                                           []*string // nil: none
 }
 
 func (r *rows) add(v events.View) error {
@@ -142,6 +151,11 @@ func (r *rows) add(v events.View) error {
 		return fmt.Errorf("encode expiry of %s: %w", v.ID, err)
 	}
 	r.expiry = append(r.expiry, exp)
+	idle, err := jsonOrNull(v.Idle.None(), v.Idle)
+	if err != nil {
+		return fmt.Errorf("encode idle of %s: %w", v.ID, err)
+	}
+	r.idle = append(r.idle, idle)
 	return nil
 }
 
@@ -165,27 +179,32 @@ func jsonOrNull(null bool, x any) (*string, error) {
 const upsertRows = `INSERT INTO torpor_sandboxes (` + columns + `)
 SELECT id, name, phase, generation, driver, node, labels::JSONB, restore::JSONB, last_outcome, exit_code, reason,
   updated_at, updated_at_nanos, seq, forwards::JSONB, phase_since, phase_since_nanos, expiry::JSONB,
-  last_active_at, last_active_at_nanos
+  last_active_at, last_active_at_nanos,
+  idle::JSONB
 FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::INT8[], $5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[],
   $9::TEXT[], $10::INT8[], $11::TEXT[], $12::TIMESTAMPTZ[], $13::INT4[], $14::INT8[], $15::TEXT[],
   $16::TIMESTAMPTZ[], $17::INT4[], $18::TEXT[],
-  $19::TIMESTAMPTZ[], $20::INT4[])
+  $19::TIMESTAMPTZ[], $20::INT4[],
+  $21::TEXT[])
   AS r (id, name, phase, generation, driver, node, labels, restore, last_outcome, exit_code, reason,
   updated_at, updated_at_nanos, seq, forwards, phase_since, phase_since_nanos, expiry,
-  last_active_at, last_active_at_nanos)
+  last_active_at, last_active_at_nanos,
+  idle)
 ON CONFLICT (id) DO UPDATE SET name = excluded.name, phase = excluded.phase, generation = excluded.generation,
   driver = excluded.driver, node = excluded.node, labels = excluded.labels, restore = excluded.restore,
   last_outcome = excluded.last_outcome, exit_code = excluded.exit_code, reason = excluded.reason,
   updated_at = excluded.updated_at, updated_at_nanos = excluded.updated_at_nanos, seq = excluded.seq,
   forwards = excluded.forwards, phase_since = excluded.phase_since, phase_since_nanos = excluded.phase_since_nanos,
   expiry = excluded.expiry,
-  last_active_at = excluded.last_active_at, last_active_at_nanos = excluded.last_active_at_nanos
+  last_active_at = excluded.last_active_at, last_active_at_nanos = excluded.last_active_at_nanos,
+  idle = excluded.idle
 WHERE torpor_sandboxes.seq < excluded.seq`
 
 func (r *rows) args() []any {
 	return []any{r.id, r.name, r.phase, r.generation, r.driver, r.node, r.labels, r.restore,
 		r.outcome, r.exit, r.reason, r.at, r.nanos, r.seq, r.forwards, r.since, r.sinceNanos, r.expiry,
-		r.active, r.activeNanos}
+		r.active, r.activeNanos,
+		r.idle}
 }
 
 // history is events as the columns of one INSERT into torpor_history.

@@ -67,6 +67,9 @@ type Config struct {
 	// driver's.
 	SkipProcess bool
 	SkipVM      bool
+	// SkipWake leaves out the wake-on-traffic row (RunWake), which runs
+	// with the process section.
+	SkipWake bool
 	// SkipCluster leaves out the cluster section (RunCluster), whose
 	// nodes StartNode starts.
 	SkipCluster bool
@@ -235,6 +238,13 @@ func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*R
 			return nil, fmt.Errorf("process: %w", err)
 		}
 		rep.Process = p
+	}
+	if !cfg.SkipProcess && !cfg.SkipWake {
+		w, err := RunWake(ctx, cfg, start, progress)
+		if err != nil {
+			return nil, fmt.Errorf("wake: %w", err)
+		}
+		rep.Wake = w
 	}
 	if !cfg.SkipVM {
 		v, err := RunVM(ctx, cfg, start, progress)

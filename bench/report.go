@@ -47,6 +47,7 @@ type Report struct {
 	Growth   *Growth        `json:"growth,omitempty"`
 	Replay   *Replay        `json:"replay,omitempty"`
 	Process  *Process       `json:"process,omitempty"`
+	Wake     *Wake          `json:"wake,omitempty"`
 	VM       *VM            `json:"vm,omitempty"`
 	SQLView  *SQLView       `json:"sql_view,omitempty"`
 	// Cluster is the closed loop on a three-server cluster, R3, in the
@@ -237,6 +238,14 @@ func (r *Report) Print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "process sandboxes through the pipeline (%d × %d rounds, over HTTP with the SDK's wait): suspend→suspended p50 %.2f p90 %.2f p99 %.2f max %.2f ms; resume→ready p50 %.2f p90 %.2f p99 %.2f max %.2f ms\n",
 			p.Sandboxes, p.Rounds, p.Suspend.P50, p.Suspend.P90, p.Suspend.P99, p.Suspend.Max, p.Resume.P50, p.Resume.P90, p.Resume.P99, p.Resume.Max)
+	}
+	if wk := r.Wake; wk != nil {
+		if wk.Missing != "" {
+			fmt.Fprintf(w, "wake on traffic: not here (%s)\n", wk.Missing)
+		} else {
+			fmt.Fprintf(w, "wake on traffic, a process sandbox, same node (%d wakes, a GET through its forward): connect→first byte of the answer p50 %.2f p99 %.2f max %.2f ms\n",
+				wk.Rounds, wk.Latency.P50, wk.Latency.P99, wk.Latency.Max)
+		}
 	}
 	if v := r.SQLView; v != nil {
 		fmt.Fprintln(w)

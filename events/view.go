@@ -74,6 +74,8 @@ type View struct {
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	OnExpiry  string    `json:"on_expiry,omitempty"`
 	RetainFor string    `json:"retain_for,omitempty"`
+	// WakeOnTraffic is create's wake_on_traffic (omitted when false).
+	WakeOnTraffic bool `json:"wake_on_traffic,omitempty"`
 	// Idle is the sandbox's idle policy from its create (idle.go),
 	// omitted when none.
 	Idle IdlePolicy `json:"idle,omitzero"`
@@ -155,6 +157,7 @@ func (v *View) Apply(env Envelope) (bool, error) {
 			v.Labels = map[string]string{}
 		}
 		v.ExpiresAt, v.OnExpiry, v.RetainFor = e.ExpiresAt, e.OnExpiry, e.RetainFor
+		v.WakeOnTraffic = e.WakeOnTraffic
 		v.Idle = e.Idle
 	case *StartRequested:
 		v.Generation, v.Reason, v.ExitCode = e.Generation, "", nil

@@ -25,6 +25,10 @@ type CreateRequest struct {
 	ExpiresAt string `json:"expires_at,omitempty"`
 	OnExpiry  string `json:"on_expiry,omitempty"`
 	RetainFor string `json:"retain_for,omitempty"`
+	// WakeOnTraffic: a connection to a forward of the sandbox while it is
+	// suspended resumes it (the forward holds the connection until it is
+	// ready). See the README's "Wake on traffic".
+	WakeOnTraffic bool `json:"wake_on_traffic,omitempty"`
 	// Idle is the sandbox's idle policy (the server's default when nil;
 	// idle.go): after is required, action defaults to suspend, fallback
 	// to none.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/torpor/torpor/bench"
 	"github.com/torpor/torpor/internal/pgtest"
+	"github.com/torpor/torpor/services/node/servetest"
 )
 
 // BenchmarkPipelineVsRaw runs the raw-bus and pipeline sections of `torpor
@@ -124,6 +125,24 @@ func BenchmarkProcess(b *testing.B) {
 	b.ReportMetric(p.Suspend.P99, "suspend-to-suspended-p99-ms")
 	b.ReportMetric(p.Resume.P50, "resume-to-ready-p50-ms")
 	b.ReportMetric(p.Resume.P99, "resume-to-ready-p99-ms")
+}
+
+// BenchmarkWake runs the wake-on-traffic row of `torpor bench` (quick
+// sizes): a suspended process sandbox woken by a GET through its forward.
+//
+//	go test -run XXX -bench Wake -benchtime 1x ./cmd/torpor
+func BenchmarkWake(b *testing.B) {
+	servetest.Need(b, "busybox")
+	cfg := bench.Config{Sandboxes: 1, Concurrency: 1, Quick: true, Transport: "bus", Duration: time.Second}
+	var w *bench.Wake
+	for b.Loop() {
+		var err error
+		if w, err = bench.RunWake(context.Background(), cfg, benchStarter(binary(b)), b.Output()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(w.Latency.P50, "wake-p50-ms")
+	b.ReportMetric(w.Latency.P99, "wake-p99-ms")
 }
 
 // TestBenchQuickReport runs a shortened bench end to end and checks that the

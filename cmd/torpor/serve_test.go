@@ -68,6 +68,7 @@ func TestServeConfigValidate(t *testing.T) {
 		{"negative http write timeout", "--http-write-timeout", func(c *serveConfig) { c.HTTPTimeouts.Write = -time.Second }},
 		{"negative http idle timeout", "--http-idle-timeout", func(c *serveConfig) { c.HTTPTimeouts.Idle = -time.Second }},
 		{"negative retain for", "--retain-for", func(c *serveConfig) { c.RetainFor = -time.Second }},
+		{"negative wake timeout", "--wake-timeout", func(c *serveConfig) { c.WakeTimeout = -time.Second }},
 	}
 	for _, tc := range cases {
 		c := good

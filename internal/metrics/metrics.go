@@ -51,9 +51,12 @@ type Set struct {
 	extended    *prometheus.CounterVec
 	// expirations counts the expiries recorded (issue 27).
 	expirations *counters
+	// wakes and wakeLatency are the wakes on traffic (issue 27).
+	wakes       *counters
+	wakeLatency prometheus.Observer
+	activity    *counters
 	// idles counts the idle timeouts recorded (issue 27).
-	idles    *counters
-	activity *counters
+	idles *counters
 }
 
 // New returns a Set with its collectors registered, the Go runtime's and
@@ -104,10 +107,35 @@ func New() *Set {
 	s.expirations = newCounters(s.reg, prometheus.CounterOpts{
 		Name: "expirations_total", Help: "Expiries the sagas recorded, by reason: ttl (a sandbox's time to live) or retention (a retained state held past its retain_for).",
 	}, "reason")
+	s.wakes = newCounters(s.reg, prometheus.CounterOpts{
+		Name: "wakes_total", Help: "Connections to a forward of a suspended sandbox with wake_on_traffic, by outcome: woken (carried to the resumed sandbox), failed (its resume failed), timeout (not ready within serve --wake-timeout), limit (refused at once: too many held already).",
+	}, "outcome")
+	wl := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "wake_seconds", Help: "Wake latency: from a connection accepted on a forward of a suspended sandbox with wake_on_traffic to its first byte forwarded to the resumed sandbox.",
+		Buckets: stepBuckets,
+	})
+	s.reg.MustRegister(wl)
+	s.wakeLatency = wl
 	s.idles = newCounters(s.reg, prometheus.CounterOpts{
 		Name: "idle_timeouts_total", Help: "Idle timeouts recorded (a ready sandbox with no activity for its idle policy's after), by the action started: suspend or stop.",
 	}, "action")
 	return s
+}
+
+// Wake counts a connection held for a wake on traffic, by its outcome
+// (woken, failed, timeout, limit).
+func (s *Set) Wake(outcome string) {
+	if s != nil {
+		s.wakes.get(labels{outcome}).Inc()
+	}
+}
+
+// WakeLatency observes a wake's latency: a connection accepted on a
+// forward of a suspended sandbox to its first byte forwarded.
+func (s *Set) WakeLatency(d time.Duration) {
+	if s != nil {
+		s.wakeLatency.Observe(d.Seconds())
+	}
 }
 
 // IdleTimeout counts an idle timeout recorded, whose action is action

@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/internal/metrics"
 )
 
 // Sandboxes is what the forwarder asks of the rest of torpor.
@@ -51,6 +52,14 @@ type Config struct {
 	// Sweep is how often Run closes the forwards that were closed or whose
 	// sandbox was deleted meanwhile (default 10s).
 	Sweep time.Duration
+	// WakeTimeout bounds how long a connection that woke its sandbox
+	// (wake_on_traffic) waits for it to be ready (default 30s); MaxHeld
+	// how many such connections a sandbox holds at once (default 64):
+	// one more is refused at once. See wake.go.
+	WakeTimeout time.Duration
+	MaxHeld     int
+	// Metrics counts the wakes and their latency.
+	Metrics *metrics.Set
 	// Window is the activity window: bytes through the forwards of one
 	// sandbox are reported (Activity) at most once per window (default
 	// 30s, serve --activity-window).
@@ -71,6 +80,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Sweep == 0 {
 		c.Sweep = 10 * time.Second
+	}
+	if c.WakeTimeout == 0 {
+		c.WakeTimeout = 30 * time.Second
+	}
+	if c.MaxHeld == 0 {
+		c.MaxHeld = 64
 	}
 	if c.Window == 0 {
 		c.Window = 30 * time.Second
@@ -93,6 +108,7 @@ type Forwarder struct {
 	closed bool
 	fws    map[string]*served // by forward id
 	wg     sync.WaitGroup
+	held   holds // connections held for a wake, per sandbox
 
 	// reported is when activity of each sandbox was last reported.
 	amu      sync.Mutex
@@ -332,6 +348,11 @@ func (f *Forwarder) track(s *served, c net.Conn, add bool) bool {
 func (f *Forwarder) carry(s *served, c net.Conn) {
 	defer c.Close()
 	ctx := context.Background()
+	accepted := time.Now()
+	woken, refused := f.wake(ctx, s, c)
+	if refused {
+		return
+	}
 	deadline := time.Now().Add(f.cfg.Hold)
 	for {
 		phase, open, err := f.sb.Phase(ctx, s.sandbox, s.id)
@@ -366,8 +387,12 @@ func (f *Forwarder) carry(s *served, c net.Conn) {
 	}
 	defer f.track(s, up, false)
 	done := make(chan struct{})
+	var to io.Writer = up
+	if woken {
+		to = &firstWrite{w: up, first: func() { f.cfg.Metrics.WakeLatency(time.Since(accepted)) }}
+	}
 	go func() {
-		_, _ = io.Copy(up, counted{c, f, s.sandbox})
+		_, _ = io.Copy(to, counted{c, f, s.sandbox})
 		closeWrite(up)
 		close(done)
 	}()

@@ -269,7 +269,8 @@ func caused(typ string, s *Sandbox, c Command) events.Event {
 			Name: r.Name, Driver: r.Driver, Node: c.Node, DriverOptions: r.DriverOptions,
 			Command: r.Command, Env: r.Env, Labels: r.Labels, Generation: 1, EnvSealed: c.EnvSealed,
 			ExpiresAt: c.Expiry.ExpiresAt, OnExpiry: c.Expiry.OnExpiry, RetainFor: c.Expiry.RetainFor,
-			Idle: c.Expiry.Idle,
+			WakeOnTraffic: r.WakeOnTraffic,
+			Idle:          c.Expiry.Idle,
 		}
 	case events.TypeStartRequested:
 		return &events.StartRequested{Generation: s.Generation + 1}

@@ -73,6 +73,10 @@ type Config struct {
 	// when the create names no retain_for (gateway.Config.RetainFor);
 	// zero keeps it for ever.
 	RetainFor time.Duration
+	// WakeTimeout bounds how long a connection to a forward of a sandbox
+	// that wakes on traffic waits for its resume (forward.Config.WakeTimeout);
+	// zero: 30s.
+	WakeTimeout time.Duration
 	// LeaseTTL is how long the node's saga runner lease lasts unrenewed: a
 	// second process serving the same node takes the sagas over this long
 	// after the first dies (jsstore.LeaseConfig.TTL). No flag sets it;
@@ -196,6 +200,8 @@ func (c Config) Validate() error {
 		return errors.New("--data: want a directory")
 	case c.RetainFor < 0:
 		return fmt.Errorf("--retain-for %s: want a positive duration, or 0 to keep retained states for ever", c.RetainFor)
+	case c.WakeTimeout < 0:
+		return fmt.Errorf("--wake-timeout %s: want a positive duration", c.WakeTimeout)
 	case c.HeartbeatLimit < minHeartbeatLimit:
 		return fmt.Errorf("--heartbeat-limit %s: want %s or more (supervisors beat three times within it)", c.HeartbeatLimit, minHeartbeatLimit)
 	case c.HTTP == "":
@@ -572,7 +578,7 @@ func startOnce(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, er
 	if err != nil {
 		return nil, err
 	}
-	fwd := forward.New(sandboxes{svc: svc}, fwdIndex, forward.Config{Window: gcfg.ActivityWindow}, log.With().Str("part", "forwards").Logger())
+	fwd := forward.New(sandboxes{svc: svc}, fwdIndex, forward.Config{Window: gcfg.ActivityWindow, WakeTimeout: cfg.WakeTimeout, Metrics: m}, log.With().Str("part", "forwards").Logger())
 	// Every wait of this process (HTTP, SDKs) is served from one watch of
 	// the KV view, not a consumer per request.
 	var followCtx context.Context

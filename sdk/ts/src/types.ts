@@ -84,6 +84,8 @@ export interface View {
   on_expiry?: string;
   /** How long a retained state is held from its suspension (a Go duration); omitted when for ever. */
   retain_for?: string;
+  /** A connection to one of its forwards while suspended resumes it (create's wake_on_traffic); omitted when false. */
+  wake_on_traffic?: boolean;
 }
 
 /** The body of create (CONTRACT §5). */
@@ -105,6 +107,8 @@ export interface CreateRequest {
   on_expiry?: string;
   /** How long a retained state is held from its suspension; the server's --retain-for when omitted. */
   retain_for?: string;
+  /** A connection to one of its forwards while it is suspended resumes it (README "Wake on traffic"). */
+  wake_on_traffic?: boolean;
 }
 
 /** One page of a list, in creation order (or the order `sort` asked). */

@@ -316,12 +316,15 @@ class Client:
         expires_at: str | None = None,
         on_expiry: str | None = None,
         retain_for: str | None = None,
+        wake_on_traffic: bool = False,
     ) -> View:
         """Creates a sandbox (provisioning). key is the idempotency key: a
         create sent again with it creates nothing more and answers the same
         sandbox; None makes a fresh one, which the retries reuse. ttl ("2h")
         or expires_at (RFC 3339), with on_expiry ("delete", "stop"), give it
-        a time to live; retain_for how long a retained state is held."""
+        a time to live; retain_for how long a retained state is held.
+        wake_on_traffic: a connection to one of its forwards while it is
+        suspended resumes it."""
         body: dict[str, Any] = {}
         for k, v in (("name", name), ("driver", driver), ("node", node), ("ttl", ttl), ("expires_at", expires_at),
                      ("on_expiry", on_expiry), ("retain_for", retain_for)):
@@ -332,6 +335,8 @@ class Client:
                 body[k] = dict(m)
         if command:
             body["command"] = list(command)
+        if wake_on_traffic:
+            body["wake_on_traffic"] = True
         return View.from_json(self._json("POST", "/v1/sandboxes", body=body, key=key or new_key()))
 
     def _lifecycle(self, verb: str, id: str, body: Any, key: str | None) -> View:

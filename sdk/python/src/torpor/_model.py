@@ -144,6 +144,9 @@ class View:
     expires_at: str = ""
     on_expiry: str = ""
     retain_for: str = ""
+    #: Create's wake_on_traffic: a connection to one of its forwards while
+    #: it is suspended resumes it.
+    wake_on_traffic: bool = False
 
     @classmethod
     def from_json(cls, d: Any) -> View:
@@ -172,6 +175,7 @@ class View:
             expires_at=_str(d.get("expires_at")),
             on_expiry=_str(d.get("on_expiry")),
             retain_for=_str(d.get("retain_for")),
+            wake_on_traffic=d.get("wake_on_traffic") is True,
         )
 
 

@@ -123,6 +123,10 @@ func (r *Runner) idleCheck(ctx context.Context, x *idleTimer) error {
 	}
 	st := fold(all)
 	v := st.view
+	if st.created != nil {
+		// The next events of the sandbox arm from the cache, not the log.
+		r.specs.put(id, st.created)
+	}
 	if st.created == nil || !r.drives(st.created.Node) || v.Idle.None() || v.Phase != events.PhaseReady || idleSpent(all) {
 		r.closeIdle(x)
 		return nil

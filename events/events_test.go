@@ -20,7 +20,7 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 // samples has one event of every registered type with every field set, so
 // the golden files show the whole wire form.
 var samples = []Event{
-	&Created{Name: "web", Driver: "sim", Node: "local", DriverOptions: map[string]string{"latency": "5ms"}, Command: []string{"sleep", "1"}, Env: map[string]string{"A": "1"}, Labels: map[string]string{"team": "a"}, Generation: 1, EnvSealed: "c2VhbGVk"},
+	&Created{Name: "web", Driver: "sim", Node: "local", DriverOptions: map[string]string{"latency": "5ms"}, Command: []string{"sleep", "1"}, Env: map[string]string{"A": "1"}, Labels: map[string]string{"team": "a"}, Generation: 1, EnvSealed: "c2VhbGVk", Idle: IdlePolicy{After: "5m0s", Action: IdleSuspend, Fallback: IdleFallbackStop}},
 	&DeleteRequested{},
 	&Deleted{},
 	&StartRequested{Generation: 2, Fallback: true},
@@ -49,6 +49,7 @@ var samples = []Event{
 	&ForwardClosed{ForwardID: "0193b0a4-0000-7000-8000-0000000000f1"},
 	&Expired{Policy: ExpiryRetention, ExpiresAt: time.Date(2026, 11, 30, 11, 0, 0, 0, time.UTC), Action: OnExpiryStop, RestoreRef: "sim:x:1:abc"},
 	&Active{Source: ActiveForward, At: time.Date(2026, 11, 30, 10, 1, 58, 250_000_000, time.UTC)},
+	&IdleTimeout{Policy: IdlePolicy{After: "5m0s", Action: IdleSuspend, Fallback: IdleFallbackStop}, LastActiveAt: time.Date(2026, 11, 30, 9, 55, 0, 0, time.UTC), Action: IdleStop},
 }
 
 // TestGoldenWireFormat guards the JSON of every event type in its envelope.

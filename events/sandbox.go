@@ -46,6 +46,9 @@ type Created struct {
 	// WakeOnTraffic is create's wake_on_traffic: a connection to one of
 	// its forwards while it is suspended resumes it.
 	WakeOnTraffic bool `json:"wake_on_traffic,omitempty"`
+	// Idle is the sandbox's idle policy (create's or the server's
+	// default), nil for none. See idle.go.
+	Idle IdlePolicy `json:"idle,omitzero"`
 }
 
 // DeleteRequested: a delete command was accepted (intent).

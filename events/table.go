@@ -114,6 +114,9 @@ var Table = []Transition{
 	{PhaseStarting, TypeActive, PhaseStarting},
 	{PhaseSuspending, TypeActive, PhaseSuspending},
 	{PhaseSuspended, TypeActive, PhaseSuspended},
+	// Idle (idle.go): an idle timeout is a fact of ready; the intent
+	// appended with it moves the sandbox.
+	{PhaseReady, TypeIdleTimeout, PhaseReady},
 }
 
 type transitionKey struct {

@@ -76,6 +76,9 @@ type View struct {
 	RetainFor string    `json:"retain_for,omitempty"`
 	// WakeOnTraffic is create's wake_on_traffic (omitted when false).
 	WakeOnTraffic bool `json:"wake_on_traffic,omitempty"`
+	// Idle is the sandbox's idle policy from its create (idle.go),
+	// omitted when none.
+	Idle IdlePolicy `json:"idle,omitzero"`
 }
 
 // Forward is one open TCP forward of a view: from Address on torpor's
@@ -155,6 +158,7 @@ func (v *View) Apply(env Envelope) (bool, error) {
 		}
 		v.ExpiresAt, v.OnExpiry, v.RetainFor = e.ExpiresAt, e.OnExpiry, e.RetainFor
 		v.WakeOnTraffic = e.WakeOnTraffic
+		v.Idle = e.Idle
 	case *StartRequested:
 		v.Generation, v.Reason, v.ExitCode = e.Generation, "", nil
 		if e.Fallback {
@@ -231,8 +235,12 @@ func (v *View) Apply(env Envelope) (bool, error) {
 // appended (create, start, stop, suspend, resume, delete, a forward opened
 // or closed) at the envelope's time. A fallback start is the resume
 // saga's, not a command's, and the outcomes sagas and supervisors report
-// are no activity.
+// are no activity; nor is what an idle timeout appends (actor IdleActor:
+// the idle_timeout and the suspend_requested or stop_requested with it).
 func Activity(env Envelope, e Event) (time.Time, bool) {
+	if env.Actor == IdleActor {
+		return time.Time{}, false
+	}
 	switch e := e.(type) {
 	case *Active:
 		if e.At.IsZero() {

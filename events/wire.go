@@ -29,6 +29,10 @@ type CreateRequest struct {
 	// suspended resumes it (the forward holds the connection until it is
 	// ready). See the README's "Wake on traffic".
 	WakeOnTraffic bool `json:"wake_on_traffic,omitempty"`
+	// Idle is the sandbox's idle policy (the server's default when nil;
+	// idle.go): after is required, action defaults to suspend, fallback
+	// to none.
+	Idle *IdlePolicy `json:"idle,omitempty"`
 }
 
 // Page is one page of a list, in the list's order (creation order unless

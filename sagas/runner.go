@@ -107,6 +107,8 @@ type Runner struct {
 	// expiries are the ttls and retentions armed, per sandbox and policy
 	// (expiry.go).
 	expiries map[expiryKey]*expiry
+	// idles are the idle timers armed, per sandbox (idle.go).
+	idles map[string]*idleTimer
 }
 
 // warmKeep is how long a worker's goroutine waits for the next sandbox
@@ -133,6 +135,8 @@ type job struct {
 	late *lateSuspend
 	// expiry, when set, makes this the job of that expiry come due.
 	expiry *expiry
+	// idle, when set, makes this the job of that idle timer come due.
+	idle *idleTimer
 }
 
 // New returns a Runner over the log src, keeping its place in pos, that
@@ -171,6 +175,8 @@ func New(src Source, pos Position, rec Recorder, drv Drivers, creds *compute.Cre
 		reached: map[string]*reach{},
 
 		expiries: map[expiryKey]*expiry{},
+
+		idles: map[string]*idleTimer{},
 	}, nil
 }
 
@@ -231,6 +237,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	for _, x := range r.expiries {
 		x.timer.Stop()
 	}
+	for _, x := range r.idles {
+		x.timer.Stop()
+	}
 	r.mu.Unlock()
 	r.workers.Wait()
 	r.late.Wait()  // late answers queue no job once stopping
@@ -289,6 +298,9 @@ func (r *Runner) floor() uint64 {
 	for _, x := range r.expiries {
 		f = min(f, x.env.Seq-1)
 	}
+	for _, x := range r.idles {
+		f = min(f, x.env.Seq-1)
+	}
 	return f
 }
 
@@ -333,6 +345,7 @@ func (r *Runner) dispatch(ctx context.Context, envs []events.Envelope, pending u
 		// After the intent's job: a deadline already passed queues behind it.
 		r.track(ctx, env, created)
 		r.trackExpiry(ctx, env, created)
+		r.trackIdle(ctx, env, created)
 		r.processed = env.Seq
 	}
 	if pending == 0 && len(envs) > 0 {
@@ -459,7 +472,7 @@ next:
 		// other sandboxes may hold every worker slot for as long as their
 		// driver calls last, and a deadline must not wait for them.
 		sem := r.sem
-		if j.deadline != nil || j.expiry != nil {
+		if j.deadline != nil || j.expiry != nil || j.idle != nil {
 			sem = r.lane
 		}
 		for wait := retryMin; ; wait = min(2*wait, retryMax) {
@@ -478,6 +491,8 @@ next:
 				err = r.takeLate(ctx, j)
 			case j.expiry != nil:
 				err = r.expire(ctx, j.expiry)
+			case j.idle != nil:
+				err = r.idleCheck(ctx, j.idle)
 			default:
 				err = r.step(ctx, j, later, seen)
 			}
@@ -494,7 +509,7 @@ next:
 			}
 			seen, later = false, nil // the log moved meanwhile: load it again
 		}
-		if j.deadline != nil || j.late != nil || j.expiry != nil {
+		if j.deadline != nil || j.late != nil || j.expiry != nil || j.idle != nil {
 			continue // a deadline holds the floor through its open phase, not as a job; a late answer holds none
 		}
 		r.mu.Lock()
@@ -531,7 +546,7 @@ func (r *Runner) acquire(ctx context.Context, sem chan struct{}, j *job) int {
 	}
 	id := j.env.SandboxID
 	var wake chan struct{} // nil for a deadline: it waits for its lane only
-	if j.deadline == nil && j.expiry == nil {
+	if j.deadline == nil && j.expiry == nil && j.idle == nil {
 		wake = r.wakeOn(id)
 	}
 	select {

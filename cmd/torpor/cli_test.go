@@ -55,6 +55,10 @@ func TestCLI(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.ExpiresAt.IsZero() || v.OnExpiry != "stop" || v.RetainFor != "5m0s" {
 		t.Fatalf("create with an expiry: exit %d, %s", code, out)
 	}
+	code, out, _ = cli(t, srv, "create", "cli-idle", "--idle-after", "1h", "--idle-fallback", "stop", "--no-wait", "-o", "json")
+	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Idle != (events.IdlePolicy{After: "1h0m0s", Action: "suspend", Fallback: "stop"}) {
+		t.Fatalf("create with an idle policy: exit %d, %s", code, out)
+	}
 	if code, out, _ := cli(t, srv, "list", "--phase", "ready"); code != 0 || !strings.Contains(out, "cli-demo") {
 		t.Fatalf("list: exit %d\n%s", code, out)
 	}
@@ -210,6 +214,10 @@ func TestFlagsRefusedWithContractCode(t *testing.T) {
 		{[]string{"serve", "--data", t.TempDir(), "--duplicate-window", "0"}, "--duplicate-window"},
 		{[]string{"serve", "--data", t.TempDir(), "--heartbeat-limit", "0"}, "--heartbeat-limit"},
 		{[]string{"serve", "--data", t.TempDir(), "--retain-for", "-1s"}, "--retain-for"},
+		{[]string{"serve", "--data", t.TempDir(), "--idle-after", "-1s"}, "--idle-after"},
+		{[]string{"serve", "--data", t.TempDir(), "--idle-after", "10s"}, "more than the activity window"},
+		{[]string{"serve", "--data", t.TempDir(), "--idle-after", "5m", "--idle-action", "delete"}, "--idle-action"},
+		{[]string{"serve", "--data", t.TempDir(), "--idle-fallback", "stop"}, "--idle-after too"},
 		{[]string{"serve", "--data", t.TempDir(), "--node", "Bad.Node"}, "--node"},
 		{[]string{"serve", "--data", t.TempDir(), "--replicas", "6"}, "--replicas 6"},
 		{[]string{"serve", "--data", t.TempDir(), "--replicas", "-1"}, "--replicas -1"},

@@ -286,6 +286,7 @@ func (f *clientFlags) createCmd() *cobra.Command {
 		w                 waitFlags
 		req               torpor.CreateRequest
 		opts, labels, env []string
+		idle              events.IdlePolicy
 	)
 	cmd := &cobra.Command{
 		Use:   "create [NAME] [--env K=V…] [-- CMD ARG…]",
@@ -317,6 +318,9 @@ func (f *clientFlags) createCmd() *cobra.Command {
 			if req.Env, err = pairs(env); err != nil {
 				return err
 			}
+			if idle.After != "" || idle.Action != "" || idle.Fallback != "" {
+				req.Idle = &idle // the server checks it
+			}
 			c := f.client()
 			v, err := c.Create(cmd.Context(), req, w.key)
 			if err != nil {
@@ -339,6 +343,9 @@ func (f *clientFlags) createCmd() *cobra.Command {
 	fl.StringVar(&req.OnExpiry, "on-expiry", "", "what its expiry does: delete (default) or stop")
 	fl.StringVar(&req.RetainFor, "retain-for", "", "how long a retained state is held from its suspension (default the server's --retain-for)")
 	fl.BoolVar(&req.WakeOnTraffic, "wake-on-traffic", false, "a connection to one of its forwards while it is suspended resumes it")
+	fl.StringVar(&idle.After, "idle-after", "", "idle policy: suspend (or stop) it once ready with no activity this long (default the server's --idle-after)")
+	fl.StringVar(&idle.Action, "idle-action", "", "what its idle policy does: suspend (default) or stop")
+	fl.StringVar(&idle.Fallback, "idle-fallback", "", "what its idle policy does when the driver cannot suspend: none (default) or stop")
 	w.add(cmd, "create")
 	return cmd
 }

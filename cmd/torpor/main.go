@@ -107,6 +107,9 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&cfg.WakeTimeout, "wake-timeout", 30*time.Second, "how long a connection to a forward of a suspended sandbox with wake_on_traffic is held for its resume before it is refused")
 	cfg.ActivityWindow = node.DefaultActivityWindow
 	f.Var(positiveDuration{&cfg.ActivityWindow}, "activity-window", "a sandbox's activity (a touch, bytes through its forwards) is recorded at most once per window (sandbox.active)")
+	f.DurationVar(&cfg.IdleAfter, "idle-after", 0, "the idle policy of a create that names none: a sandbox ready with no activity this long is suspended or stopped (sandbox.idle_timeout; 0: no idle policy)")
+	f.StringVar(&cfg.IdleAction, "idle-action", "", "what the default idle policy does: suspend (the default) or stop")
+	f.StringVar(&cfg.IdleFallback, "idle-fallback", "", "what the default idle policy does to a sandbox whose driver cannot suspend: none (the default: left running) or stop")
 	f.StringVar(&cfg.ProjectionDB, "projection-db", "", "also keep the SQL view in this CockroachDB or PostgreSQL database (postgresql://user@host:26257/torpor?sslmode=verify-full); a database that is down delays the view, not the service")
 	f.StringVar(&cfg.ReadFrom, "read-from", "kv", "the view that lists, gets, counts and histories are read from: kv, or sql (wants --projection-db); waits and watches read kv")
 	f.BoolVar(&cfg.NoAuth, "no-auth", false, "serve the HTTP API without tokens, every request with every scope (loopback --http only; warned of at every start)")

@@ -69,6 +69,11 @@ func TestServeConfigValidate(t *testing.T) {
 		{"negative http idle timeout", "--http-idle-timeout", func(c *serveConfig) { c.HTTPTimeouts.Idle = -time.Second }},
 		{"negative retain for", "--retain-for", func(c *serveConfig) { c.RetainFor = -time.Second }},
 		{"negative wake timeout", "--wake-timeout", func(c *serveConfig) { c.WakeTimeout = -time.Second }},
+		{"negative idle after", "--idle-after", func(c *serveConfig) { c.IdleAfter = -time.Second }},
+		{"idle after within the activity window", "--idle-after", func(c *serveConfig) { c.IdleAfter = 10 * time.Second }},
+		{"unknown idle action", "--idle-action", func(c *serveConfig) { c.IdleAfter, c.IdleAction = time.Hour, "delete" }},
+		{"unknown idle fallback", "--idle-fallback", func(c *serveConfig) { c.IdleAfter, c.IdleFallback = time.Hour, "suspend" }},
+		{"idle action without idle after", "--idle-after", func(c *serveConfig) { c.IdleAction = "stop" }},
 	}
 	for _, tc := range cases {
 		c := good

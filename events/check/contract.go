@@ -42,6 +42,9 @@ type life struct {
 	// or suspended (a gentler compensation): a deadline_passed of that
 	// phase right after it is the same append's, a fact of the phase.
 	settled events.Phase
+	// idle is the action of the idle timeout just before (issue 27): the
+	// next event must start it, in the same append.
+	idle string
 }
 
 // next is the phase CONTRACT §1 puts the sandbox in after e, or "" and
@@ -50,6 +53,14 @@ type life struct {
 func (l *life) next(e events.Event) (events.Phase, string) {
 	p := l.phase
 	in := func(ps ...events.Phase) bool { return slices.Contains(ps, p) }
+	if l.idle != "" {
+		// Issue 27: an idle timeout is followed by the start of its action.
+		_, suspend := e.(*events.SuspendRequested)
+		_, stop := e.(*events.StopRequested)
+		if (l.idle == events.IdleSuspend && !suspend) || (l.idle == events.IdleStop && !stop) {
+			return "", fmt.Sprintf("an idle timeout whose action is %s followed by no %s_requested", l.idle, l.idle)
+		}
+	}
 	switch e := e.(type) {
 	case *events.Created:
 		if p == none {
@@ -146,6 +157,15 @@ func (l *life) next(e events.Event) (events.Phase, string) {
 		case in(provisioning, ready, stopping, stopped, starting, suspending, suspended, errored):
 			return p, ""
 		}
+	case *events.IdleTimeout:
+		// Issue 27: a fact of ready, its action suspend or stop.
+		switch {
+		case p != ready:
+			return "", "an idle timeout only in ready"
+		case e.Action != events.IdleSuspend && e.Action != events.IdleStop:
+			return "", fmt.Sprintf("an idle timeout's action %q: suspend or stop", e.Action)
+		}
+		return p, ""
 	case *events.CleanupRequested, *events.CleanedUp:
 		// The deadline's clean-up of the driver (issue 24, hole 7): facts
 		// of an error, which they leave as it is.
@@ -228,7 +248,10 @@ func (l *life) next(e events.Event) (events.Phase, string) {
 // apply moves l to phase to after e (which next took).
 func (l *life) apply(e events.Event, to events.Phase) {
 	from := l.phase
-	l.phase, l.settled = to, ""
+	l.phase, l.settled, l.idle = to, "", ""
+	if it, ok := e.(*events.IdleTimeout); ok {
+		l.idle = it.Action
+	}
 	if to != starting {
 		l.resume, l.consumed, l.fallback, l.discard = false, false, false, false
 	}

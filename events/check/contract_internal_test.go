@@ -21,6 +21,8 @@ func variants(typ string, p events.Phase) []events.Event {
 		return []events.Event{e, &events.RetainedStateInvalidated{Reason: events.ReasonExpired}}
 	case *events.Expired:
 		return []events.Event{&events.Expired{Policy: events.ExpiryTTL}, &events.Expired{Policy: events.ExpiryRetention}}
+	case *events.IdleTimeout:
+		return []events.Event{&events.IdleTimeout{Action: events.IdleSuspend}, &events.IdleTimeout{Action: events.IdleStop}}
 	case *events.DeadlinePassed:
 		var out []events.Event
 		for _, q := range events.Phases {

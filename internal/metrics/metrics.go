@@ -55,6 +55,8 @@ type Set struct {
 	wakes       *counters
 	wakeLatency prometheus.Observer
 	activity    *counters
+	// idles counts the idle timeouts recorded (issue 27).
+	idles *counters
 }
 
 // New returns a Set with its collectors registered, the Go runtime's and
@@ -114,6 +116,9 @@ func New() *Set {
 	})
 	s.reg.MustRegister(wl)
 	s.wakeLatency = wl
+	s.idles = newCounters(s.reg, prometheus.CounterOpts{
+		Name: "idle_timeouts_total", Help: "Idle timeouts recorded (a ready sandbox with no activity for its idle policy's after), by the action started: suspend or stop.",
+	}, "action")
 	return s
 }
 
@@ -130,6 +135,14 @@ func (s *Set) Wake(outcome string) {
 func (s *Set) WakeLatency(d time.Duration) {
 	if s != nil {
 		s.wakeLatency.Observe(d.Seconds())
+	}
+}
+
+// IdleTimeout counts an idle timeout recorded, whose action is action
+// (suspend, stop).
+func (s *Set) IdleTimeout(action string) {
+	if s != nil {
+		s.idles.get(labels{action}).Inc()
 	}
 }
 

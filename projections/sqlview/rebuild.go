@@ -383,7 +383,8 @@ func (b *build) writeRows(ctx context.Context) (int, error) {
 		return []any{r.id[i], r.name[i], r.phase[i], r.generation[i], r.driver[i], r.node[i], str(r.labels[i]),
 			r.restore[i], r.outcome[i], exit, r.reason[i], r.at[i], r.nanos[i], r.seq[i], str(r.forwards[i]),
 			since, r.sinceNanos[i], str(r.expiry[i]), active, r.activeNanos[i],
-			r.wake[i]}, nil
+			r.wake[i],
+			str(r.idle[i])}, nil
 	}))
 	if err != nil {
 		return 0, fmt.Errorf("copy rows: %w", err)

@@ -14,7 +14,8 @@ import (
 const columns = `id, name, phase, generation, driver, node, labels, restore, last_outcome, exit_code, reason,
   updated_at, updated_at_nanos, seq, forwards, phase_since, phase_since_nanos, expiry,
   last_active_at, last_active_at_nanos,
-  wake_on_traffic`
+  wake_on_traffic,
+  idle`
 
 // scanRow reads one row of columns into a view: labels, restore and
 // forwards from their JSON, updated_at and phase_since with their
@@ -33,11 +34,13 @@ func scanRow(r pgx.Row) (events.View, error) {
 		exp                       []byte
 		active                    *time.Time
 		activeNanos               int32
+		idle                      []byte
 	)
 	err := r.Scan(&v.ID, &v.Name, &phase, &v.Generation, &v.Driver, &v.Node, &labels, &restore,
 		&v.LastOutcome, &exit, &v.Reason, &at, &nanos, &seq, &forwards, &since, &sinceNanos, &exp,
 		&active, &activeNanos,
-		&v.WakeOnTraffic)
+		&v.WakeOnTraffic,
+		&idle)
 	if err != nil {
 		return events.View{}, err
 	}
@@ -72,6 +75,11 @@ func scanRow(r pgx.Row) (events.View, error) {
 		}
 		v.ExpiresAt, v.OnExpiry, v.RetainFor = x.ExpiresAt, x.OnExpiry, x.RetainFor
 	}
+	if idle != nil {
+		if err := json.Unmarshal(idle, &v.Idle); err != nil {
+			return events.View{}, fmt.Errorf("row %s: idle: %w", v.ID, err)
+		}
+	}
 	return v, nil
 }
 
@@ -98,6 +106,7 @@ type rows struct {
 	active                                         []*time.Time // nil: no last_active_at
 	activeNanos                                    []int32
 	wake                                           []bool
+	idle                                           []*string // nil: none
 }
 
 func (r *rows) add(v events.View) error {
@@ -146,6 +155,11 @@ func (r *rows) add(v events.View) error {
 	}
 	r.expiry = append(r.expiry, exp)
 	r.wake = append(r.wake, v.WakeOnTraffic)
+	idle, err := jsonOrNull(v.Idle.None(), v.Idle)
+	if err != nil {
+		return fmt.Errorf("encode idle of %s: %w", v.ID, err)
+	}
+	r.idle = append(r.idle, idle)
 	return nil
 }
 
@@ -170,16 +184,19 @@ const upsertRows = `INSERT INTO torpor_sandboxes (` + columns + `)
 SELECT id, name, phase, generation, driver, node, labels::JSONB, restore::JSONB, last_outcome, exit_code, reason,
   updated_at, updated_at_nanos, seq, forwards::JSONB, phase_since, phase_since_nanos, expiry::JSONB,
   last_active_at, last_active_at_nanos,
-  wake_on_traffic
+  wake_on_traffic,
+  idle::JSONB
 FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::INT8[], $5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[],
   $9::TEXT[], $10::INT8[], $11::TEXT[], $12::TIMESTAMPTZ[], $13::INT4[], $14::INT8[], $15::TEXT[],
   $16::TIMESTAMPTZ[], $17::INT4[], $18::TEXT[],
   $19::TIMESTAMPTZ[], $20::INT4[],
-  $21::BOOL[])
+  $21::BOOL[],
+  $22::TEXT[])
   AS r (id, name, phase, generation, driver, node, labels, restore, last_outcome, exit_code, reason,
   updated_at, updated_at_nanos, seq, forwards, phase_since, phase_since_nanos, expiry,
   last_active_at, last_active_at_nanos,
-  wake_on_traffic)
+  wake_on_traffic,
+  idle)
 ON CONFLICT (id) DO UPDATE SET name = excluded.name, phase = excluded.phase, generation = excluded.generation,
   driver = excluded.driver, node = excluded.node, labels = excluded.labels, restore = excluded.restore,
   last_outcome = excluded.last_outcome, exit_code = excluded.exit_code, reason = excluded.reason,
@@ -187,14 +204,16 @@ ON CONFLICT (id) DO UPDATE SET name = excluded.name, phase = excluded.phase, gen
   forwards = excluded.forwards, phase_since = excluded.phase_since, phase_since_nanos = excluded.phase_since_nanos,
   expiry = excluded.expiry,
   last_active_at = excluded.last_active_at, last_active_at_nanos = excluded.last_active_at_nanos,
-  wake_on_traffic = excluded.wake_on_traffic
+  wake_on_traffic = excluded.wake_on_traffic,
+  idle = excluded.idle
 WHERE torpor_sandboxes.seq < excluded.seq`
 
 func (r *rows) args() []any {
 	return []any{r.id, r.name, r.phase, r.generation, r.driver, r.node, r.labels, r.restore,
 		r.outcome, r.exit, r.reason, r.at, r.nanos, r.seq, r.forwards, r.since, r.sinceNanos, r.expiry,
 		r.active, r.activeNanos,
-		r.wake}
+		r.wake,
+		r.idle}
 }
 
 // history is events as the columns of one INSERT into torpor_history.

@@ -21,6 +21,8 @@ type (
 	CreateRequest = events.CreateRequest
 	Page          = events.Page
 	Event         = events.HistoryEntry
+	// IdlePolicy is create's idle and the view's (README "Idle and wake").
+	IdlePolicy = events.IdlePolicy
 )
 
 // rawBody is an answer taken as it is (text), not decoded.

@@ -67,6 +67,9 @@ type Sandbox struct {
 	// retention's clock), and TTLSpent says a TTL expiry is recorded.
 	HeldSince time.Time
 	TTLSpent  bool
+	// IdleSpent says an idle timeout is recorded since the last activity
+	// (idle.go): one decision per idle stretch.
+	IdleSpent bool
 }
 
 // Exists reports whether the sandbox has been created.
@@ -138,6 +141,12 @@ func (s *Sandbox) apply(env events.Envelope) error {
 		s.Exited, s.Attached = true, 0
 	case *events.Active:
 		s.Active = env.Time
+	}
+	if _, ok := events.Activity(env, e); ok {
+		s.IdleSpent = false
+	}
+	if _, ok := e.(*events.IdleTimeout); ok {
+		s.IdleSpent = true
 	}
 	s.note(env)
 	env.Phase = to
@@ -261,6 +270,7 @@ func caused(typ string, s *Sandbox, c Command) events.Event {
 			Command: r.Command, Env: r.Env, Labels: r.Labels, Generation: 1, EnvSealed: c.EnvSealed,
 			ExpiresAt: c.Expiry.ExpiresAt, OnExpiry: c.Expiry.OnExpiry, RetainFor: c.Expiry.RetainFor,
 			WakeOnTraffic: r.WakeOnTraffic,
+			Idle:          c.Expiry.Idle,
 		}
 	case events.TypeStartRequested:
 		return &events.StartRequested{Generation: s.Generation + 1}
@@ -453,6 +463,9 @@ func reported(s *Sandbox, evs []events.Event, now time.Time) ([]events.Event, er
 				// Only an expiry stops a suspended sandbox so (expired).
 				return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: a retained state invalidated in suspended but no expiry", s.ID)
 			}
+		case *events.IdleTimeout:
+			// Decided by the gateway alone (Service.Record, idled).
+			return nil, events.Errorf(events.CodeInvalidArgument, "sandbox %s: an idle timeout is reported alone", s.ID)
 		case *events.DeadlinePassed:
 			if !e.Phase.Transient() {
 				return nil, events.Errorf(events.CodeInvalidArgument, "sandbox %s: a deadline of %s, which is no transient phase", s.ID, e.Phase)

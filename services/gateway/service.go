@@ -118,6 +118,9 @@ type Config struct {
 	// per sandbox; activity within the window of the last one recorded is
 	// no new event (README "Activity").
 	ActivityWindow time.Duration
+	// Idle is the idle policy of a create that names none (serve
+	// --idle-after, --idle-action, --idle-fallback); zero for none.
+	Idle events.IdlePolicy
 }
 
 // DefaultActivityWindow is Config.ActivityWindow's default.
@@ -559,6 +562,11 @@ func (s *Service) Active(ctx context.Context, id, source, actor string, at time.
 // reaching an instance that still caches ready, say), and a report that
 // saga or supervisor takes as final must not be refused on a stale cache.
 func (s *Service) Record(ctx context.Context, cause events.Envelope, actor string, evs ...events.Event) error {
+	if len(evs) == 1 {
+		if e, ok := evs[0].(*events.IdleTimeout); ok {
+			return s.idle(ctx, cause, e)
+		}
+	}
 	return s.record(ctx, cause, actor, nil, evs...)
 }
 
@@ -736,6 +744,9 @@ func (s *Service) create(ctx context.Context, c Command) (events.View, error) {
 	}
 	var err error
 	if c.Expiry.ExpiresAt, c.Expiry.OnExpiry, c.Expiry.RetainFor, err = events.ParseCreateExpiry(*r, s.now(), s.cfg.RetainFor); err != nil {
+		return events.View{}, err
+	}
+	if c.Expiry.Idle, err = s.idlePolicy(r.Idle); err != nil {
 		return events.View{}, err
 	}
 	if err := s.drivers.Validate(r.Driver, compute.Spec{Node: node, Options: r.DriverOptions, Command: r.Command, Env: r.Env}); err != nil {

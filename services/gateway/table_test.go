@@ -144,6 +144,8 @@ var contractEvents = []struct {
 	{"starting", "sandbox.active", "starting"},
 	{"suspending", "sandbox.active", "suspending"},
 	{"suspended", "sandbox.active", "suspended"},
+	// an idle timeout (README "Idle and wake") is a fact of ready only
+	{"ready", "sandbox.idle_timeout", "ready"},
 }
 
 // transitionKey is one (phase, event type) pair of the lifecycle.

@@ -157,6 +157,28 @@ type Config struct {
 	// anything uses them: tests wrap a real driver to make it refuse a call.
 	// No flag sets it.
 	WrapDrivers func(compute.Registry)
+	// IdleAfter, IdleAction and IdleFallback are the idle policy of a
+	// create that names none (--idle-after, --idle-action,
+	// --idle-fallback; README "Idle and wake"): zero IdleAfter for none,
+	// "" action and fallback for suspend and none.
+	IdleAfter    time.Duration
+	IdleAction   string
+	IdleFallback string
+}
+
+// idle is c's default idle policy, zero for none, or why it is none.
+func (c Config) idle() (events.IdlePolicy, error) {
+	if c.IdleAfter == 0 {
+		if c.IdleAction != "" || c.IdleFallback != "" {
+			return events.IdlePolicy{}, errors.New("--idle-action, --idle-fallback: want --idle-after too")
+		}
+		return events.IdlePolicy{}, nil
+	}
+	p, err := events.NewIdlePolicy(c.IdleAfter.String(), c.IdleAction, c.IdleFallback, cmp.Or(c.ActivityWindow, DefaultActivityWindow))
+	if err != nil {
+		return events.IdlePolicy{}, fmt.Errorf("--idle-after %s, --idle-action %q, --idle-fallback %q: %s", c.IdleAfter, c.IdleAction, c.IdleFallback, err.Error())
+	}
+	return *p, nil
 }
 
 // DefaultActivityWindow is --activity-window's default (README "Activity").
@@ -190,6 +212,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--max-log-bytes %d: want a positive size, or -1 for no bound", c.MaxLogBytes)
 	case c.ActivityWindow < 0:
 		return fmt.Errorf("--activity-window %s: want a positive duration", c.ActivityWindow)
+	case c.IdleAfter < 0:
+		return fmt.Errorf("--idle-after %s: want a positive duration, or 0 for no idle policy", c.IdleAfter)
 	case c.ReplayTTL < 0:
 		return fmt.Errorf("--replay-ttl %s: want a positive duration", c.ReplayTTL)
 	case c.HTTPTimeouts.ReadHeader < 0:
@@ -224,6 +248,9 @@ func (c Config) Validate() error {
 		if err := c.embedded().Validate(); err != nil {
 			return fmt.Errorf("--nats-listen: %w", err)
 		}
+	}
+	if _, err := c.idle(); err != nil {
+		return err
 	}
 	return nil
 }
@@ -496,6 +523,9 @@ func startOnce(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, er
 	gcfg := gateway.Config{Node: cfg.Node, Nodes: cfg.RemoteNodes, HeartbeatLimit: cfg.HeartbeatLimit, Metrics: m, Unavailable: store.Unavailable}
 	gcfg.RetainFor = cfg.RetainFor
 	gcfg.ActivityWindow = cmp.Or(cfg.ActivityWindow, DefaultActivityWindow)
+	if gcfg.Idle, err = cfg.idle(); err != nil {
+		return nil, err
+	}
 	if a.user != nil {
 		// A bus with accounts: torpor's own commands come answered on
 		// its inbox, anything else in its account is refused.

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 
 const { app } = await import('../ui/state.js');
 const { lateness, since } = await import('../ui/list.js');
-const { outcome, detail } = await import('../ui/sandbox.js');
+const { outcome, detail, idlePolicy } = await import('../ui/sandbox.js');
 
 test('a transient phase is judged against the deadline, from phase_since', () => {
   app.server.deadline_seconds = 120;
@@ -56,7 +56,20 @@ test('the timeline says where activity came from', () => {
     [{ type: 'sandbox.active', data: { source: 'touch', at: '2026-12-06T12:00:00Z' } }, 'by touch'],
     [{ type: 'sandbox.exited', data: { generation: 1, code: 3 } }, 'exit 3'],
     [{ type: 'sandbox.forward_opened', data: { source: 'x' } }, ''],
+    [{ type: 'sandbox.idle_timeout', data: { policy: { after: '15m0s', action: 'suspend', fallback: 'none' }, last_active_at: '2026-12-06T12:00:00Z', action: 'stop' } },
+      'idle since 2026-12-06T12:00:00Z → stop'],
   ]) {
     assert.equal(detail(e), want, JSON.stringify(e));
+  }
+});
+
+test('the sandbox page says what its idle policy does', () => {
+  for (const [p, want] of [
+    [undefined, ''],
+    [{ after: '15m0s', action: 'suspend', fallback: 'none' }, 'suspend after 15m0s idle'],
+    [{ after: '15m0s', action: 'suspend', fallback: 'stop' }, 'suspend after 15m0s idle, else stop'],
+    [{ after: '1h0m0s', action: 'stop', fallback: 'none' }, 'stop after 1h0m0s idle'],
+  ]) {
+    assert.equal(idlePolicy(p), want, JSON.stringify(p));
   }
 });

@@ -34,7 +34,16 @@ export function detail(e) {
   if (d.phase && e.type === 'sandbox.deadline_passed') parts.push(`in ${d.phase}`);
   if (d.node && e.type === 'sandbox.retained_state_consumed') parts.push(`on ${d.node}`);
   if (d.source && e.type === 'sandbox.active') parts.push(`by ${d.source}`);
+  if (e.type === 'sandbox.idle_timeout') parts.push(`idle since ${d.last_active_at || '?'} → ${d.action || '?'}`);
   return parts.join(' · ');
+}
+
+// idlePolicy says what a view's idle policy does (README "Idle and wake"),
+// '' when it has none.
+export function idlePolicy(p) {
+  if (!p || !p.after) return '';
+  const fallback = p.action !== 'stop' && p.fallback === 'stop' ? ', else stop' : '';
+  return `${p.action || 'suspend'} after ${p.after} idle${fallback}`;
 }
 
 export class SandboxView {
@@ -123,6 +132,7 @@ export class SandboxView {
       row('retained state', restore.held ? `held${restore.bytes ? ` (${restore.bytes} bytes)` : ''}` : restore.consumed ? 'consumed' : 'none'),
       row('forwards', (v.forwards || []).map((f) => `${f.address} → ${f.port}`).join(', ')),
       row('last active', v.last_active_at ? time(v.last_active_at) : ''),
+      row('idle policy', idlePolicy(v.idle)),
       row('updated', time(v.updated_at)),
       row('seq', String(v.seq)));
     fill(this.actionsEl, app.canWrite ? VERBS.map((verb) => button(v, verb)) : []);

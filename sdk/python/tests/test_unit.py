@@ -43,6 +43,21 @@ class Served(unittest.TestCase):
         self.client = torpor.Client(self.srv.url, token="torpor_t_secret", timeout=5)
 
 
+class Idle(Served):
+    """Create's idle policy goes in the body as the server reads it; the
+    view's comes back as an IdlePolicy, None when the view has none."""
+
+    def answer(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Reply:
+        sent = json.loads(body or b"{}")
+        return json_reply(201, view(idle={"after": sent["idle"]["after"], "action": "suspend", "fallback": "stop"}))
+
+    def test_create(self) -> None:
+        v = self.client.create(idle=torpor.IdlePolicy(after="15m", fallback="stop"))
+        self.assertEqual(v.idle, torpor.IdlePolicy(after="15m", action="suspend", fallback="stop"))
+        self.assertIsNone(torpor.View.from_json(view()).idle)
+        self.assertEqual(torpor.IdlePolicy(after="15m").to_json(), {"after": "15m"})
+
+
 class UnknownPhase(Served):
     """A phase this SDK does not know ("hibernating") comes back as a plain
     str wherever a phase is, never an error (CONTRACT §1)."""

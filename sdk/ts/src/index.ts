@@ -45,6 +45,7 @@ export type {
   DriverCapabilities,
   Forward,
   HistoryEvent,
+  IdlePolicy,
   NewToken,
   Outcome,
   Page,

@@ -86,6 +86,8 @@ export interface View {
   retain_for?: string;
   /** A connection to one of its forwards while suspended resumes it (create's wake_on_traffic); omitted when false. */
   wake_on_traffic?: boolean;
+  /** Its idle policy (create's idle, or the server's --idle-after); omitted when none. */
+  idle?: IdlePolicy;
 }
 
 /** The body of create (CONTRACT §5). */
@@ -109,6 +111,22 @@ export interface CreateRequest {
   retain_for?: string;
   /** A connection to one of its forwards while it is suspended resumes it (README "Wake on traffic"). */
   wake_on_traffic?: boolean;
+  /** Its idle policy (README "Idle and wake"); the server's default when omitted. */
+  idle?: IdlePolicy;
+}
+
+/**
+ * An idle policy (README "Idle and wake"): once ready with no activity for
+ * `after`, the sandbox is suspended (or stopped) through a
+ * sandbox.idle_timeout event.
+ */
+export interface IdlePolicy {
+  /** A Go duration ("15m"), longer than the server's activity window: required. */
+  after: string;
+  /** "suspend" (the default) or "stop". */
+  action?: string;
+  /** For a driver that cannot suspend: "none" (the default: left running) or "stop". */
+  fallback?: string;
 }
 
 /** One page of a list, in creation order (or the order `sort` asked). */

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ._errors import DeadlineExceeded, TorporError, Unavailable, answer_error, retryable
-from ._model import Driver, Event, Forward, NewToken, Page, Phase, ServerInfo, TokenInfo, View, parse_phase
+from ._model import Driver, Event, Forward, IdlePolicy, NewToken, Page, Phase, ServerInfo, TokenInfo, View, parse_phase
 from ._uuid import uuid7
 from ._watch import Watch
 
@@ -317,6 +317,7 @@ class Client:
         on_expiry: str | None = None,
         retain_for: str | None = None,
         wake_on_traffic: bool = False,
+        idle: IdlePolicy | None = None,
     ) -> View:
         """Creates a sandbox (provisioning). key is the idempotency key: a
         create sent again with it creates nothing more and answers the same
@@ -324,7 +325,8 @@ class Client:
         or expires_at (RFC 3339), with on_expiry ("delete", "stop"), give it
         a time to live; retain_for how long a retained state is held.
         wake_on_traffic: a connection to one of its forwards while it is
-        suspended resumes it."""
+        suspended resumes it. idle: its idle policy (the server's default
+        when None)."""
         body: dict[str, Any] = {}
         for k, v in (("name", name), ("driver", driver), ("node", node), ("ttl", ttl), ("expires_at", expires_at),
                      ("on_expiry", on_expiry), ("retain_for", retain_for)):
@@ -337,6 +339,8 @@ class Client:
             body["command"] = list(command)
         if wake_on_traffic:
             body["wake_on_traffic"] = True
+        if idle is not None:
+            body["idle"] = idle.to_json()
         return View.from_json(self._json("POST", "/v1/sandboxes", body=body, key=key or new_key()))
 
     def _lifecycle(self, verb: str, id: str, body: Any, key: str | None) -> View:

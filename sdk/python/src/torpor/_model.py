@@ -97,6 +97,33 @@ class Restore:
 
 
 @dataclass
+class IdlePolicy:
+    """An idle policy (README "Idle and wake"): once ready with no activity
+    for after (a Go duration, "15m", longer than the server's activity
+    window), the sandbox is suspended, or stopped (action "stop"; fallback
+    "stop" for a driver that cannot suspend, "none" leaves it running)."""
+
+    after: str
+    action: str = ""
+    fallback: str = ""
+
+    @classmethod
+    def from_json(cls, d: Any) -> IdlePolicy | None:
+        d = _obj(d)
+        if not _str(d.get("after")):
+            return None
+        return cls(after=_str(d.get("after")), action=_str(d.get("action")), fallback=_str(d.get("fallback")))
+
+    def to_json(self) -> dict[str, str]:
+        out = {"after": self.after}
+        if self.action:
+            out["action"] = self.action
+        if self.fallback:
+            out["fallback"] = self.fallback
+        return out
+
+
+@dataclass
 class Forward:
     """An open TCP forward: from address on torpor's host to port of the
     sandbox (listen is what was asked, address what was bound)."""
@@ -147,6 +174,9 @@ class View:
     #: Create's wake_on_traffic: a connection to one of its forwards while
     #: it is suspended resumes it.
     wake_on_traffic: bool = False
+    #: Its idle policy (create's idle, or the server's --idle-after); None
+    #: when none.
+    idle: IdlePolicy | None = None
 
     @classmethod
     def from_json(cls, d: Any) -> View:
@@ -176,6 +206,7 @@ class View:
             on_expiry=_str(d.get("on_expiry")),
             retain_for=_str(d.get("retain_for")),
             wake_on_traffic=d.get("wake_on_traffic") is True,
+            idle=IdlePolicy.from_json(d.get("idle")),
         )
 
 

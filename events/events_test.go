@@ -337,6 +337,63 @@ func TestFoldLastActiveAt(t *testing.T) {
 	}
 }
 
+// TestFoldExpiryPaused: with ttl_pauses_while_suspended, the view's
+// expires_at moves later by each stay in suspended, added as the stay
+// ends (the event that leaves suspended), and expiry_paused says a stay
+// is under way; without it expires_at is created's throughout.
+func TestFoldExpiryPaused(t *testing.T) {
+	at := func(s int64) time.Time { return time.Unix(s, 5).UTC() }
+	steps := []struct {
+		e       Event // at second 10 + its index
+		expires time.Time
+		paused  bool
+	}{
+		{&Created{Name: "a", Generation: 1, ExpiresAt: at(100), OnExpiry: OnExpiryDelete}, at(100), false},
+		{&SupervisorAttached{Generation: 1}, at(100), false},
+		{&SuspendRequested{Generation: 1}, at(100), false},
+		{&Suspended{Generation: 1, RestoreRef: "r"}, at(100), true},
+		{&ForwardOpened{ForwardID: "f1", Port: 80}, at(100), true},
+		{&ResumeRequested{Generation: 2, RestoreRef: "r"}, at(102), false}, // suspended from 13 to 15
+		{&ResumeFailed{Generation: 2, Message: "no"}, at(102), true},
+		{&StartRequested{Generation: 3}, at(103), false}, // suspended from 16 to 17
+		{&SupervisorAttached{Generation: 3}, at(103), false},
+	}
+	for _, pauses := range []bool{true, false} {
+		var v View
+		for i, s := range steps {
+			e := s.e
+			if c, ok := e.(*Created); ok {
+				cc := *c
+				cc.TTLPausesWhileSuspended = pauses
+				e = &cc
+			}
+			en, err := NewEnvelope("s1", e, Meta{}, at(int64(10+i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			en.Seq = uint64(i + 1)
+			if _, err := v.Apply(en); err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
+			want, paused := s.expires, s.paused
+			if !pauses {
+				want, paused = at(100), false
+			}
+			if !v.ExpiresAt.Equal(want) || v.ExpiryPaused != paused {
+				t.Errorf("pauses %v, after %T (step %d): expires_at %s paused %v, want %s paused %v", pauses, e, i, v.ExpiresAt, v.ExpiryPaused, want, paused)
+			}
+		}
+	}
+	var v View
+	b, _ := json.Marshal(View{ID: "s2", ExpiresAt: at(100), TTLPausesWhileSuspended: true, ExpiryPaused: true})
+	if err := json.Unmarshal(b, &v); err != nil || !v.ExpiryPaused || !v.TTLPausesWhileSuspended {
+		t.Errorf("view JSON %s: want ttl_pauses_while_suspended and expiry_paused back, got %+v (%v)", b, v, err)
+	}
+	if b, _ := json.Marshal(View{ID: "s2"}); strings.Contains(string(b), "paused") {
+		t.Errorf("view without the option: JSON %s names it", b)
+	}
+}
+
 func ExampleCodeOf() {
 	err := fmt.Errorf("suspend x: %w", Errorf(CodeUnimplemented, "driver sim cannot suspend"))
 	fmt.Println(CodeOf(err), CodeOf(err).HTTPStatus())

@@ -105,6 +105,9 @@ func ParseCreateExpiry(r CreateRequest, now time.Time, defRetain time.Duration) 
 	default:
 		return at, "", "", Errorf(CodeInvalidArgument, "create: on_expiry %q: want delete or stop", r.OnExpiry)
 	}
+	if r.TTLPausesWhileSuspended && at.IsZero() {
+		return at, "", "", Errorf(CodeInvalidArgument, "create: ttl_pauses_while_suspended without ttl or expires_at")
+	}
 	switch {
 	case r.RetainFor != "":
 		d, perr := time.ParseDuration(r.RetainFor)

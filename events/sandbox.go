@@ -43,6 +43,9 @@ type Created struct {
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	OnExpiry  string    `json:"on_expiry,omitempty"`
 	RetainFor string    `json:"retain_for,omitempty"`
+	// TTLPausesWhileSuspended is create's ttl_pauses_while_suspended: the
+	// time spent suspended moves the expiry later (expiry.go, View).
+	TTLPausesWhileSuspended bool `json:"ttl_pauses_while_suspended,omitempty"`
 	// WakeOnTraffic is create's wake_on_traffic: a connection to one of
 	// its forwards while it is suspended resumes it.
 	WakeOnTraffic bool `json:"wake_on_traffic,omitempty"`

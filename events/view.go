@@ -74,6 +74,13 @@ type View struct {
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	OnExpiry  string    `json:"on_expiry,omitempty"`
 	RetainFor string    `json:"retain_for,omitempty"`
+	// TTLPausesWhileSuspended is create's: ExpiresAt is then the effective
+	// expiry, created's moved later by every stay in suspended that ended
+	// (from the event that entered suspended to the one that left it).
+	// While suspended ExpiryPaused is set and ExpiresAt is the value it
+	// had on entering: the stay under way is added when it ends.
+	TTLPausesWhileSuspended bool `json:"ttl_pauses_while_suspended,omitempty"`
+	ExpiryPaused            bool `json:"expiry_paused,omitempty"`
 	// WakeOnTraffic is create's wake_on_traffic (omitted when false).
 	WakeOnTraffic bool `json:"wake_on_traffic,omitempty"`
 	// Idle is the sandbox's idle policy from its create (idle.go),
@@ -136,6 +143,7 @@ func (v *View) Apply(env Envelope) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("%w: sandbox %s seq %d: %w", ErrRefused, env.SandboxID, env.Seq, err)
 	}
+	v.pauseExpiry(to, env.Time)
 	if to != v.Phase {
 		v.PhaseSince = env.Time
 	}
@@ -157,6 +165,7 @@ func (v *View) Apply(env Envelope) (bool, error) {
 			v.Labels = map[string]string{}
 		}
 		v.ExpiresAt, v.OnExpiry, v.RetainFor = e.ExpiresAt, e.OnExpiry, e.RetainFor
+		v.TTLPausesWhileSuspended = e.TTLPausesWhileSuspended && !e.ExpiresAt.IsZero()
 		v.WakeOnTraffic = e.WakeOnTraffic
 		v.Idle = e.Idle
 	case *StartRequested:
@@ -227,6 +236,24 @@ func (v *View) Apply(env Envelope) (bool, error) {
 		v.Forwards = nil
 	}
 	return true, nil
+}
+
+// pauseExpiry pauses the expiry of a sandbox whose ttl pauses while
+// suspended as it enters suspended (phase to, at t) and, as it leaves,
+// moves ExpiresAt later by the stay (t minus PhaseSince, the entry).
+func (v *View) pauseExpiry(to Phase, t time.Time) {
+	if !v.TTLPausesWhileSuspended {
+		return
+	}
+	switch {
+	case to == PhaseSuspended && v.Phase != PhaseSuspended:
+		v.ExpiryPaused = true
+	case v.Phase == PhaseSuspended && to != PhaseSuspended && v.ExpiryPaused:
+		if t.After(v.PhaseSince) {
+			v.ExpiresAt = v.ExpiresAt.Add(t.Sub(v.PhaseSince))
+		}
+		v.ExpiryPaused = false
+	}
 }
 
 // Activity reports whether env (decoded as e) records activity of its

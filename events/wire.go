@@ -25,6 +25,9 @@ type CreateRequest struct {
 	ExpiresAt string `json:"expires_at,omitempty"`
 	OnExpiry  string `json:"on_expiry,omitempty"`
 	RetainFor string `json:"retain_for,omitempty"`
+	// TTLPausesWhileSuspended: the time the sandbox spends suspended is
+	// not counted against its ttl or expires_at (which moves later by it).
+	TTLPausesWhileSuspended bool `json:"ttl_pauses_while_suspended,omitempty"`
 	// WakeOnTraffic: a connection to a forward of the sandbox while it is
 	// suspended resumes it (the forward holds the connection until it is
 	// ready). See the README's "Wake on traffic".

@@ -22,6 +22,11 @@ import (
 //                                  invalidated, Expired: stopped), at the head of the log, and refuses it
 //                                  when not due or no longer true (gateway/expiry.go)
 //     refused                    → look again in a second (a transient phase settling, the clocks apart)
+//   a ttl that pauses while suspended (created's ttl_pauses_while_suspended)
+//                                → its due time is the view's expires_at (created's moved later by every
+//                                  stay in suspended); while suspended it is paused: the job parks it
+//                                  (armed, its timer stopped) and the first event read with a phase
+//                                  other than suspended runs it again, which rearms it at the moved time
 //   sandbox.expired, with a retained_state_invalidated{reason: Expired} appended with it
 //                                → driver.Discard(ref) (release), again until it answers, across restarts
 //
@@ -37,6 +42,11 @@ type expiry struct {
 	env    events.Envelope // the event that armed it: sandbox.created (ttl) or sandbox.suspended (retention)
 	policy string
 	timer  *time.Timer
+	// parked: a ttl paused while suspended, its timer stopped until an
+	// event leaves suspended; left is the newest sequence read with a
+	// phase other than suspended (see park).
+	parked bool
+	left   uint64
 }
 
 type expiryKey struct{ id, policy string }
@@ -84,6 +94,32 @@ func (r *Runner) trackExpiry(ctx context.Context, env events.Envelope, created *
 		r.disarm(expiryKey{id, events.ExpiryTTL})
 		r.disarm(expiryKey{id, events.ExpiryRetention})
 	}
+	if x := r.expiries[expiryKey{id, events.ExpiryTTL}]; x != nil && env.Phase != events.PhaseSuspended && env.Phase != events.PhaseNone {
+		// Not (or no longer) suspended: a parked ttl is due again, at
+		// the time its stay moved it to (the job reads it from the log).
+		x.left = max(x.left, env.Seq)
+		if x.parked {
+			x.parked = false
+			x.timer.Reset(0)
+		}
+	}
+}
+
+// park stops x, a ttl paused while suspended as the log read up to head
+// says, until an event leaves suspended (trackExpiry); one already read
+// past head runs it again at once.
+func (r *Runner) park(x *expiry, head uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopping || r.expiries[expiryKey{x.env.SandboxID, x.policy}] != x {
+		return
+	}
+	if x.left > head {
+		x.timer.Reset(0)
+		return
+	}
+	x.timer.Stop()
+	x.parked = true
 }
 
 // arm sets the expiry of policy armed by env at at; r.mu is held.
@@ -154,6 +190,10 @@ func (r *Runner) expire(ctx context.Context, x *expiry) error {
 	case events.ExpiryTTL:
 		if v.ExpiresAt.IsZero() || ttlSpent(all) || v.Phase == events.PhaseDeleting || v.Phase == events.PhaseDeleted {
 			r.closeExpiry(x)
+			return nil
+		}
+		if v.ExpiryPaused {
+			r.park(x, all[len(all)-1].Seq)
 			return nil
 		}
 		e = &events.Expired{Policy: events.ExpiryTTL, ExpiresAt: v.ExpiresAt, Action: v.OnExpiry}

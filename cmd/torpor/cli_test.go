@@ -51,8 +51,8 @@ func TestCLI(t *testing.T) {
 	if code, out, _ := cli(t, srv, "history", "cli-demo"); code != 0 || !strings.Contains(out, "sandbox.retained_state_consumed") {
 		t.Fatalf("history: exit %d\n%s", code, out)
 	}
-	code, out, _ = cli(t, srv, "create", "cli-expiry", "--ttl", "1h", "--on-expiry", "stop", "--retain-for", "5m", "--no-wait", "-o", "json")
-	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.ExpiresAt.IsZero() || v.OnExpiry != "stop" || v.RetainFor != "5m0s" {
+	code, out, _ = cli(t, srv, "create", "cli-expiry", "--ttl", "1h", "--on-expiry", "stop", "--retain-for", "5m", "--ttl-pauses-while-suspended", "--no-wait", "-o", "json")
+	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.ExpiresAt.IsZero() || v.OnExpiry != "stop" || v.RetainFor != "5m0s" || !v.TTLPausesWhileSuspended {
 		t.Fatalf("create with an expiry: exit %d, %s", code, out)
 	}
 	code, out, _ = cli(t, srv, "create", "cli-idle", "--idle-after", "1h", "--idle-fallback", "stop", "--no-wait", "-o", "json")

@@ -342,6 +342,7 @@ func (f *clientFlags) createCmd() *cobra.Command {
 	fl.StringVar(&req.ExpiresAt, "expires-at", "", "when it expires, RFC 3339 (instead of --ttl)")
 	fl.StringVar(&req.OnExpiry, "on-expiry", "", "what its expiry does: delete (default) or stop")
 	fl.StringVar(&req.RetainFor, "retain-for", "", "how long a retained state is held from its suspension (default the server's --retain-for)")
+	fl.BoolVar(&req.TTLPausesWhileSuspended, "ttl-pauses-while-suspended", false, "time spent suspended moves its expiry later (with --ttl or --expires-at)")
 	fl.BoolVar(&req.WakeOnTraffic, "wake-on-traffic", false, "a connection to one of its forwards while it is suspended resumes it")
 	fl.StringVar(&idle.After, "idle-after", "", "idle policy: suspend (or stop) it once ready with no activity this long (default the server's --idle-after)")
 	fl.StringVar(&idle.Action, "idle-action", "", "what its idle policy does: suspend (default) or stop")

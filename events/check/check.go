@@ -85,6 +85,7 @@ const (
 	RuleSettles  = "settles"  // a passed deadline that leaves a transient phase
 	RuleStay     = "stay"     // a transient stay longer than the deadline
 	RuleCleanup  = "cleanup"  // a deadline's clean-up never done
+	RuleExpiry   = "expiry"   // a ttl expiry not at its time (moved by the stays in suspended when it pauses), or the views' expires_at not it
 )
 
 // The deadline's clean-up of the driver, as the sagas are to record it
@@ -137,7 +138,14 @@ type sandbox struct {
 	stay     *stay              // the transient stay under way
 	cleanups []stay             // clean-ups asked for and not confirmed
 	owed     uint64             // a deadline that ended in error, its clean-up not asked for yet
-	out      []Violation
+	// ttlAt is the sandbox's ttl as the events say: created's expires_at,
+	// moved later by each stay in suspended that ended when ttlPauses
+	// (create's ttl_pauses_while_suspended); pausedAt is the entry into
+	// the stay under way.
+	ttlAt     time.Time
+	ttlPauses bool
+	pausedAt  time.Time
+	out       []Violation
 }
 
 func (s *sandbox) fail(seq uint64, inv int, rule, format string, args ...any) {
@@ -274,6 +282,7 @@ func (s *sandbox) step(env events.Envelope) {
 	s.outcome(seq, env, e)
 	s.life.apply(e, to)
 	s.effects(seq, env, e, to)
+	s.expiry(env, e, from, to)
 	s.stays(env, from, to)
 	if d, ok := e.(*events.DeadlinePassed); ok {
 		// The stamp is what the writer said the deadline left.
@@ -393,10 +402,50 @@ func (s *sandbox) effects(seq uint64, env events.Envelope, e events.Event, to ev
 	}
 }
 
+// expiry keeps the sandbox's ttl and judges a ttl expiry against it (issue
+// 27): at it, recorded no earlier, never while suspended when it pauses.
+func (s *sandbox) expiry(env events.Envelope, e events.Event, from, to events.Phase) {
+	switch e := e.(type) {
+	case *events.Created:
+		s.ttlAt, s.ttlPauses = e.ExpiresAt, e.TTLPausesWhileSuspended && !e.ExpiresAt.IsZero()
+	case *events.Expired:
+		if e.Policy != events.ExpiryTTL {
+			break
+		}
+		switch {
+		case s.ttlAt.IsZero():
+			s.fail(env.Seq, Lifecycle, RuleExpiry, "a ttl expiry of a sandbox without a ttl")
+		case s.ttlPauses && from == suspended:
+			s.fail(env.Seq, Lifecycle, RuleExpiry, "a ttl expiry while suspended, where its ttl pauses")
+		case !e.ExpiresAt.Equal(s.ttlAt):
+			s.fail(env.Seq, Lifecycle, RuleExpiry, "a ttl expiry at %s; its ttl is %s", e.ExpiresAt.Format(time.RFC3339Nano), s.ttlAt.Format(time.RFC3339Nano))
+		case env.Time.Before(s.ttlAt):
+			s.fail(env.Seq, Lifecycle, RuleExpiry, "a ttl expiry recorded at %s, before its ttl %s", env.Time.Format(time.RFC3339Nano), s.ttlAt.Format(time.RFC3339Nano))
+		}
+	}
+	if !s.ttlPauses {
+		return
+	}
+	switch {
+	case from != suspended && to == suspended:
+		s.pausedAt = env.Time
+	case from == suspended && to != suspended && !s.pausedAt.IsZero():
+		if env.Time.After(s.pausedAt) {
+			s.ttlAt = s.ttlAt.Add(env.Time.Sub(s.pausedAt))
+		}
+		s.pausedAt = time.Time{}
+	}
+}
+
 // views checks what a projection shows after the event against what the
-// events say: the exit code kept, no reference advertised once dead.
+// events say: the exit code kept, no reference advertised once dead, the
+// ttl and its pause.
 func (s *sandbox) views(seq uint64, to events.Phase) {
 	v := s.view
+	if paused := s.ttlPauses && to == suspended; !v.ExpiresAt.Equal(s.ttlAt) || v.ExpiryPaused != paused {
+		s.fail(seq, Lifecycle, RuleExpiry, "the views show expires_at %s (paused %v) where its ttl is %s (paused %v)",
+			v.ExpiresAt.Format(time.RFC3339Nano), v.ExpiryPaused, s.ttlAt.Format(time.RFC3339Nano), paused)
+	}
 	if s.exit != nil && (v.ExitCode == nil || *v.ExitCode != *s.exit) {
 		s.fail(seq, ExitKept, RuleExit, "the views show exit code %s where %d was recorded", code(v.ExitCode), *s.exit)
 	}

@@ -64,3 +64,44 @@ func TestRetentionExpiredStillProvesInvariant1(t *testing.T) {
 		t.Fatalf("an invalidation in suspended with no expiry: violations %v; want one of rule table at seq 5", vs)
 	}
 }
+
+// TestTTLPausedWhileSuspended (issue 27, item 5's last clause): with
+// ttl_pauses_while_suspended the ttl moves later by each stay in
+// suspended (events a second apart: suspended at 3, resumed at 4, so 1s),
+// and an expiry at the moved time, recorded no earlier, is clean; one at
+// created's time, one while suspended, and one recorded before its time
+// are rule expiry's.
+func TestTTLPausedWhileSuspended(t *testing.T) {
+	withTTL := func(at time.Duration, pauses bool) step {
+		return step{&events.Created{Name: "a", Driver: "sim", Generation: 1, ExpiresAt: t0.Add(at), OnExpiry: events.OnExpiryDelete, TTLPausesWhileSuspended: pauses}, "provisioning", "c1"}
+	}
+	ttl := func(at time.Duration) step {
+		return step{&events.Expired{Policy: events.ExpiryTTL, ExpiresAt: t0.Add(at), Action: events.OnExpiryDelete}, "", "c9"}
+	}
+	deleting := step{&events.DeleteRequested{}, "deleting", "c9"}
+	resumedThen := func(at time.Duration) []step {
+		return []step{withTTL(5*time.Second, true), attached1, suspend1, suspended, resume2, consumed2, resumed2, attached2, ttl(at), deleting}
+	}
+	cases := []struct {
+		name  string
+		steps []step
+		seq   uint64 // of the violation; 0 for none
+	}{
+		{"at the moved time", resumedThen(6 * time.Second), 0},
+		{"at created's time", resumedThen(5 * time.Second), 9},
+		{"while suspended", []step{withTTL(2*time.Second, true), attached1, suspend1, suspended, ttl(2 * time.Second), deleting}, 5},
+		{"without the option, while suspended", []step{withTTL(2*time.Second, false), attached1, suspend1, suspended, ttl(2 * time.Second), deleting}, 0},
+		{"recorded before its time", []step{withTTL(9*time.Second, false), attached1, ttl(9 * time.Second), deleting}, 3},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			vs := check.Log(build(t, c.steps...), check.Options{})
+			switch {
+			case c.seq == 0 && len(vs) != 0:
+				t.Fatalf("violations %v; want none", vs)
+			case c.seq != 0 && (len(vs) != 1 || vs[0].Rule != check.RuleExpiry || vs[0].Seq != c.seq):
+				t.Fatalf("violations %v; want one of rule expiry at seq %d", vs, c.seq)
+			}
+		})
+	}
+}

@@ -74,6 +74,7 @@ func scanRow(r pgx.Row) (events.View, error) {
 			return events.View{}, fmt.Errorf("row %s: expiry: %w", v.ID, err)
 		}
 		v.ExpiresAt, v.OnExpiry, v.RetainFor = x.ExpiresAt, x.OnExpiry, x.RetainFor
+		v.TTLPausesWhileSuspended, v.ExpiryPaused = x.TTLPausesWhileSuspended, x.ExpiryPaused
 	}
 	if idle != nil {
 		if err := json.Unmarshal(idle, &v.Idle); err != nil {
@@ -88,6 +89,10 @@ type expiry struct {
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	OnExpiry  string    `json:"on_expiry,omitempty"`
 	RetainFor string    `json:"retain_for,omitempty"`
+	// TTLPausesWhileSuspended and ExpiryPaused: the view's (ExpiresAt is
+	// then the effective expiry).
+	TTLPausesWhileSuspended bool `json:"ttl_pauses_while_suspended,omitempty"`
+	ExpiryPaused            bool `json:"expiry_paused,omitempty"`
 }
 
 // rows are views as the columns of one INSERT: one array per column (see
@@ -148,7 +153,8 @@ func (r *rows) add(v events.View) error {
 		return fmt.Errorf("encode forwards of %s: %w", v.ID, err)
 	}
 	r.labels, r.forwards = append(r.labels, labels), append(r.forwards, forwards)
-	x := expiry{ExpiresAt: v.ExpiresAt, OnExpiry: v.OnExpiry, RetainFor: v.RetainFor}
+	x := expiry{ExpiresAt: v.ExpiresAt, OnExpiry: v.OnExpiry, RetainFor: v.RetainFor,
+		TTLPausesWhileSuspended: v.TTLPausesWhileSuspended, ExpiryPaused: v.ExpiryPaused}
 	exp, err := jsonOrNull(x == expiry{}, x)
 	if err != nil {
 		return fmt.Errorf("encode expiry of %s: %w", v.ID, err)

@@ -9,7 +9,9 @@ import (
 // expired decides what a reported expiry appends (issue 27, items 4 and
 // 5), judged against the state at the head of the sandbox's log (a
 // conflict decides again): the expiry, then the start of its action.
-//   - ttl: the sandbox's expires_at, due at now and not recorded yet;
+//   - ttl: the sandbox's expires_at, due at now and not recorded yet
+//     (with ttl_pauses_while_suspended, the view's: created's moved later
+//     by the stays in suspended, none due while one is under way);
 //     delete → delete_requested (the delete saga runs), in any phase but
 //     deleting and deleted; stop → stop_requested in ready, the retained
 //     state invalidated (Expired: the sandbox is stopped, the sagas release
@@ -25,9 +27,14 @@ func expired(s *Sandbox, e *events.Expired, now time.Time) ([]events.Event, erro
 	switch e.Policy {
 	case events.ExpiryTTL:
 		at := s.Spec.ExpiresAt
+		if s.Spec.TTLPausesWhileSuspended {
+			at = s.View.ExpiresAt
+		}
 		switch {
 		case at.IsZero() || !e.ExpiresAt.Equal(at):
 			return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: an expiry at %s, but its ttl is %s", s.ID, e.ExpiresAt.Format(time.RFC3339Nano), orNone(at))
+		case s.Spec.TTLPausesWhileSuspended && s.View.ExpiryPaused:
+			return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s is suspended: its ttl is paused until it leaves suspended", s.ID)
 		case now.Before(at):
 			return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: its ttl is not due: it expires at %s", s.ID, at.Format(time.RFC3339Nano))
 		case s.TTLSpent:

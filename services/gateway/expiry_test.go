@@ -110,6 +110,7 @@ func TestCreateExpiryThroughHTTP(t *testing.T) {
 		{"an on_expiry without a ttl", `{"on_expiry":"stop"}`, events.CodeInvalidArgument},
 		{"a negative retain_for", `{"retain_for":"-1h"}`, events.CodeInvalidArgument},
 		{"a malformed retain_for", `{"retain_for":"a week"}`, events.CodeInvalidArgument},
+		{"a ttl that pauses without a ttl", `{"ttl_pauses_while_suspended":true}`, events.CodeInvalidArgument},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -120,7 +121,7 @@ func TestCreateExpiryThroughHTTP(t *testing.T) {
 		})
 	}
 
-	resp, err := http.Post(base+"/v1/sandboxes", "application/json", strings.NewReader(`{"expires_at":"`+future+`","on_expiry":"stop","retain_for":"90m"}`))
+	resp, err := http.Post(base+"/v1/sandboxes", "application/json", strings.NewReader(`{"expires_at":"`+future+`","on_expiry":"stop","retain_for":"90m","ttl_pauses_while_suspended":true}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,5 +132,54 @@ func TestCreateExpiryThroughHTTP(t *testing.T) {
 	}
 	if got := v.ExpiresAt.Format(time.RFC3339); got != future || v.OnExpiry != events.OnExpiryStop || v.RetainFor != "1h30m0s" {
 		t.Fatalf("view expires_at %s, on_expiry %q, retain_for %q; want %s, stop, 1h30m0s", got, v.OnExpiry, v.RetainFor, future)
+	}
+	if !v.TTLPausesWhileSuspended || v.ExpiryPaused {
+		t.Fatalf("view ttl_pauses_while_suspended %v, expiry_paused %v; want true, false", v.TTLPausesWhileSuspended, v.ExpiryPaused)
+	}
+}
+
+// TestReportedExpiryPaused: with ttl_pauses_while_suspended, the ttl is
+// the view's expires_at, created's moved later by the time spent
+// suspended (event i at second i: suspended at 4, resumed at 5), and none
+// is due while suspended; a report at created's time, or before the
+// moved one on the gateway's clock, is refused.
+func TestReportedExpiryPaused(t *testing.T) {
+	at := time.Unix(100, 0)
+	pauses := *created
+	pauses.ExpiresAt, pauses.OnExpiry, pauses.TTLPausesWhileSuspended = at, events.OnExpiryDelete, true
+	plain := pauses
+	plain.TTLPausesWhileSuspended = false
+	rest := func(c *events.Created, evs []events.Event) []events.Event {
+		return append([]events.Event{c}, evs[1:]...)
+	}
+	ttl := func(at time.Time) *events.Expired {
+		return &events.Expired{Policy: events.ExpiryTTL, ExpiresAt: at, Action: events.OnExpiryDelete}
+	}
+	moved := at.Add(time.Second) // one second suspended, 4 to 5
+	cases := []struct {
+		name  string
+		given []events.Event
+		when  events.Event
+		now   time.Time
+		then  []events.Event
+		code  events.Code
+	}{
+		{name: "suspended: paused, long past created's", given: rest(&pauses, suspended), when: ttl(at), now: at.Add(time.Hour),
+			code: events.CodeFailedPrecondition},
+		{name: "resumed: moved by the stay", given: rest(&pauses, resumed), when: ttl(moved), now: moved,
+			then: []events.Event{ttl(moved), &events.DeleteRequested{}}},
+		{name: "resumed: premature on the gateway's clock", given: rest(&pauses, resumed), when: ttl(moved), now: moved.Add(-time.Millisecond),
+			code: events.CodeFailedPrecondition},
+		{name: "resumed: at created's time", given: rest(&pauses, resumed), when: ttl(at), now: moved,
+			code: events.CodeFailedPrecondition},
+		{name: "without the option: created's, suspended or not", given: rest(&plain, suspended), when: ttl(at), now: at,
+			then: []events.Event{ttl(at), &events.DeleteRequested{}}},
+		{name: "without the option: not moved", given: rest(&plain, resumed), when: ttl(moved), now: moved,
+			code: events.CodeFailedPrecondition},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			reportedIs(t, given(t, c.given...), []events.Event{c.when}, c.now, c.code, c.then)
+		})
 	}
 }

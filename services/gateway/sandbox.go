@@ -269,8 +269,9 @@ func caused(typ string, s *Sandbox, c Command) events.Event {
 			Name: r.Name, Driver: r.Driver, Node: c.Node, DriverOptions: r.DriverOptions,
 			Command: r.Command, Env: r.Env, Labels: r.Labels, Generation: 1, EnvSealed: c.EnvSealed,
 			ExpiresAt: c.Expiry.ExpiresAt, OnExpiry: c.Expiry.OnExpiry, RetainFor: c.Expiry.RetainFor,
-			WakeOnTraffic: r.WakeOnTraffic,
-			Idle:          c.Expiry.Idle,
+			WakeOnTraffic:           r.WakeOnTraffic,
+			Idle:                    c.Expiry.Idle,
+			TTLPausesWhileSuspended: r.TTLPausesWhileSuspended,
 		}
 	case events.TypeStartRequested:
 		return &events.StartRequested{Generation: s.Generation + 1}

@@ -217,3 +217,108 @@ func TestExpiryAfterTakeover(t *testing.T) {
 		t.Errorf("the log breaks an invariant: %v", v)
 	}
 }
+
+// TestTTLPausesWhileSuspended (issue 27, item 5's last clause): two
+// sandboxes with a ttl of 1s, suspended at once and held suspended 1.5s,
+// then resumed. Without ttl_pauses_while_suspended the ttl deletes its
+// sandbox at 1s, suspended; with it the other is not expired 1.2s after
+// its create, its view says the expiry is paused, and once resumed its
+// expiry moves later by its stay in suspended (measured here from its
+// history) and deletes it then, not before; the log passes the checker.
+func TestTTLPausesWhileSuspended(t *testing.T) {
+	n := startNode(t, testConfig(t, "n1"))
+	ctx := context.Background()
+	c := torpor.New(n.HTTPURL(), nil).WithToken(n.AdminToken())
+	suspended := func(pauses bool) events.View {
+		t.Helper()
+		v, err := c.Create(ctx, torpor.CreateRequest{Driver: "sim", TTL: "1s", TTLPausesWhileSuspended: pauses}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.TTLPausesWhileSuspended != pauses {
+			t.Fatalf("view ttl_pauses_while_suspended %v, want %v", v.TTLPausesWhileSuspended, pauses)
+		}
+		if _, err := c.Wait(ctx, v.ID, events.PhaseReady, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Suspend(ctx, v.ID); err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.Wait(ctx, v.ID, events.PhaseSuspended, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.ExpiryPaused != pauses || !s.ExpiresAt.Equal(v.ExpiresAt) {
+			t.Fatalf("suspended view: expiry_paused %v, expires_at %s; want %v, %s (created's)", s.ExpiryPaused, s.ExpiresAt, pauses, v.ExpiresAt)
+		}
+		return v
+	}
+	plain, paused := suspended(false), suspended(true)
+	if time.Now().After(plain.ExpiresAt) {
+		t.Fatalf("suspended after the ttl (%s): nothing tested", plain.ExpiresAt)
+	}
+
+	if _, err := c.Wait(ctx, plain.ID, events.PhaseDeleted, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, exp, _ := historyTypes(t, c, plain.ID); len(exp) != 1 || !exp[0].ExpiresAt.Equal(plain.ExpiresAt) {
+		t.Fatalf("expiries of the sandbox without the option %+v; want one at created's %s", exp, plain.ExpiresAt)
+	}
+	created := paused.UpdatedAt // its create's time
+	time.Sleep(time.Until(created.Add(1200 * time.Millisecond)))
+	v, err := c.Get(ctx, paused.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, exp, _ := historyTypes(t, c, paused.ID); len(exp) != 0 || v.Phase != events.PhaseSuspended || !v.ExpiryPaused {
+		t.Fatalf("1.2s after its create: expiries %+v, phase %s, expiry_paused %v; want none, suspended, paused", exp, v.Phase, v.ExpiryPaused)
+	}
+
+	time.Sleep(time.Until(v.PhaseSince.Add(1500 * time.Millisecond)))
+	r, err := c.Resume(ctx, paused.ID, torpor.ResumeOptions{}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.History(ctx, paused.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stay time.Duration // from sandbox.suspended to the resume's request
+	for i, e := range h {
+		if e.Type == events.TypeSuspended && i+1 < len(h) && h[i+1].Type == events.TypeResumeRequested {
+			stay += h[i+1].Time.Sub(e.Time)
+		}
+	}
+	if stay < 1500*time.Millisecond {
+		t.Fatalf("history %+v: suspended %s, want at least 1.5s", h, stay)
+	}
+	moved := paused.ExpiresAt.Add(stay)
+	if r.ExpiryPaused || !r.ExpiresAt.Equal(moved) {
+		t.Fatalf("the resume's view: expiry_paused %v, expires_at %s; want not paused, %s", r.ExpiryPaused, r.ExpiresAt, moved)
+	}
+	if _, err := c.Wait(ctx, paused.ID, events.PhaseDeleted, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	h, err = c.History(ctx, paused.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var expired []torpor.Event
+	for _, e := range h {
+		if e.Type == events.TypeExpired {
+			expired = append(expired, e)
+		}
+	}
+	_, exp, _ := historyTypes(t, c, paused.ID)
+	if len(exp) != 1 || exp[0].Policy != events.ExpiryTTL || !exp[0].ExpiresAt.Equal(moved) || expired[0].Time.Before(moved) {
+		t.Fatalf("expiries %+v (recorded %+v); want one ttl at %s, recorded no earlier", exp, expired, moved)
+	}
+
+	vs, err := check.Replay(ctx, n.Store(), check.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		t.Errorf("the log breaks an invariant: %v", v)
+	}
+}

@@ -8,7 +8,8 @@ import assert from 'node:assert/strict';
 
 const { app } = await import('../ui/state.js');
 const { lateness, since } = await import('../ui/list.js');
-const { outcome, detail, idlePolicy } = await import('../ui/sandbox.js');
+const { outcome, detail, idlePolicy, expiry } = await import('../ui/sandbox.js');
+const { time } = await import('../ui/dom.js');
 
 test('a transient phase is judged against the deadline, from phase_since', () => {
   app.server.deadline_seconds = 120;
@@ -71,5 +72,24 @@ test('the sandbox page says what its idle policy does', () => {
     [{ after: '1h0m0s', action: 'stop', fallback: 'none' }, 'stop after 1h0m0s idle'],
   ]) {
     assert.equal(idlePolicy(p), want, JSON.stringify(p));
+  }
+});
+
+test('the sandbox page shows wake on traffic, the expiry, its pause and the retention', () => {
+  const at = '2026-12-06T13:00:00Z';
+  const held = '2026-12-06T12:30:00Z';
+  for (const [v, want] of [
+    [{}, [['wake on traffic', 'off']]],
+    [{ wake_on_traffic: true, expires_at: at, on_expiry: 'stop' },
+      [['wake on traffic', 'on'], ['expires', `${time(at)}, then stop`]]],
+    [{ expires_at: at, on_expiry: 'delete', ttl_pauses_while_suspended: true },
+      [['wake on traffic', 'off'], ['expires', `${time(at)}, then delete (pauses while suspended)`]]],
+    [{ expires_at: at, on_expiry: 'delete', ttl_pauses_while_suspended: true, expiry_paused: true, retain_for: '1h0m0s', restore: { held: true, expires_at: held } },
+      [['wake on traffic', 'off'], ['expires', `${time(at)}, then delete (paused while suspended)`],
+        ['retains state for', '1h0m0s'], ['retained state expires', time(held)]]],
+    // A state consumed or invalidated has no expires_at (the view clears it): no row.
+    [{ retain_for: '1h0m0s', restore: { held: false, consumed: true } }, [['wake on traffic', 'off'], ['retains state for', '1h0m0s']]],
+  ]) {
+    assert.deepEqual(expiry(v), want, JSON.stringify(v));
   }
 });

@@ -46,6 +46,23 @@ export function idlePolicy(p) {
   return `${p.action || 'suspend'} after ${p.after} idle${fallback}`;
 }
 
+// expiry is what a view's wake and expiry policies say (README "Wake on
+// traffic", "Expiry and retention"), as [label, text] rows of the sandbox
+// page; a policy the view lacks has no row, but wake on traffic's.
+// expires_at is the effective expiry; while expiry_paused it is the value
+// it had on entering suspended, to move later by the stay.
+export function expiry(v) {
+  const rows = [['wake on traffic', v.wake_on_traffic ? 'on' : 'off']];
+  if (v.expires_at) {
+    const pause = v.expiry_paused ? ' (paused while suspended)' : v.ttl_pauses_while_suspended ? ' (pauses while suspended)' : '';
+    rows.push(['expires', `${time(v.expires_at)}, then ${v.on_expiry || 'delete'}${pause}`]);
+  }
+  if (v.retain_for) rows.push(['retains state for', v.retain_for]);
+  const r = v.restore || {};
+  if (r.expires_at) rows.push(['retained state expires', time(r.expires_at)]);
+  return rows;
+}
+
 export class SandboxView {
   constructor(root, id) {
     this.root = root;
@@ -133,6 +150,7 @@ export class SandboxView {
       row('forwards', (v.forwards || []).map((f) => `${f.address} → ${f.port}`).join(', ')),
       row('last active', v.last_active_at ? time(v.last_active_at) : ''),
       row('idle policy', idlePolicy(v.idle)),
+      expiry(v).map(([k, val]) => row(k, val)),
       row('updated', time(v.updated_at)),
       row('seq', String(v.seq)));
     fill(this.actionsEl, app.canWrite ? VERBS.map((verb) => button(v, verb)) : []);

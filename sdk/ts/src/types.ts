@@ -78,10 +78,19 @@ export interface View {
    * appended nothing, and the command with this id decides the outcome.
    */
   joined?: string;
-  /** RFC 3339: the sandbox's time to live; omitted when none. */
+  /**
+   * RFC 3339: the sandbox's time to live; omitted when none. With
+   * ttl_pauses_while_suspended it is the effective expiry, moved later by
+   * each stay in suspended; while expiry_paused it is the value it had on
+   * entering suspended (the stay is added when it ends).
+   */
   expires_at?: string;
   /** What its expiry does: "delete" or "stop"; omitted when no ttl. */
   on_expiry?: string;
+  /** Time spent suspended is not counted against its ttl (create's); omitted when false. */
+  ttl_pauses_while_suspended?: boolean;
+  /** Set while suspended with ttl_pauses_while_suspended: the ttl is paused. */
+  expiry_paused?: boolean;
   /** How long a retained state is held from its suspension (a Go duration); omitted when for ever. */
   retain_for?: string;
   /** A connection to one of its forwards while suspended resumes it (create's wake_on_traffic); omitted when false. */
@@ -107,6 +116,8 @@ export interface CreateRequest {
   expires_at?: string;
   /** "delete" (the default) or "stop", at the expiry. */
   on_expiry?: string;
+  /** Time spent suspended moves the expiry later (needs ttl or expires_at). */
+  ttl_pauses_while_suspended?: boolean;
   /** How long a retained state is held from its suspension; the server's --retain-for when omitted. */
   retain_for?: string;
   /** A connection to one of its forwards while it is suspended resumes it (README "Wake on traffic"). */

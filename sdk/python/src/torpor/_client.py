@@ -318,6 +318,7 @@ class Client:
         retain_for: str | None = None,
         wake_on_traffic: bool = False,
         idle: IdlePolicy | None = None,
+        ttl_pauses_while_suspended: bool = False,
     ) -> View:
         """Creates a sandbox (provisioning). key is the idempotency key: a
         create sent again with it creates nothing more and answers the same
@@ -326,7 +327,8 @@ class Client:
         a time to live; retain_for how long a retained state is held.
         wake_on_traffic: a connection to one of its forwards while it is
         suspended resumes it. idle: its idle policy (the server's default
-        when None)."""
+        when None). ttl_pauses_while_suspended: time spent suspended moves
+        its expiry later (with ttl or expires_at)."""
         body: dict[str, Any] = {}
         for k, v in (("name", name), ("driver", driver), ("node", node), ("ttl", ttl), ("expires_at", expires_at),
                      ("on_expiry", on_expiry), ("retain_for", retain_for)):
@@ -341,6 +343,8 @@ class Client:
             body["wake_on_traffic"] = True
         if idle is not None:
             body["idle"] = idle.to_json()
+        if ttl_pauses_while_suspended:
+            body["ttl_pauses_while_suspended"] = True
         return View.from_json(self._json("POST", "/v1/sandboxes", body=body, key=key or new_key()))
 
     def _lifecycle(self, verb: str, id: str, body: Any, key: str | None) -> View:

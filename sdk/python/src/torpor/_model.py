@@ -177,6 +177,12 @@ class View:
     #: Its idle policy (create's idle, or the server's --idle-after); None
     #: when none.
     idle: IdlePolicy | None = None
+    #: Create's ttl_pauses_while_suspended: time spent suspended moves
+    #: expires_at later (expires_at is then the effective expiry);
+    #: expiry_paused is set while suspended, expires_at then the value it
+    #: had on entering suspended.
+    ttl_pauses_while_suspended: bool = False
+    expiry_paused: bool = False
 
     @classmethod
     def from_json(cls, d: Any) -> View:
@@ -207,6 +213,8 @@ class View:
             retain_for=_str(d.get("retain_for")),
             wake_on_traffic=d.get("wake_on_traffic") is True,
             idle=IdlePolicy.from_json(d.get("idle")),
+            ttl_pauses_while_suspended=d.get("ttl_pauses_while_suspended") is True,
+            expiry_paused=d.get("expiry_paused") is True,
         )
 
 

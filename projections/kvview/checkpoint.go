@@ -88,6 +88,10 @@ type checkpoint struct {
 // are stored; a checkpoint at or above seq stays. wmu is held (or v is not
 // shared yet).
 func (v *View) saveCheckpoint(ctx context.Context, seq uint64) error {
+	// One answer waited for AckTimeout at most, as the writer's reads and
+	// writes are (load): not the hold timer's 30 s.
+	ctx, cancel := context.WithTimeout(ctx, v.cfg.AckTimeout)
+	defer cancel()
 	for try := 0; ; try++ {
 		if !v.cp.loaded {
 			cp, err := v.readCheckpoint(ctx)

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/natserr"
 	"github.com/torpor/torpor/internal/metrics"
 	"github.com/torpor/torpor/projections"
 )
@@ -48,7 +49,8 @@ type Config struct {
 	// when the outcome came first. Zero writes every view at once.
 	HoldTransient time.Duration
 	// AckTimeout bounds the wait for one write's acknowledgement, once those
-	// before it are acknowledged; default DefaultAckTimeout.
+	// before it are acknowledged, and for the answer of one read of the
+	// writer's; default DefaultAckTimeout.
 	AckTimeout time.Duration
 	// MaxBytes bounds the bucket's storage; default DefaultMaxBytes. A full
 	// bucket refuses writes (the projection retries; /readyz shows the lag).
@@ -212,12 +214,21 @@ func (v *View) Get(ctx context.Context, id string) (events.View, error) {
 	return view, nil
 }
 
-// load reads the view of id and its revision from the bucket.
+// load reads the view of id and its revision from the bucket, waiting at
+// most AckTimeout for the answer: a read whose server died under it is
+// never answered, and the hold timer's reads ran under a 30 s context (the
+// whole write's), so the writer held its lock, and the view stood still,
+// for 30 s after a NATS server was killed (TestNATSServerProcesses in CI).
 func (v *View) load(ctx context.Context, id string) (events.View, uint64, error) {
 	if !viewKey(id) {
 		return events.View{}, 0, fmt.Errorf("sandbox %q: %w", id, events.ErrNotFound)
 	}
+	ctx, cancel := context.WithTimeout(ctx, v.cfg.AckTimeout)
+	defer cancel()
 	e, err := v.kv.Get(ctx, id)
+	if err != nil && ctx.Err() != nil {
+		err = natserr.Unavailable(err)
+	}
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
 		return events.View{}, 0, fmt.Errorf("sandbox %s: %w", id, events.ErrNotFound)

@@ -5,9 +5,6 @@ import (
 	"testing"
 
 	"github.com/torpor/torpor/events"
-	"github.com/torpor/torpor/events/natstest"
-	"github.com/torpor/torpor/projections"
-	"github.com/torpor/torpor/projections/kvview"
 )
 
 // TestIdleSameAsKV (issue 27): a sandbox's idle policy reads the same from
@@ -27,26 +24,7 @@ func TestIdleSameAsKV(t *testing.T) {
 		{a, events.PhaseSuspended, &events.Suspended{Generation: 1, RestoreRef: "ra"}},
 	}
 	envs := envelopes(t, script)
-	ns := natstest.Start(t)
-	store := logOf(t, envs)
-	last := envs[len(envs)-1].Seq
-	kv, err := kvview.New(context.Background(), ns.JS, kvview.Config{})
-	if err != nil {
-		t.Fatalf("kvview: %v", err)
-	}
-	sql := d.view(t, DefaultName, nil)
-	for _, pr := range []projections.Projection{kv, sql} {
-		r, err := projections.NewRunner(store, pr, projections.Config{BatchSize: 64})
-		if err != nil {
-			t.Fatalf("runner: %v", err)
-		}
-		run(t, r)
-	}
-	caughtUp(t, sql, last)
-	eventually(t, "kvview at the head", func() (bool, error) {
-		cp, err := kv.Checkpoint(context.Background())
-		return cp >= last, err
-	})
+	kv, sql, _ := bothViews(t, d, envs)
 	ctx := context.Background()
 	for _, id := range []string{a, b} {
 		want, err := kv.Get(ctx, id)

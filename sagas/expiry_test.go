@@ -203,8 +203,11 @@ func TestExpiryAfterARestart(t *testing.T) {
 	sb.waitExpired()
 	stop()
 	// A third runner, and a witness whose expiry comes after it started.
-	h.run(h.sim)
+	// The witness is laid in the log before the runner starts: laid while
+	// it ran, its create was answered twice (the runner's started and the
+	// harness's), which the checker rightly refuses.
 	witness := h.readyWith(&events.Created{ExpiresAt: time.Now().Add(expiryTTL).UTC(), OnExpiry: events.OnExpiryStop})
+	h.run(h.sim)
 	witness.waitExpired()
 	if envs, _ := sb.expiries(); len(envs) != 1 {
 		t.Fatalf("%d expiries of the sandbox, want 1", len(envs))

@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"context"
 	"net"
 	"os"
 	"path/filepath"
@@ -132,7 +133,13 @@ func TestClusterReplicates(t *testing.T) {
 		return js
 	}
 	first, last := connect(servers[0].ClientURL()), connect(servers[2].ClientURL())
-	s, err := first.CreateStream(t.Context(), jetstream.StreamConfig{Name: "R3", Subjects: []string{"r3"}, Replicas: 3})
+	// The first R3 stream of a new cluster elects its raft group before it
+	// answers: under -race beside other tests that took more than the
+	// client's default 5 s (CI). What is checked is that it is made, not
+	// how fast.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	s, err := first.CreateStream(ctx, jetstream.StreamConfig{Name: "R3", Subjects: []string{"r3"}, Replicas: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

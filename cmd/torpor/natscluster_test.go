@@ -86,10 +86,11 @@ func startNATSProcesses(t *testing.T, bin, data string) []*natsProcess {
 	writeAuthConf(t, data, filepath.Join(dir, "auth", "auth.conf"))
 	names := []string{"n1", "n2", "n3"}
 	var client, route, monitor []string
-	for range names {
-		client = append(client, fmt.Sprintf("127.0.0.1:%d", freePort(t)))
-		route = append(route, fmt.Sprintf("127.0.0.1:%d", freePort(t)))
-		monitor = append(monitor, fmt.Sprintf("127.0.0.1:%d", freePort(t)))
+	ports := freePorts(t, 3*len(names))
+	for i := range names {
+		client = append(client, fmt.Sprintf("127.0.0.1:%d", ports[3*i]))
+		route = append(route, fmt.Sprintf("127.0.0.1:%d", ports[3*i+1]))
+		monitor = append(monitor, fmt.Sprintf("127.0.0.1:%d", ports[3*i+2]))
 	}
 	var ps []*natsProcess
 	for i, name := range names {

@@ -342,12 +342,24 @@ func TestProcessBadInput(t *testing.T) {
 // freePort is a TCP port nothing listens on just now.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return freePorts(t, 1)[0]
+}
+
+// freePorts returns n distinct free loopback ports: each is held until all
+// are picked, as a port let go at once can be handed out again (a cluster
+// of three servers was given one port twice).
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // TestProcessFromTheCLI: `torpor create --driver process --env K=V

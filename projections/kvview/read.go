@@ -88,6 +88,11 @@ func (v *View) List(ctx context.Context, q Query) (events.Page, error) {
 // answered with what the stream holds at once (no wait for more).
 const listBatch = 512
 
+// listStall is how long a list waits for pulls that bring nothing while
+// the stream holds more (a replica catching up) before it answers
+// UNAVAILABLE, which clients retry.
+var listStall = 5 * time.Second
+
 // current hands fn the current value of every key of the bucket that can
 // be a view, in the order the bucket's stream holds them, through a pull
 // consumer of its own that it deletes after: a key written again while it
@@ -123,8 +128,9 @@ func (v *View) current(ctx context.Context, fn func(key string, raw []byte, rev 
 		_ = stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
 		cancel()
 	}()
-	var read uint64 // the stream sequence read up to
-	empty := 0      // pulls in a row that brought nothing short of the end
+	var read uint64                  // the stream sequence read up to
+	progress := time.Now()           // when a pull last brought something
+	backoff := 10 * time.Millisecond // between pulls that brought nothing
 	past := func() (bool, error) {
 		info, err := stream.Info(ctx)
 		if err != nil {
@@ -168,7 +174,7 @@ func (v *View) current(ctx context.Context, fn func(key string, raw []byte, rev 
 			return err
 		}
 		if n > 0 {
-			empty = 0
+			progress, backoff = time.Now(), 10*time.Millisecond
 		}
 		if caughtUp || n == 0 {
 			done, err := past()
@@ -176,9 +182,18 @@ func (v *View) current(ctx context.Context, fn func(key string, raw []byte, rev 
 				return err
 			}
 			if n == 0 {
-				if empty++; empty > 3 {
-					return fmt.Errorf("read %s: nothing came past seq %d", v.cfg.Bucket, read)
+				// The consumer's leader may sit on a replica still
+				// catching up with the stream (a server that came back
+				// without its store): it is waited for, a while.
+				if time.Since(progress) > listStall {
+					return events.Errorf(events.CodeUnavailable, "read %s: nothing came past seq %d in %s", v.cfg.Bucket, read, listStall)
 				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, 500*time.Millisecond)
 			}
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/natstest"
 )
@@ -338,5 +340,46 @@ func TestWaitAfter(t *testing.T) {
 	)
 	if w := receive(t, ch); w.err != nil || w.view.Seq != 6 {
 		t.Fatalf("Wait after 5 = %+v, %v; want the view at 6", w.view, w.err)
+	}
+}
+
+// TestListOfAStreamThatHoldsBackIsUnavailable: a list whose pulls bring
+// nothing while the bucket's stream says it holds more (in a cluster, the
+// list's consumer led by a replica still catching up) waits a while, then
+// answers UNAVAILABLE, which clients retry, rather than INTERNAL. The
+// stream is made to hold back here by purging its last message: its last
+// sequence stays where it was.
+func TestListOfAStreamThatHoldsBackIsUnavailable(t *testing.T) {
+	n := natstest.Start(t)
+	v := newView(t, n.JS)
+	fleet(t, v, member{nil, events.PhaseReady}, member{nil, events.PhaseReady})
+	ctx := context.Background()
+	stream, err := n.JS.Stream(ctx, "KV_"+v.cfg.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := stream.GetMsg(ctx, info.State.LastSeq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(last.Subject)); err != nil {
+		t.Fatal(err)
+	}
+	if info, err = stream.Info(ctx); err != nil || info.State.LastSeq != last.Sequence {
+		t.Fatalf("the purge moved the stream's last sequence: %v, %v", info, err)
+	}
+	defer func(d time.Duration) { listStall = d }(listStall)
+	listStall = 300 * time.Millisecond
+	began := time.Now()
+	_, err = v.List(ctx, Query{})
+	if events.CodeOf(err) != events.CodeUnavailable {
+		t.Fatalf("list of a stream holding back: %v; want UNAVAILABLE", err)
+	}
+	if waited := time.Since(began); waited < listStall {
+		t.Errorf("the list gave up after %s, before its %s", waited, listStall)
 	}
 }

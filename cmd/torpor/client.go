@@ -167,7 +167,7 @@ func addClientCmds(root *cobra.Command) {
 	}
 	check, replay := checkCmd(f), replayCmd(f)
 	check.ValidArgsFunction, replay.ValidArgsFunction = f.completeSandboxes(), cobra.NoFileCompletions
-	for _, cmd := range []*cobra.Command{f.createCmd(), f.getCmd(), f.listCmd(), f.historyCmd(), f.waitCmd(), f.logsCmd(), f.watchCmd(), f.topCmd(), check, replay} {
+	for _, cmd := range []*cobra.Command{f.createCmd(), f.getCmd(), f.listCmd(), f.historyCmd(), f.waitCmd(), f.logsCmd(), f.watchCmd(), f.topCmd(), f.touchCmd(), check, replay} {
 		root.AddCommand(f.verb(cmd))
 	}
 	root.AddCommand(f.tokenCmd())

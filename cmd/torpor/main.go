@@ -104,6 +104,7 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.VMKernel, "vm-kernel", "", "the guest kernel of the vm driver (deploy/vm-kernel fetches Debian's cloud kernel); default $TORPOR_VM_KERNEL")
 	f.DurationVar(&cfg.HeartbeatLimit, "heartbeat-limit", defaultHeartbeatLimit, "how long a supervisor that heartbeats may fall silent before it is recorded detached (process supervisors beat three times within it)")
 	f.DurationVar(&cfg.RetainFor, "retain-for", 0, "how long a retained state is held from its suspension when a create names no retain_for; past it the sandbox is stopped (0: kept for ever)")
+	f.IntVar(&cfg.WakeMaxHeld, "wake-max-held", 64, "how many connections to the forwards of one suspended sandbox with wake_on_traffic are held at once while it resumes; one more is refused at once")
 	f.DurationVar(&cfg.WakeTimeout, "wake-timeout", 30*time.Second, "how long a connection to a forward of a suspended sandbox with wake_on_traffic is held for its resume before it is refused")
 	cfg.ActivityWindow = node.DefaultActivityWindow
 	f.Var(positiveDuration{&cfg.ActivityWindow}, "activity-window", "a sandbox's activity (a touch, bytes through its forwards) is recorded at most once per window (sandbox.active)")

@@ -69,6 +69,7 @@ func TestServeConfigValidate(t *testing.T) {
 		{"negative http idle timeout", "--http-idle-timeout", func(c *serveConfig) { c.HTTPTimeouts.Idle = -time.Second }},
 		{"negative retain for", "--retain-for", func(c *serveConfig) { c.RetainFor = -time.Second }},
 		{"negative wake timeout", "--wake-timeout", func(c *serveConfig) { c.WakeTimeout = -time.Second }},
+		{"negative wake max held", "--wake-max-held", func(c *serveConfig) { c.WakeMaxHeld = -1 }},
 		{"negative idle after", "--idle-after", func(c *serveConfig) { c.IdleAfter = -time.Second }},
 		{"idle after within the activity window", "--idle-after", func(c *serveConfig) { c.IdleAfter = 10 * time.Second }},
 		{"unknown idle action", "--idle-action", func(c *serveConfig) { c.IdleAfter, c.IdleAction = time.Hour, "delete" }},

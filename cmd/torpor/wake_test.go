@@ -123,6 +123,48 @@ func TestWakeOnTrafficConcurrent(t *testing.T) {
 	}
 }
 
+// TestWakeMaxHeld: serve --wake-max-held 1 holds one connection of a
+// waking sandbox; those that come while it is held are refused at once
+// with the line that says so, and the held one gets its answer.
+func TestWakeMaxHeld(t *testing.T) {
+	a := startApp(t, "", func(c *serveConfig) { c.WakeMaxHeld = 1 })
+	c := appClient(a)
+	_, fw := suspendedWithForward(t, a, c, torpor.CreateRequest{WakeOnTraffic: true,
+		DriverOptions: map[string]string{"ports": simServer(t), "latency": "1s"}}, 8000)
+	var wg sync.WaitGroup
+	got := make([]string, 3)
+	for i := range got {
+		wg.Go(func() {
+			// Raw: a refusal is one line of text, not HTTP.
+			conn, err := net.DialTimeout("tcp", fw.Address, 5*time.Second)
+			if err != nil {
+				got[i] = err.Error()
+				return
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+			_, _ = io.WriteString(conn, "GET / HTTP/1.0\r\n\r\n")
+			b, _ := io.ReadAll(conn)
+			got[i] = string(b)
+		})
+	}
+	wg.Wait()
+	answered, refused := 0, 0
+	for _, g := range got {
+		switch {
+		case strings.HasPrefix(g, "HTTP/1.0 200") && strings.HasSuffix(g, "hello"):
+			answered++
+		case strings.Contains(g, "1 connections are held for it already"):
+			refused++
+		default:
+			t.Errorf("a connection got %q, want hello or the refusal", g)
+		}
+	}
+	if answered < 1 || refused < 1 {
+		t.Errorf("connections: %q; want one answered and the others refused (one held at most)", got)
+	}
+}
+
 // TestWakeOnTrafficResumeFails: the resume a connection asks for fails
 // (the sim's resume: fail): the client's connection is refused with the
 // line why, the history has the failed resume, and the sandbox stays

@@ -210,6 +210,12 @@ func (b *Bus) Resume(ctx context.Context, id string, o ResumeOptions, key string
 	return b.command(ctx, VerbResume, busRequest{ID: id, RestartIfRestoreFails: o.RestartIfRestoreFails, Node: o.Node}, key)
 }
 
+// Touch records activity of sandbox id, as Client.Touch does, on
+// torpor.cmd.touch; key is the idempotency key ("" makes one).
+func (b *Bus) Touch(ctx context.Context, id, key string) (events.View, error) {
+	return b.command(ctx, VerbTouch, busRequest{ID: id}, key)
+}
+
 // Delete deletes a sandbox; key is the idempotency key ("" makes one).
 func (b *Bus) Delete(ctx context.Context, id, key string) (events.View, error) {
 	return b.Lifecycle(ctx, VerbDelete, id, false, key)

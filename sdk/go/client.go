@@ -36,6 +36,9 @@ const (
 	VerbSuspend = "suspend"
 	VerbResume  = "resume"
 	VerbDelete  = "delete"
+	// VerbTouch records activity (Client.Touch, Bus.Touch); not a
+	// lifecycle verb: it changes no phase.
+	VerbTouch = "touch"
 )
 
 // orKey is key, or a fresh idempotency key (a uuid v7) when key is "".

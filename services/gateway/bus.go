@@ -47,7 +47,7 @@ func (br BusRequest) options(verb string, c *Command) error {
 }
 
 // Bus serves the commands as the NATS micro service "torpor" on
-// torpor.cmd.<verb>, and takes supervisor reports on torpor.supervisor.<id>.
+// torpor.cmd.<verb> (the lifecycle verbs and touch), and takes supervisor reports on torpor.supervisor.<id>.
 type Bus struct {
 	nc       *nats.Conn
 	svc      *Service
@@ -86,7 +86,7 @@ func (b *Bus) Listen(ctx context.Context) error {
 		return fmt.Errorf("micro service: %w", err)
 	}
 	g := srv.AddGroup("torpor.cmd")
-	for _, verb := range Verbs {
+	for _, verb := range append(Verbs[:len(Verbs):len(Verbs)], VerbTouch) {
 		if err := g.AddEndpoint(verb, b.handler(ctx, verb)); err != nil {
 			_ = srv.Stop()
 			return fmt.Errorf("endpoint %s: %w", verb, err)

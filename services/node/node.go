@@ -77,6 +77,10 @@ type Config struct {
 	// that wakes on traffic waits for its resume (forward.Config.WakeTimeout);
 	// zero: 30s.
 	WakeTimeout time.Duration
+	// WakeMaxHeld is how many connections a sandbox that wakes on traffic
+	// holds at once while it resumes (forward.Config.MaxHeld; 0: 64); one
+	// more is refused at once.
+	WakeMaxHeld int
 	// LeaseTTL is how long the node's saga runner lease lasts unrenewed: a
 	// second process serving the same node takes the sagas over this long
 	// after the first dies (jsstore.LeaseConfig.TTL). No flag sets it;
@@ -202,6 +206,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--retain-for %s: want a positive duration, or 0 to keep retained states for ever", c.RetainFor)
 	case c.WakeTimeout < 0:
 		return fmt.Errorf("--wake-timeout %s: want a positive duration", c.WakeTimeout)
+	case c.WakeMaxHeld < 0:
+		return fmt.Errorf("--wake-max-held %d: want a positive number", c.WakeMaxHeld)
 	case c.HeartbeatLimit < minHeartbeatLimit:
 		return fmt.Errorf("--heartbeat-limit %s: want %s or more (supervisors beat three times within it)", c.HeartbeatLimit, minHeartbeatLimit)
 	case c.HTTP == "":
@@ -585,7 +591,7 @@ func startOnce(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, er
 	if err != nil {
 		return nil, err
 	}
-	fwd := forward.New(sandboxes{svc: svc}, fwdIndex, forward.Config{Window: gcfg.ActivityWindow, WakeTimeout: cfg.WakeTimeout, Metrics: m}, log.With().Str("part", "forwards").Logger())
+	fwd := forward.New(sandboxes{svc: svc}, fwdIndex, forward.Config{Window: gcfg.ActivityWindow, WakeTimeout: cfg.WakeTimeout, MaxHeld: cfg.WakeMaxHeld, Metrics: m}, log.With().Str("part", "forwards").Logger())
 	// Every wait of this process (HTTP, SDKs) is served from one watch of
 	// the KV view, not a consumer per request.
 	var followCtx context.Context

@@ -151,7 +151,12 @@ func TestNATSOverTLS(t *testing.T) {
 	if kernel == "" {
 		kernel = "/var/lib/torpor/vm/vmlinuz"
 	}
-	a, _, dir := processApp(t, 15*time.Second, func(c *serveConfig) { c.TLSCert, c.TLSKey, c.VMKernel = pki.Cert, pki.Key, kernel })
+	a, _, dir := processApp(t, 15*time.Second, func(c *serveConfig) {
+		c.TLSCert, c.TLSKey, c.VMKernel = pki.Cert, pki.Key, kernel
+		// A TCG guest boots in about 4 s on an idle host, and took more
+		// than the tests' 10 s deadline on a busy one (CI).
+		c.Deadline = time.Minute
+	})
 	t.Cleanup(func() { deleteVMSandboxes(t, dir) })
 	c := torpor.New(a.HTTPURL(), &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.pool}}}).WithToken(a.AdminToken())
 	opts, err := a.NATSOptionsAs(busauth.Grant{Role: busauth.Dashboard})

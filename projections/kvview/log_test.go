@@ -145,6 +145,16 @@ func publishLog(tb testing.TB, js jetstream.JetStream, envs []events.Envelope) {
 			jetstream.MsgIDHeader: []string{env.DedupID()},
 			jsstore.HeaderType:    []string{env.Type},
 		}}
+		if i%1000 == 999 {
+			// At most a thousand in flight: past nats.go's limit (4000)
+			// a publish waits 200 ms for room, then fails, and a host
+			// busy with other tests overran that (TestSwapEquivalence).
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-time.After(time.Minute):
+				tb.Fatalf("publish: %d acks outstanding after a minute", js.PublishAsyncPending())
+			}
+		}
 		f, err := js.PublishMsgAsync(msg)
 		if err != nil {
 			tb.Fatalf("publish %d: %v", i, err)

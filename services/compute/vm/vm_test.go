@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -568,5 +569,49 @@ func TestContractOverTheBus(t *testing.T) {
 		return drivertest.Harness{Driver: remote.NewClient(nc, "n1", "vm"), Reports: g.All, Timeout: wait, Spec: func(id string) compute.Spec {
 			return compute.Spec{SandboxID: id, Node: "n1", Command: []string{"sleep", "3600"}}
 		}}
+	})
+}
+
+// TestHeartbeatsSayBusy: the heartbeats of a guest spinning on its CPU (no
+// API call, no forward traffic) say it was active, and those of the same
+// guest once it sleeps never do (README "Activity": the CPU time of QEMU's
+// vCPU threads advanced by more than a fiftieth of the interval since the
+// beat before). One guest serves both: it spins for its first 8 seconds,
+// then sleeps.
+func TestHeartbeatsSayBusy(t *testing.T) {
+	g := drivertest.NewGateway(t)
+	d, _ := newDriver(t, g, func(c *vm.Config) { c.Heartbeat = time.Second })
+	s := spec("n1", "sh", "-c", "end=$(($(date +%s)+8)); while [ $(date +%s) -lt $end ]; do :; done; echo rested; sleep 3600")
+	start(t, d, g, s, 1)
+	beats := func() (active []bool) {
+		for _, r := range g.Sent(s.SandboxID) {
+			if r.Kind == compute.ReportHeartbeat {
+				active = append(active, r.Active)
+			}
+		}
+		return active
+	}
+	t.Run("busy", func(t *testing.T) {
+		eventually(t, "three busy beats of the spinning guest", func() bool {
+			n := 0
+			for _, a := range beats() {
+				if a {
+					n++
+				}
+			}
+			return n >= 3
+		})
+	})
+	t.Run("idle", func(t *testing.T) {
+		eventually(t, "the guest stops spinning", func() bool {
+			b, err := d.Logs(ctx(t), s, 5)
+			return err == nil && bytes.Contains(b, []byte("rested"))
+		})
+		// The two beats after it may have measured some of the spinning.
+		from := len(beats()) + 2
+		eventually(t, "ten beats of the sleeping guest", func() bool { return len(beats()) >= from+10 })
+		if got := beats()[from : from+10]; slices.Contains(got, true) {
+			t.Fatalf("the sleeping guest's beats say active: %v, want none", got)
+		}
 	})
 }

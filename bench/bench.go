@@ -67,8 +67,8 @@ type Config struct {
 	// driver's.
 	SkipProcess bool
 	SkipVM      bool
-	// SkipWake leaves out the wake-on-traffic row (RunWake), which runs
-	// with the process section.
+	// SkipWake leaves out the wake-on-traffic rows (RunWake, which runs
+	// with the process section; RunVMWake, with the vm section).
 	SkipWake bool
 	// SkipCluster leaves out the cluster section (RunCluster), whose
 	// nodes StartNode starts.
@@ -252,6 +252,13 @@ func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*R
 			return nil, fmt.Errorf("vm: %w", err)
 		}
 		rep.VM = v
+	}
+	if !cfg.SkipVM && !cfg.SkipWake {
+		w, err := RunVMWake(ctx, cfg, start, progress)
+		if err != nil {
+			return nil, fmt.Errorf("wake vm: %w", err)
+		}
+		rep.WakeVM = w
 	}
 	rep.targets()
 	switch {

@@ -48,6 +48,7 @@ type Report struct {
 	Replay   *Replay        `json:"replay,omitempty"`
 	Process  *Process       `json:"process,omitempty"`
 	Wake     *Wake          `json:"wake,omitempty"`
+	WakeVM   *Wake          `json:"wake_vm,omitempty"` // RunVMWake
 	VM       *VM            `json:"vm,omitempty"`
 	SQLView  *SQLView       `json:"sql_view,omitempty"`
 	// Cluster is the closed loop on a three-server cluster, R3, in the
@@ -245,6 +246,14 @@ func (r *Report) Print(w io.Writer) {
 		} else {
 			fmt.Fprintf(w, "wake on traffic, a process sandbox, same node (%d wakes, a GET through its forward): connect→first byte of the answer p50 %.2f p99 %.2f max %.2f ms\n",
 				wk.Rounds, wk.Latency.P50, wk.Latency.P99, wk.Latency.Max)
+		}
+	}
+	if wk := r.WakeVM; wk != nil {
+		if wk.Missing != "" {
+			fmt.Fprintf(w, "wake on traffic, a vm sandbox: not here (%s)\n", wk.Missing)
+		} else {
+			fmt.Fprintf(w, "wake on traffic, a vm sandbox (%s), same node (%d wakes, a GET through its forward): connect→first byte of the answer p50 %.2f p99 %.2f max %.2f ms\n",
+				wk.Accel, wk.Rounds, wk.Latency.P50, wk.Latency.P99, wk.Latency.Max)
 		}
 	}
 	if v := r.SQLView; v != nil {

@@ -28,6 +28,8 @@ type Wake struct {
 	Latency Percentiles `json:"connect_to_first_byte_ms"`
 	// Missing says why the section could not run here (no busybox).
 	Missing string `json:"missing,omitempty"`
+	// Accel is the vm row's accelerator (RunVMWake), kvm or tcg.
+	Accel string `json:"accel,omitempty"`
 }
 
 // RunWake measures the wake section on a fresh service (fsync interval).

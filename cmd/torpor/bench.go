@@ -68,7 +68,7 @@ func benchCmd() *cobra.Command {
 	f.BoolVar(&cfg.SkipGrowth, "skip-growth", false, "leave out the growth, replay and recovery section")
 	f.BoolVar(&cfg.SkipVM, "skip-vm", false, "leave out the vm driver's section (microVMs booted, suspended and resumed through the pipeline; snapshot bytes)")
 	f.BoolVar(&cfg.SkipCluster, "skip-cluster", false, "leave out the cluster section (the closed loop through three torpor nodes on three in-process NATS servers, every stream R3, next to the single node's)")
-	f.BoolVar(&cfg.SkipWake, "skip-wake", false, "leave out the wake-on-traffic row (a suspended process sandbox woken by a request through its forward; runs with the process section)")
+	f.BoolVar(&cfg.SkipWake, "skip-wake", false, "leave out the wake-on-traffic rows (a suspended process sandbox woken by a request through its forward, with the process section; a vm sandbox's, with the vm section)")
 	f.BoolVar(&cfg.SkipProcess, "skip-process", false, "leave out the process driver's section (freeze and thaw, process sandboxes through the pipeline)")
 	f.StringVar(&cfg.DatabaseURL, "database-url", "", "PostgreSQL/CockroachDB URL (default $TORPOR_BENCH_DATABASE_URL): adds the raw batched SQL upsert (view rows and a checkpoint per transaction, in throwaway torpor_bench_ tables); the SQL rebuild row waits for the SQL view")
 	return cmd

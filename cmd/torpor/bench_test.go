@@ -145,6 +145,27 @@ func BenchmarkWake(b *testing.B) {
 	b.ReportMetric(w.Latency.P99, "wake-p99-ms")
 }
 
+// BenchmarkVMWake runs the vm wake-on-traffic row of `torpor bench`: a
+// suspended vm sandbox woken by a GET through its forward. It skips where
+// the row cannot run (the vm driver's parts missing, or no vm forwards).
+//
+//	go test -run XXX -bench VMWake -benchtime 1x ./cmd/torpor
+func BenchmarkVMWake(b *testing.B) {
+	cfg := bench.Config{Sandboxes: 1, Concurrency: 1, Quick: true, Transport: "bus", Duration: time.Second}
+	var w *bench.Wake
+	for b.Loop() {
+		var err error
+		if w, err = bench.RunVMWake(context.Background(), cfg, benchStarter(binary(b)), b.Output()); err != nil {
+			b.Fatal(err)
+		}
+		if w.Missing != "" {
+			b.Skipf("SKIPPED, NOT MEASURED: %s", w.Missing)
+		}
+	}
+	b.ReportMetric(w.Latency.P50, "wake-p50-ms")
+	b.ReportMetric(w.Latency.P99, "wake-p99-ms")
+}
+
 // TestBenchQuickReport runs a shortened bench end to end and checks that the
 // JSON document has every figure the issue names, each measured (non-zero).
 func TestBenchQuickReport(t *testing.T) {

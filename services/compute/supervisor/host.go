@@ -84,7 +84,18 @@ type Stat struct {
 // ReadStat reads /proc/<pid>/stat; a process that is not there is
 // os.ErrNotExist.
 func ReadStat(pid int) (Stat, error) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	return readStat("/proc/"+strconv.Itoa(pid)+"/stat", pid)
+}
+
+// ReadTaskStat reads /proc/<pid>/task/<tid>/stat, what it says of one
+// thread of process pid (its CPU, Start, its own); a thread that is not
+// there is os.ErrNotExist. (/proc/<tid>/stat would say the whole process's.)
+func ReadTaskStat(pid, tid int) (Stat, error) {
+	return readStat("/proc/"+strconv.Itoa(pid)+"/task/"+strconv.Itoa(tid)+"/stat", tid)
+}
+
+func readStat(path string, pid int) (Stat, error) {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return Stat{}, err
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -169,6 +170,32 @@ func (mo *monitor) migration() (status, why string, err error) {
 	}
 	err = json.Unmarshal(out, &s)
 	return s.Status, s.Error, err
+}
+
+// vcpuThreads is the host threads that run the guest's vCPUs
+// (query-cpus-fast's thread-id of each), each once: under TCG with
+// -icount one thread runs them all in turn.
+func (mo *monitor) vcpuThreads() ([]int, error) {
+	out, err := mo.run("query-cpus-fast", nil)
+	if err != nil {
+		return nil, err
+	}
+	var cpus []struct {
+		Thread int `json:"thread-id"`
+	}
+	if err := json.Unmarshal(out, &cpus); err != nil {
+		return nil, fmt.Errorf("qmp query-cpus-fast: %w", err)
+	}
+	var tids []int
+	for _, c := range cpus {
+		if c.Thread > 0 && !slices.Contains(tids, c.Thread) {
+			tids = append(tids, c.Thread)
+		}
+	}
+	if len(tids) == 0 {
+		return nil, errors.New("qmp query-cpus-fast: no vCPU thread")
+	}
+	return tids, nil
 }
 
 // shellPath quotes path for the sh of QEMU's exec: migration URI.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -568,5 +569,63 @@ func TestContractOverTheBus(t *testing.T) {
 		return drivertest.Harness{Driver: remote.NewClient(nc, "n1", "vm"), Reports: g.All, Timeout: wait, Spec: func(id string) compute.Spec {
 			return compute.Spec{SandboxID: id, Node: "n1", Command: []string{"sleep", "3600"}}
 		}}
+	})
+}
+
+// TestHeartbeatsSayBusy: the heartbeats of a guest spinning on its CPU (no
+// API call, no forward traffic) say it was active, booted and restored
+// alike, and those of the same guest once it sleeps never do (README
+// "Activity": the CPU time of QEMU's vCPU threads advanced by more than a
+// fiftieth of the interval, over TCG's idle baseline, since the beat
+// before). One guest serves all: it spins for its first 12 seconds (of its
+// own clock, which stands still while it is suspended), then sleeps.
+func TestHeartbeatsSayBusy(t *testing.T) {
+	g := drivertest.NewGateway(t)
+	d, _ := newDriver(t, g, func(c *vm.Config) { c.Heartbeat = time.Second })
+	s := spec("n1", "sh", "-c", "end=$(($(date +%s)+12)); while [ $(date +%s) -lt $end ]; do :; done; echo rested; sleep 3600")
+	start(t, d, g, s, 1)
+	beats := func(gen int64) (active []bool) {
+		for _, r := range g.Sent(s.SandboxID) {
+			if r.Kind == compute.ReportHeartbeat && r.Generation == gen {
+				active = append(active, r.Active)
+			}
+		}
+		return active
+	}
+	busyBeats := func(t *testing.T, gen int64) {
+		t.Helper()
+		eventually(t, "two busy beats of the spinning guest", func() bool {
+			n := 0
+			for _, a := range beats(gen) {
+				if a {
+					n++
+				}
+			}
+			return n >= 2
+		})
+	}
+	t.Run("busy", func(t *testing.T) { busyBeats(t, 1) })
+	t.Run("busy restored", func(t *testing.T) {
+		ref, err := d.Suspend(ctx(t), compute.Target{Spec: s, Generation: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := d.Resume(ctx(t), compute.Resume{Spec: s, Generation: 2, Credential: drivertest.Cred(2), RestoreRef: ref}); err != nil || !res.Consumed {
+			t.Fatalf("resume: %+v, %v", res, err)
+		}
+		g.Await(t, s.SandboxID, compute.ReportAttached, 2)
+		busyBeats(t, 2)
+	})
+	t.Run("idle", func(t *testing.T) {
+		eventually(t, "the guest stops spinning", func() bool {
+			b, err := d.Logs(ctx(t), s, 5)
+			return err == nil && bytes.Contains(b, []byte("rested"))
+		})
+		// The two beats after it may have measured some of the spinning.
+		from := len(beats(2)) + 2
+		eventually(t, "ten beats of the sleeping guest", func() bool { return len(beats(2)) >= from+10 })
+		if got := beats(2)[from : from+10]; slices.Contains(got, true) {
+			t.Fatalf("the sleeping guest's beats say active: %v, want none", got)
+		}
 	})
 }

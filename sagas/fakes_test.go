@@ -10,6 +10,7 @@ import (
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/memstore"
+	"github.com/torpor/torpor/sagas"
 	"github.com/torpor/torpor/services/compute"
 	"github.com/torpor/torpor/services/gateway"
 )
@@ -40,7 +41,10 @@ type tracked struct {
 	// the rest, as a reading of the log may when an atomic batch lands.
 	splitAt    uint64
 	splitPause time.Duration
-	changed    chan struct{} // closed and replaced on every change
+	// loaded, when set, is called with every whole log of a sandbox Load
+	// returns (after 0), before the caller gets it.
+	loaded  func(id string, log []events.Envelope)
+	changed chan struct{} // closed and replaced on every change
 }
 
 func newTracked() *tracked {
@@ -56,12 +60,63 @@ func (s *tracked) notify() {
 
 // Load counts the loads of what followed an event.
 func (s *tracked) Load(ctx context.Context, id string, after uint64) ([]events.Envelope, error) {
+	s.mu.Lock()
 	if after > 0 {
-		s.mu.Lock()
 		s.loads++
-		s.mu.Unlock()
 	}
-	return s.Store.Load(ctx, id, after)
+	loaded := s.loaded
+	s.mu.Unlock()
+	log, err := s.Store.Load(ctx, id, after)
+	if err == nil && after == 0 && loaded != nil {
+		loaded(id, log)
+	}
+	return log, err
+}
+
+// onLoad sets tracked.loaded.
+func (s *tracked) onLoad(f func(id string, log []events.Envelope)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loaded = f
+}
+
+// timers is a sagas.Timers in memory, outliving the runners of a test as
+// the KV bucket outlives processes.
+type timers struct {
+	mu   sync.Mutex
+	keys map[sagas.TimerKey]bool
+}
+
+func newTimers() *timers { return &timers{keys: map[sagas.TimerKey]bool{}} }
+
+func (t *timers) List(context.Context) ([]sagas.TimerKey, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []sagas.TimerKey
+	for k := range t.keys {
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+func (t *timers) Put(_ context.Context, k sagas.TimerKey) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.keys[k] = true
+	return nil
+}
+
+func (t *timers) Delete(_ context.Context, k sagas.TimerKey) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.keys, k)
+	return nil
+}
+
+func (t *timers) has(k sagas.TimerKey) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.keys[k]
 }
 
 // Follow notes the last sequence the handler took, once it returned.
@@ -230,8 +285,9 @@ type recorder struct {
 	// unavailable is how many calls fail with events.ErrUnavailable first.
 	unavailable int
 
-	mu    sync.Mutex
-	calls [][]string // event types, per call
+	mu     sync.Mutex
+	calls  [][]string        // event types, per call
+	causes []events.Envelope // the cause of each call
 }
 
 func (r *recorder) Record(ctx context.Context, cause events.Envelope, actor string, evs ...events.Event) error {
@@ -241,6 +297,7 @@ func (r *recorder) Record(ctx context.Context, cause events.Envelope, actor stri
 	}
 	r.mu.Lock()
 	r.calls = append(r.calls, types)
+	r.causes = append(r.causes, cause)
 	down := r.unavailable > 0
 	if down {
 		r.unavailable--

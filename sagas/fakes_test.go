@@ -10,7 +10,6 @@ import (
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/memstore"
-	"github.com/torpor/torpor/sagas"
 	"github.com/torpor/torpor/services/compute"
 	"github.com/torpor/torpor/services/gateway"
 )
@@ -84,36 +83,36 @@ func (s *tracked) onLoad(f func(id string, log []events.Envelope)) {
 // the KV bucket outlives processes.
 type timers struct {
 	mu   sync.Mutex
-	keys map[sagas.TimerKey]bool
+	keys map[string]bool
 }
 
-func newTimers() *timers { return &timers{keys: map[sagas.TimerKey]bool{}} }
+func newTimers() *timers { return &timers{keys: map[string]bool{}} }
 
-func (t *timers) List(context.Context) ([]sagas.TimerKey, error) {
+func (t *timers) List(context.Context) ([]string, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []sagas.TimerKey
+	var out []string
 	for k := range t.keys {
 		out = append(out, k)
 	}
 	return out, nil
 }
 
-func (t *timers) Put(_ context.Context, k sagas.TimerKey) error {
+func (t *timers) Put(_ context.Context, k string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.keys[k] = true
 	return nil
 }
 
-func (t *timers) Delete(_ context.Context, k sagas.TimerKey) error {
+func (t *timers) Delete(_ context.Context, k string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.keys, k)
 	return nil
 }
 
-func (t *timers) has(k sagas.TimerKey) bool {
+func (t *timers) has(k string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.keys[k]

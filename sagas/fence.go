@@ -40,16 +40,16 @@ type fencedTimers struct {
 	fence func() error
 }
 
-func (f fencedTimers) Put(ctx context.Context, k TimerKey) error {
+func (f fencedTimers) Put(ctx context.Context, key string) error {
 	if err := f.fence(); err != nil {
 		return err
 	}
-	return f.Timers.Put(ctx, k)
+	return f.Timers.Put(ctx, key)
 }
 
-func (f fencedTimers) Delete(ctx context.Context, k TimerKey) error {
+func (f fencedTimers) Delete(ctx context.Context, key string) error {
 	if err := f.fence(); err != nil {
 		return err
 	}
-	return f.Timers.Delete(ctx, k)
+	return f.Timers.Delete(ctx, key)
 }

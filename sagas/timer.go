@@ -2,6 +2,7 @@ package sagas
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -210,12 +211,13 @@ func (r *Runner) rebuild(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
-	for _, k := range keys {
-		key := timerKey{k.SandboxID, k.Kind}
-		if !key.long() || !events.ValidID(k.SandboxID) {
+	for _, name := range keys {
+		key, ok := parseTimerKey(name)
+		if !ok {
+			r.log.Warn().Str("key", name).Msg("a key of the timers' record that names no timer: left there")
 			continue
 		}
-		r.arm(ctx, key, events.Envelope{SandboxID: k.SandboxID}, now)
+		r.arm(ctx, key, events.Envelope{SandboxID: key.id}, now)
 		r.kept[key] = true
 	}
 	r.log.Info().Int("timers", len(keys)).Msg("long timers rebuilt from the record")
@@ -249,13 +251,13 @@ func (r *Runner) keep(ctx context.Context) {
 	}
 	r.mu.Unlock()
 	for _, k := range dels {
-		if err := r.cfg.Timers.Delete(ctx, TimerKey{k.id, k.kind}); err != nil && ctx.Err() == nil {
+		if err := r.cfg.Timers.Delete(ctx, k.String()); err != nil && ctx.Err() == nil {
 			// Left stale: its job at the next start finds nothing to do.
 			r.log.Warn().Err(err).Str("sandbox_id", k.id).Str("timer", k.kind).Msg("delete a timer from the record")
 		}
 	}
 	for _, k := range puts {
-		if err := r.cfg.Timers.Put(ctx, TimerKey{k.id, k.kind}); err != nil {
+		if err := r.cfg.Timers.Put(ctx, k.String()); err != nil {
 			if ctx.Err() == nil {
 				r.log.Warn().Err(err).Str("sandbox_id", k.id).Str("timer", k.kind).Msg("put a timer in the record; it holds the position")
 			}
@@ -326,15 +328,25 @@ func armedBy(kind string, log []events.Envelope) events.Envelope {
 
 // Timers keeps, between runs, the keys of the long timers (ttl, retention,
 // idle) a Runner has armed, so that its saved position may pass the events
-// that armed them (see the top of timer.go). It is safe for concurrent use.
+// that armed them (see the top of timer.go); a key is
+// "<sandbox id>.<kind>", kind ttl, retention or idle (TimerKey). It is
+// safe for concurrent use; jsstore.Store.Timers keeps them in a KV bucket.
 type Timers interface {
 	// List returns every key kept.
-	List(ctx context.Context) ([]TimerKey, error)
-	// Put keeps k; Delete forgets it (a key not kept is no error).
-	Put(ctx context.Context, k TimerKey) error
-	Delete(ctx context.Context, k TimerKey) error
+	List(ctx context.Context) ([]string, error)
+	// Put keeps key; Delete forgets it (a key not kept is no error).
+	Put(ctx context.Context, key string) error
+	Delete(ctx context.Context, key string) error
 }
 
-// TimerKey names a long timer in Timers: its sandbox and its kind ("ttl",
-// "retention" or "idle").
-type TimerKey struct{ SandboxID, Kind string }
+// TimerKey is the key in Timers of the long timer of kind for sandbox id.
+func TimerKey(id, kind string) string { return timerKey{id, kind}.String() }
+
+func (k timerKey) String() string { return k.id + "." + k.kind }
+
+// parseTimerKey reads a key of Timers; false when it names no long timer.
+func parseTimerKey(s string) (timerKey, bool) {
+	id, kind, ok := strings.Cut(s, ".")
+	k := timerKey{id, kind}
+	return k, ok && events.ValidID(id) && (kind == kindTTL || kind == kindRetention || kind == kindIdle)
+}

@@ -79,9 +79,9 @@ func TestLongTimersAfterARestart(t *testing.T) {
 			last := sb.intent.Seq + 2 // started, attached: the idle timer is armed by the entry into ready
 			stop := h.run(h.sim)
 			h.store.waitPast(t, last)
-			key := sagas.TimerKey{SandboxID: sb.id, Kind: c.kind}
+			key := sagas.TimerKey(sb.id, c.kind)
 			if !tm.has(key) {
-				t.Fatalf("the position passed %d, but the record lacks %+v", last, key)
+				t.Fatalf("the position passed %d, but the record lacks %s", last, key)
 			}
 			stop()
 			if n := h.rec.callsOf(c.fired); n != 0 {
@@ -99,7 +99,7 @@ func TestLongTimersAfterARestart(t *testing.T) {
 				t.Fatalf("the restarted runner read the log from %d, before %d", from, last)
 			}
 			if tm.has(key) {
-				t.Fatalf("%+v still in the record after it fired", key)
+				t.Fatalf("%s still in the record after it fired", key)
 			}
 		})
 	}

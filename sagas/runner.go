@@ -85,23 +85,16 @@ type Runner struct {
 	specs   *specCache
 
 	mu        sync.Mutex
-	jobs      map[uint64]*job   // unfinished intents by sequence
-	queues    map[string][]*job // per sandbox, jobs waiting for its worker; a key exists while the worker runs
-	freed     chan struct{}     // closed and replaced when a job finishes
-	processed uint64            // the last sequence handed to dispatch
-	caughtUp  uint64            // the last sequence of the newest batch that reached the head of the log
-	// timers are the armed timers, per sandbox and kind (timer.go): the
-	// deadline of the transient phase a sandbox is in, its ttl, its
-	// retention, its idle policy.
-	timers map[timerKey]*timer
-	// kept are the long timers' keys Config.Timers holds, as far as this
-	// runner knows (keep).
-	kept     map[timerKey]bool
-	waking   map[string]chan struct{} // per sandbox whose worker waits for a slot, closed by a deadline queued (due)
-	phases   map[string]events.Phase  // per sandbox read, its phase as the lifecycle table folds it
-	refused  atomic.Uint64            // events passed over: the table refuses them (Refused)
-	stopping bool                     // Run is ending: no deadline starts a job
-	began    time.Time                // when Run started (the attach grace after a restart)
+	jobs      map[uint64]*job          // unfinished intents by sequence
+	queues    map[string][]*job        // per sandbox, jobs waiting for its worker; a key exists while the worker runs
+	freed     chan struct{}            // closed and replaced when a job finishes
+	processed uint64                   // the last sequence handed to dispatch
+	caughtUp  uint64                   // the last sequence of the newest batch that reached the head of the log
+	waking    map[string]chan struct{} // per sandbox whose worker waits for a slot, closed by a deadline queued (due)
+	phases    map[string]events.Phase  // per sandbox read, its phase as the lifecycle table folds it
+	refused   atomic.Uint64            // events passed over: the table refuses them (Refused)
+	stopping  bool                     // Run is ending: no deadline starts a job
+	began     time.Time                // when Run started (the attach grace after a restart)
 	// live is caughtUp when the runner first read the log to its head: an
 	// intent after it was appended while this runner ran, and no runner
 	// before it drove it (one runner per node).
@@ -110,6 +103,13 @@ type Runner struct {
 	// another node it is driving (reach, resume.go); dropped when the
 	// sandbox leaves the transient phase.
 	reached map[string]*reach
+	// timers are the armed timers, per sandbox and kind (timer.go): the
+	// deadline of the transient phase a sandbox is in, its ttl, its
+	// retention, its idle policy.
+	timers map[timerKey]*timer
+	// kept are the long timers' keys Config.Timers holds, as far as this
+	// runner knows (keep).
+	kept map[timerKey]bool
 }
 
 // warmKeep is how long a worker's goroutine waits for the next sandbox

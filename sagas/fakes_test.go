@@ -82,8 +82,9 @@ func (s *tracked) onLoad(f func(id string, log []events.Envelope)) {
 // timers is a sagas.Timers in memory, outliving the runners of a test as
 // the KV bucket outlives processes.
 type timers struct {
-	mu   sync.Mutex
-	keys map[string]bool
+	mu     sync.Mutex
+	keys   map[string]bool
+	notify func() // when set, called on every change (a tracked store's: its waiters look again)
 }
 
 func newTimers() *timers { return &timers{keys: map[string]bool{}} }
@@ -100,15 +101,23 @@ func (t *timers) List(context.Context) ([]string, error) {
 
 func (t *timers) Put(_ context.Context, k string) error {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.keys[k] = true
+	notify := t.notify
+	t.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
 	return nil
 }
 
 func (t *timers) Delete(_ context.Context, k string) error {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	delete(t.keys, k)
+	notify := t.notify
+	t.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
 	return nil
 }
 

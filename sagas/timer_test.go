@@ -62,21 +62,35 @@ func (sb *sandbox) count(typ string) int {
 // floor, the position never passes the create.)
 func TestLongTimersAfterARestart(t *testing.T) {
 	cases := []struct {
-		kind    string
-		created *events.Created
-		fired   string // the event the timer's decision appends
+		kind      string
+		created   func() *events.Created
+		suspended bool   // suspended after ready, else ready
+		fired     string // the event the timer's decision appends
 	}{
-		{"ttl", &events.Created{ExpiresAt: time.Now().Add(time.Second).UTC(), OnExpiry: events.OnExpiryStop}, events.TypeExpired},
-		{"idle", &events.Created{Idle: events.IdlePolicy{After: "1s", Action: events.IdleSuspend}}, events.TypeIdleTimeout},
+		{"ttl", func() *events.Created {
+			return &events.Created{ExpiresAt: time.Now().Add(time.Second).UTC(), OnExpiry: events.OnExpiryStop}
+		}, false, events.TypeExpired},
+		{"idle", func() *events.Created {
+			return &events.Created{Idle: events.IdlePolicy{After: "1s", Action: events.IdleSuspend}}
+		}, false, events.TypeIdleTimeout},
+		{"retention", func() *events.Created { return &events.Created{RetainFor: "1s"} }, true, events.TypeExpired},
 	}
 	for _, c := range cases {
 		t.Run(c.kind, func(t *testing.T) {
 			tm := newTimers()
 			h := newHarness(t, sagas.Config{Timers: tm})
 			h.rec.expand = timerExpands
-			sb := h.readyWith(c.created)
+			var sb *sandbox
+			if c.suspended {
+				sb, _ = h.suspendedWith(c.created())
+			} else {
+				sb = h.readyWith(c.created())
+			}
 			due := time.Now().Add(time.Second)
-			last := sb.intent.Seq + 2 // started, attached: the idle timer is armed by the entry into ready
+			last, err := h.store.LastSeq(context.Background()) // the event that armed the timer, or before it
+			if err != nil {
+				t.Fatal(err)
+			}
 			stop := h.run(h.sim)
 			h.store.waitPast(t, last)
 			key := sagas.TimerKey(sb.id, c.kind)
@@ -95,7 +109,7 @@ func TestLongTimersAfterARestart(t *testing.T) {
 			if n := sb.count(c.fired); n != 1 {
 				t.Fatalf("%d %s in the log, want 1", n, c.fired)
 			}
-			if h.store.follows[len(h.store.follows)-1] < last || from < last {
+			if from < last {
 				t.Fatalf("the restarted runner read the log from %d, before %d", from, last)
 			}
 			if tm.has(key) {
@@ -244,5 +258,26 @@ func TestParkedTTLMeetsItsLeaving(t *testing.T) {
 	}
 	if got.Policy != events.ExpiryTTL || !got.ExpiresAt.After(at) || env.Time.Before(got.ExpiresAt) {
 		t.Fatalf("expired %+v at %s; want the ttl moved past %s by the stay, fired no earlier", got, env.Time, at)
+	}
+}
+
+// TestStaleTimerLeavesTheRecord: a key of the record whose sandbox has no
+// such timer any more (its ttl spent while the record was not told) is
+// armed at start, found to have nothing to do, and deleted from the
+// record; nothing is recorded. (Broken on purpose: keep deleting nothing,
+// the key stays.)
+func TestStaleTimerLeavesTheRecord(t *testing.T) {
+	tm := newTimers()
+	h := newHarness(t, sagas.Config{Timers: tm})
+	tm.notify = h.store.notify
+	sb := h.ready(nil) // no ttl
+	key := sagas.TimerKey(sb.id, "ttl")
+	if err := tm.Put(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	h.run(h.sim)
+	h.store.waitUntil(t, "the stale key deleted", func() bool { return !tm.has(key) })
+	if n := h.rec.callsOf(events.TypeExpired); n != 0 {
+		t.Fatalf("%d expiries reported for a sandbox without a ttl", n)
 	}
 }

@@ -22,8 +22,8 @@ import (
 //
 // A timer is armed (replacing the one of its key), disarmed, due (its job
 // queued behind its sandbox's steps; a deadline before those that wait for a
-// slot), rearmed by its job (not due yet, refused: look again) or closed by
-// it (nothing to do). A ttl paused while suspended is parked: armed, its
+// slot), rearmed by its job (not due yet, refused: look again) or dropped
+// by it (nothing to do). A ttl paused while suspended is parked: armed, its
 // clock stopped, until an event leaves suspended (unpark).
 //
 // Every job decides again on the sandbox's log, never on what armed the
@@ -251,9 +251,15 @@ func (r *Runner) keep(ctx context.Context) {
 	}
 	r.mu.Unlock()
 	for _, k := range dels {
-		if err := r.cfg.Timers.Delete(ctx, k.String()); err != nil && ctx.Err() == nil {
-			// Left stale: its job at the next start finds nothing to do.
-			r.log.Warn().Err(err).Str("sandbox_id", k.id).Str("timer", k.kind).Msg("delete a timer from the record")
+		if err := r.cfg.Timers.Delete(ctx, k.String()); err != nil {
+			// Still in the record: deleted at a later checkpoint, or, left
+			// stale, its job at the next start finds nothing to do.
+			if ctx.Err() == nil {
+				r.log.Warn().Err(err).Str("sandbox_id", k.id).Str("timer", k.kind).Msg("delete a timer from the record")
+			}
+			r.mu.Lock()
+			r.kept[k] = true
+			r.mu.Unlock()
 		}
 	}
 	for _, k := range puts {

@@ -2,7 +2,9 @@ package sagas_test
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -280,4 +282,52 @@ func TestStaleTimerLeavesTheRecord(t *testing.T) {
 	if n := h.rec.callsOf(events.TypeExpired); n != 0 {
 		t.Fatalf("%d expiries reported for a sandbox without a ttl", n)
 	}
+}
+
+// TestFenceKeepsTheRecord: while Config.Fence refuses (the runner lost its
+// node's lease), the runner changes nothing in the record of its timers: a
+// ttl disarmed meanwhile (its sandbox deleting) stays there; once the fence
+// allows, it is deleted. (Broken on purpose: the record not fenced, the key
+// is deleted behind the refusing fence.)
+func TestFenceKeepsTheRecord(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		lost  bool
+		asked int
+	)
+	refused := make(chan struct{}) // closed once the fence refused three times
+	fence := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if !lost {
+			return nil
+		}
+		if asked++; asked == 3 {
+			close(refused)
+		}
+		return errors.New("lease lost")
+	}
+	tm := newTimers()
+	h := newHarness(t, sagas.Config{Fence: fence, Timers: tm})
+	tm.notify = h.store.notify
+	sb := h.readyWith(&events.Created{ExpiresAt: time.Now().Add(time.Hour).UTC(), OnExpiry: events.OnExpiryStop})
+	key := sagas.TimerKey(sb.id, "ttl")
+	h.run(h.sim)
+	h.store.waitUntil(t, key+" in the record", func() bool { return tm.has(key) })
+	mu.Lock()
+	lost = true
+	mu.Unlock()
+	sb.when(&events.DeleteRequested{}) // disarms the ttl
+	select {
+	case <-refused:
+	case <-time.After(wait):
+		t.Fatal("the fence was never asked")
+	}
+	if !tm.has(key) {
+		t.Fatalf("%s deleted from the record behind a refusing fence", key)
+	}
+	mu.Lock()
+	lost = false
+	mu.Unlock()
+	h.store.waitUntil(t, key+" deleted from the record", func() bool { return !tm.has(key) })
 }

@@ -17,6 +17,7 @@ import (
 //   when one comes due           → load the sandbox's log, decide again on it: nothing to do (expired
 //                                  recorded, deleted, the state no longer held) disarms it; not due yet
 //                                  rearms it; else record sandbox.expired{policy, expires_at, action}
+//                                  (a command of its own, caused by the event that armed it: timer.go)
 //                                  through the gateway, which appends it with the start of the action
 //                                  (delete_requested; stop_requested; in suspended the retained state
 //                                  invalidated, Expired: stopped), at the head of the log, and refuses it

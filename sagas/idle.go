@@ -19,7 +19,8 @@ import (
 //                                  suspend with fallback none (nothing is recorded: left running) disarms
 //                                  it; not due yet (the later of last_active_at and the entry into ready,
 //                                  + after) rearms it; else report sandbox.idle_timeout{policy,
-//                                  last_active_at} to the gateway, which decides again at the head of the
+//                                  last_active_at} (a command of its own, caused by the event that armed
+//                                  it: timer.go) to the gateway, which decides again at the head of the
 //                                  log and appends it with suspend_requested or stop_requested (actor
 //                                  sagas:idle: no activity), or refuses it (gateway/idle.go)
 //     refused                    → look again in a second (newer activity rearms it meanwhile)

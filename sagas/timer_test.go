@@ -331,3 +331,31 @@ func TestFenceKeepsTheRecord(t *testing.T) {
 	mu.Unlock()
 	h.store.waitUntil(t, key+" deleted from the record", func() bool { return !tm.has(key) })
 }
+
+// TestLongTimerRebuiltBeforeItsTime: a ttl kept in the record and not yet
+// due when the runner starts again is armed from the record at once, and
+// its job, reading the log, waits for its time: it fires once, not before.
+// (Broken on purpose: the job not waiting for the ttl's time, it fires at
+// the start.)
+func TestLongTimerRebuiltBeforeItsTime(t *testing.T) {
+	tm := newTimers()
+	h := newHarness(t, sagas.Config{Timers: tm})
+	h.rec.expand = timerExpands
+	at := time.Now().Add(time.Second).UTC()
+	sb := h.readyWith(&events.Created{ExpiresAt: at, OnExpiry: events.OnExpiryStop})
+	last := sb.intent.Seq + 2
+	stop := h.run(h.sim)
+	h.store.waitPast(t, last)
+	stop()
+	if !tm.has(sagas.TimerKey(sb.id, "ttl")) {
+		t.Fatal("the ttl is not in the record")
+	}
+	h.run(h.sim) // reads nothing before the create: the ttl comes from the record
+	env, got := sb.waitExpired()
+	if env.Time.Before(at) || !got.ExpiresAt.Equal(at) {
+		t.Fatalf("expired %+v at %s; want the ttl at %s, not before", got, env.Time, at)
+	}
+	if n := sb.count(events.TypeExpired); n != 1 {
+		t.Fatalf("%d expiries, want 1", n)
+	}
+}

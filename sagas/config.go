@@ -47,6 +47,10 @@ type Config struct {
 	// passes is extended by the outage within it, once per outage, and the
 	// deadline_passed it finally records says by how much (extended).
 	Unavailable func(since time.Time) time.Duration
+	// Timers, when set, keeps the keys of the long timers armed (ttl,
+	// retention, idle) between runs, so that the saved position passes
+	// the events that armed them; nil: they hold the position (timer.go).
+	Timers Timers
 }
 
 // Default values of Config.

@@ -80,16 +80,6 @@ import (
 // another phase than the sandbox's, or one not due yet, so a deadline of an
 // earlier stay in a phase never settles a later one.
 
-// open is a transient phase a sandbox entered and has not left, as the
-// runner read the log.
-type open struct {
-	env   events.Envelope // the event that entered the phase
-	timer *time.Timer
-	// extended is how long the deadline was extended for outages of the
-	// log within it (Config.Unavailable).
-	extended time.Duration
-}
-
 // enters says whether an event of type typ, moving a sandbox from phase
 // prev to phase next, enters next: a change of phase, or an intent. Each
 // intent enters its phase anew (a fallback start after a failed restore
@@ -106,12 +96,10 @@ func (r *Runner) track(ctx context.Context, env events.Envelope, created *events
 	if p == events.PhaseNone {
 		return // not stamped: no phase to track
 	}
-	cur := r.open[id]
+	k := timerKey{id, kindDeadline}
+	cur := r.timers[k]
 	if !p.Transient() {
-		if cur != nil {
-			cur.timer.Stop()
-			delete(r.open, id)
-		}
+		r.disarm(k)
 		delete(r.reached, id) // its resume, if any, settled
 		return
 	}
@@ -128,39 +116,14 @@ func (r *Runner) track(ctx context.Context, env events.Envelope, created *events
 	if created != nil && !r.drives(created.Node) {
 		return // another node's runner keeps its deadlines
 	}
-	if cur != nil {
-		cur.timer.Stop()
-	}
-	o := &open{env: env}
-	o.timer = time.AfterFunc(time.Until(env.Time.Add(r.cfg.Deadline)), func() { r.due(ctx, o) })
-	r.open[id] = o
-}
-
-// due queues the deadline of o on its sandbox's queue, behind any step
-// under way there but before those waiting for a worker slot, unless o was
-// closed or replaced meanwhile.
-func (r *Runner) due(ctx context.Context, o *open) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	id := o.env.SandboxID
-	if r.stopping || r.open[id] != o {
-		return
-	}
-	if r.enqueue(&job{env: o.env, deadline: o}) {
-		r.warm.Go(func() { r.work(ctx, id) })
-	}
-	if w := r.waking[id]; w != nil {
-		// Its worker waits for a slot for a step: the deadline goes first.
-		close(w)
-		delete(r.waking, id)
-	}
+	r.arm(ctx, k, env, env.Time.Add(r.cfg.Deadline))
 }
 
 // extend rearms o's deadline for the time the log was unavailable within
 // it that it was not extended for yet, and says whether it did: time in
 // which no outcome could be recorded (nor a heartbeat heard) is not held
 // against the sandbox.
-func (r *Runner) extend(o *open) bool {
+func (r *Runner) extend(o *timer) bool {
 	if r.cfg.Unavailable == nil {
 		return false
 	}
@@ -177,33 +140,14 @@ func (r *Runner) extend(o *open) bool {
 	return true
 }
 
-// rearm runs o's deadline again after d, if it is still open.
-func (r *Runner) rearm(o *open, d time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.stopping && r.open[o.env.SandboxID] == o {
-		o.timer.Reset(d)
-	}
-}
-
-// closeOpen forgets o: its sandbox is not this runner's to settle.
-func (r *Runner) closeOpen(o *open) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.open[o.env.SandboxID] == o {
-		o.timer.Stop()
-		delete(r.open, o.env.SandboxID)
-	}
-}
-
 // settle is the job of a passed deadline: it checks the phase is still the
 // one o entered, observes the driver, and records what the table of this
 // file says. A nil error means it is done with (recorded, waiting again, or
 // not its to settle); an error brings it back after a backoff.
-func (r *Runner) settle(ctx context.Context, o *open) error {
+func (r *Runner) settle(ctx context.Context, o *timer) error {
 	id := o.env.SandboxID
 	r.mu.Lock()
-	current := r.open[id] == o
+	current := r.armed(o)
 	r.mu.Unlock()
 	if !current {
 		return nil
@@ -220,7 +164,7 @@ func (r *Runner) settle(ctx context.Context, o *open) error {
 		return nil // the log moved on; the runner closes o when it reads that far
 	}
 	if st.created == nil || !r.drives(st.created.Node) {
-		r.closeOpen(o)
+		r.drop(o)
 		return nil
 	}
 	log := r.log.With().Str("sandbox_id", id).Str("saga", "deadline").Str("phase", string(st.view.Phase)).

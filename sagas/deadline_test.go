@@ -342,11 +342,13 @@ func TestDeadlineDoesNotWaitBehindSlowSteps(t *testing.T) {
 	h := newHarness(t, sagas.Config{Deadline: short, Workers: 1})
 	drv := newCounting(h.sim, "stop")
 	drv.stubborn = true
+	// Laid before the runner starts: laid while it ran, its create was
+	// answered twice at times (the runner's started and the harness's).
+	slow := h.ready(nil)
 	h.run(drv)
 	t.Cleanup(func() { close(drv.release) }) // before the runner stops
 	never, created := h.create(node, map[string]string{"attach": "never"})
 	never.then(never.outcome(created, 1), &events.Started{Generation: 1})
-	slow := h.ready(nil)
 	stop := slow.when(&events.StopRequested{Generation: 1})
 	select {
 	case <-drv.entered: // the only worker slot is held in the driver
@@ -502,9 +504,9 @@ func TestDeadlineDoesNotWaitBehindItsOwnQueuedStep(t *testing.T) {
 	h := newHarness(t, sagas.Config{Deadline: short, Workers: 1})
 	drv := newCounting(h.sim, "stop")
 	drv.stubborn = true
+	slow := h.ready(nil) // before the runner starts, as in TestDeadlineDoesNotWaitBehindSlowSteps
 	h.run(drv)
 	t.Cleanup(func() { close(drv.release) }) // before the runner stops
-	slow := h.ready(nil)
 	stop := slow.when(&events.StopRequested{Generation: 1})
 	select {
 	case <-drv.entered: // the only worker slot is held in the driver

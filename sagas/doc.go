@@ -55,4 +55,18 @@
 // deadline asks of the driver is an intent in the log
 // (sandbox.cleanup_requested), driven like any other until the driver
 // confirms it (sandbox.cleaned_up; cleanup.go).
+//
+// # Timers
+//
+// Deadlines, ttls, retentions and idle policies are one kind of timer
+// (timer.go), keyed by sandbox and kind, armed by the events the Runner
+// reads; when one comes due its job goes on the sandbox's queue and decides
+// again on the sandbox's log (settle, expire, idleCheck): record, rearm,
+// park (a ttl paused while suspended) or drop. What a ttl, retention or
+// idle timer decides is a command of its own (a command id derived from
+// the decision), caused by the event that armed it. A deadline holds the
+// saved position; the long timers are kept in Config.Timers instead (their
+// keys, at each checkpoint), so a restart arms them again from that record
+// without reading the log from a month-old create, and fires what came due
+// meanwhile at once.
 package sagas

@@ -17,6 +17,7 @@ import (
 //   when one comes due           → load the sandbox's log, decide again on it: nothing to do (expired
 //                                  recorded, deleted, the state no longer held) disarms it; not due yet
 //                                  rearms it; else record sandbox.expired{policy, expires_at, action}
+//                                  (a command of its own, caused by the event that armed it: timer.go)
 //                                  through the gateway, which appends it with the start of the action
 //                                  (delete_requested; stop_requested; in suspended the retained state
 //                                  invalidated, Expired: stopped), at the head of the log, and refuses it
@@ -30,35 +31,21 @@ import (
 //   sandbox.expired, with a retained_state_invalidated{reason: Expired} appended with it
 //                                → driver.Discard(ref) (release), again until it answers, across restarts
 //
-// Durable as the deadlines are: the saved position never passes an event
-// that armed an expiry still armed, so a restarted runner (or the one that
-// takes the sagas' lease) reads it again and fires what came due while it
-// was down, once: the gateway refuses a second expiry of the same ttl or
-// of a state no longer held. The cost: a long ttl holds the position at
-// its create, and a restart reads the log again from there.
-
-// expiry is one policy armed for a sandbox, as the runner read the log.
-type expiry struct {
-	env    events.Envelope // the event that armed it: sandbox.created (ttl) or sandbox.suspended (retention)
-	policy string
-	timer  *time.Timer
-	// parked: a ttl paused while suspended, its timer stopped until an
-	// event leaves suspended; left is the newest sequence read with a
-	// phase other than suspended (see park).
-	parked bool
-	left   uint64
-}
-
-type expiryKey struct{ id, policy string }
+// Durable as every long timer is (timer.go): kept in Config.Timers, or
+// holding the saved position, a restarted runner (or the one that takes
+// the sagas' lease) arms it again and fires what came due while it was
+// down, once: the gateway refuses a second expiry of the same ttl or of a
+// state no longer held.
 
 // trackExpiry arms and disarms env's sandbox's expiries; r.mu is held.
 // created is env decoded when it is a sandbox.created, else nil.
 func (r *Runner) trackExpiry(ctx context.Context, env events.Envelope, created *events.Created) {
 	id := env.SandboxID
+	ttl, retention := timerKey{id, kindTTL}, timerKey{id, kindRetention}
 	switch env.Type {
 	case events.TypeCreated:
 		if created != nil && !created.ExpiresAt.IsZero() && r.drives(created.Node) {
-			r.arm(ctx, env, events.ExpiryTTL, created.ExpiresAt)
+			r.arm(ctx, ttl, env, created.ExpiresAt)
 		}
 	case events.TypeSuspended:
 		at := time.Now() // retain_for not known here: the job reads it from the log
@@ -68,13 +55,13 @@ func (r *Runner) trackExpiry(ctx context.Context, env events.Envelope, created *
 			}
 			at = events.RetentionEnd(env.Time, c.RetainFor)
 		}
-		r.arm(ctx, env, events.ExpiryRetention, at)
+		r.arm(ctx, retention, env, at)
 	case events.TypeExpired:
 		if e, err := env.Decode(); err == nil && e.(*events.Expired).Policy == events.ExpiryTTL {
-			r.disarm(expiryKey{id, events.ExpiryTTL})
+			r.disarm(ttl)
 		}
 	case events.TypeRetainedStateConsumed, events.TypeRetainedStateDiscarded, events.TypeRetainedStateInvalidated:
-		r.disarm(expiryKey{id, events.ExpiryRetention})
+		r.disarm(retention)
 	}
 	if node := movedTo(env); node != "" {
 		// A resume on another node moved the sandbox: its ttl is the
@@ -83,90 +70,21 @@ func (r *Runner) trackExpiry(ctx context.Context, env events.Envelope, created *
 		c := r.specs.get(id)
 		switch {
 		case !r.drives(node):
-			r.disarm(expiryKey{id, events.ExpiryTTL})
+			r.disarm(ttl)
 		case c == nil:
-			r.arm(ctx, env, events.ExpiryTTL, time.Now())
+			r.arm(ctx, ttl, env, time.Now())
 		case !c.ExpiresAt.IsZero():
-			r.arm(ctx, env, events.ExpiryTTL, c.ExpiresAt)
+			r.arm(ctx, ttl, env, c.ExpiresAt)
 		}
 	}
 	if env.Phase == events.PhaseDeleting || env.Phase == events.PhaseDeleted {
-		r.disarm(expiryKey{id, events.ExpiryTTL})
-		r.disarm(expiryKey{id, events.ExpiryRetention})
+		r.disarm(ttl)
+		r.disarm(retention)
 	}
-	if x := r.expiries[expiryKey{id, events.ExpiryTTL}]; x != nil && env.Phase != events.PhaseSuspended && env.Phase != events.PhaseNone {
+	if env.Phase != events.PhaseSuspended && env.Phase != events.PhaseNone {
 		// Not (or no longer) suspended: a parked ttl is due again, at
 		// the time its stay moved it to (the job reads it from the log).
-		x.left = max(x.left, env.Seq)
-		if x.parked {
-			x.parked = false
-			x.timer.Reset(0)
-		}
-	}
-}
-
-// park stops x, a ttl paused while suspended as the log read up to head
-// says, until an event leaves suspended (trackExpiry); one already read
-// past head runs it again at once.
-func (r *Runner) park(x *expiry, head uint64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopping || r.expiries[expiryKey{x.env.SandboxID, x.policy}] != x {
-		return
-	}
-	if x.left > head {
-		x.timer.Reset(0)
-		return
-	}
-	x.timer.Stop()
-	x.parked = true
-}
-
-// arm sets the expiry of policy armed by env at at; r.mu is held.
-func (r *Runner) arm(ctx context.Context, env events.Envelope, policy string, at time.Time) {
-	k := expiryKey{env.SandboxID, policy}
-	r.disarm(k)
-	x := &expiry{env: env, policy: policy}
-	x.timer = time.AfterFunc(time.Until(at), func() { r.expiryDue(ctx, x) })
-	r.expiries[k] = x
-}
-
-// disarm forgets the expiry k; r.mu is held.
-func (r *Runner) disarm(k expiryKey) {
-	if x := r.expiries[k]; x != nil {
-		x.timer.Stop()
-		delete(r.expiries, k)
-	}
-}
-
-// expiryDue queues x on its sandbox's queue, unless it was disarmed or
-// replaced meanwhile.
-func (r *Runner) expiryDue(ctx context.Context, x *expiry) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopping || r.expiries[expiryKey{x.env.SandboxID, x.policy}] != x {
-		return
-	}
-	if r.enqueue(&job{env: x.env, expiry: x}) {
-		r.warm.Go(func() { r.work(ctx, x.env.SandboxID) })
-	}
-}
-
-// rearmExpiry runs x again after d, if it is still armed.
-func (r *Runner) rearmExpiry(x *expiry, d time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.stopping && r.expiries[expiryKey{x.env.SandboxID, x.policy}] == x {
-		x.timer.Reset(d)
-	}
-}
-
-// closeExpiry forgets x, if it is still armed.
-func (r *Runner) closeExpiry(x *expiry) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if k := (expiryKey{x.env.SandboxID, x.policy}); r.expiries[k] == x {
-		r.disarm(k)
+		r.unpark(ttl, env)
 	}
 }
 
@@ -174,22 +92,22 @@ func (r *Runner) closeExpiry(x *expiry) {
 // sandbox's log and records the expiry (see the top of this file). A nil
 // error means it is done with (recorded, rearmed or disarmed); an error
 // brings it back after a backoff.
-func (r *Runner) expire(ctx context.Context, x *expiry) error {
-	id := x.env.SandboxID
+func (r *Runner) expire(ctx context.Context, x *timer) error {
+	id := x.key.id
 	all, err := r.src.Load(ctx, id, 0)
 	if err != nil {
 		return fmt.Errorf("load %s: %w", id, err)
 	}
 	st := fold(all)
 	if st.created == nil || !r.drives(st.created.Node) {
-		r.closeExpiry(x)
+		r.drop(x)
 		return nil
 	}
 	var e *events.Expired
-	switch v := st.view; x.policy {
+	switch v := st.view; x.key.kind {
 	case events.ExpiryTTL:
 		if v.ExpiresAt.IsZero() || ttlSpent(all) || v.Phase == events.PhaseDeleting || v.Phase == events.PhaseDeleted {
-			r.closeExpiry(x)
+			r.drop(x)
 			return nil
 		}
 		if v.ExpiryPaused {
@@ -203,35 +121,38 @@ func (r *Runner) expire(ctx context.Context, x *expiry) error {
 		// ends it.
 		if !v.Restore.Held || v.Restore.ExpiresAt.IsZero() || st.held == "" ||
 			(v.Phase != events.PhaseSuspended && v.Phase != events.PhaseStarting) {
-			r.closeExpiry(x)
+			r.drop(x)
 			return nil
 		}
 		e = &events.Expired{Policy: events.ExpiryRetention, ExpiresAt: v.Restore.ExpiresAt, Action: events.OnExpiryStop, RestoreRef: st.held}
 	default:
-		r.closeExpiry(x)
+		r.drop(x)
 		return nil
 	}
 	if wait := time.Until(e.ExpiresAt); wait > 0 {
-		r.rearmExpiry(x, wait)
+		r.rearm(x, wait)
 		return nil
 	}
-	log := r.log.With().Str("sandbox_id", id).Str("saga", "expiry").Str("policy", x.policy).
+	log := r.log.With().Str("sandbox_id", id).Str("saga", "expiry").Str("policy", x.key.kind).
 		Str("phase", string(st.view.Phase)).Uint64("seq", x.env.Seq).Logger()
-	s := &step{saga: "expiry", intent: x.env, created: st.created, log: log}
+	// A command of its own, caused by the event that armed the expiry:
+	// the policy's one expiry (of the ttl, of this retained state).
+	command := firing(x.key, e.ExpiresAt.UTC().Format(time.RFC3339Nano), e.RestoreRef)
+	s := &step{saga: "expiry", intent: cause(x, all, command), created: st.created, log: log}
 	err = r.record(ctx, s, e)
 	switch {
 	case errors.Is(err, errRefused):
 		// Not due on the gateway's clock, a transient phase to settle
 		// first, or the sandbox moved on (read soon, which disarms it).
 		log.Info().Err(err).Msg("expiry refused; looking again")
-		r.rearmExpiry(x, time.Second)
+		r.rearm(x, time.Second)
 		return nil
 	case err != nil:
 		return err
 	}
 	log.Info().Time("expires_at", e.ExpiresAt).Msg("expired")
-	r.cfg.Metrics.Expired(x.policy)
-	r.closeExpiry(x)
+	r.cfg.Metrics.Expired(x.key.kind)
+	r.drop(x)
 	return nil
 }
 

@@ -40,7 +40,10 @@ type tracked struct {
 	// the rest, as a reading of the log may when an atomic batch lands.
 	splitAt    uint64
 	splitPause time.Duration
-	changed    chan struct{} // closed and replaced on every change
+	// loaded, when set, is called with every whole log of a sandbox Load
+	// returns (after 0), before the caller gets it.
+	loaded  func(id string, log []events.Envelope)
+	changed chan struct{} // closed and replaced on every change
 }
 
 func newTracked() *tracked {
@@ -56,12 +59,72 @@ func (s *tracked) notify() {
 
 // Load counts the loads of what followed an event.
 func (s *tracked) Load(ctx context.Context, id string, after uint64) ([]events.Envelope, error) {
+	s.mu.Lock()
 	if after > 0 {
-		s.mu.Lock()
 		s.loads++
-		s.mu.Unlock()
 	}
-	return s.Store.Load(ctx, id, after)
+	loaded := s.loaded
+	s.mu.Unlock()
+	log, err := s.Store.Load(ctx, id, after)
+	if err == nil && after == 0 && loaded != nil {
+		loaded(id, log)
+	}
+	return log, err
+}
+
+// onLoad sets tracked.loaded.
+func (s *tracked) onLoad(f func(id string, log []events.Envelope)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loaded = f
+}
+
+// timers is a sagas.Timers in memory, outliving the runners of a test as
+// the KV bucket outlives processes.
+type timers struct {
+	mu     sync.Mutex
+	keys   map[string]bool
+	notify func() // when set, called on every change (a tracked store's: its waiters look again)
+}
+
+func newTimers() *timers { return &timers{keys: map[string]bool{}} }
+
+func (t *timers) List(context.Context) ([]string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for k := range t.keys {
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+func (t *timers) Put(_ context.Context, k string) error {
+	t.mu.Lock()
+	t.keys[k] = true
+	notify := t.notify
+	t.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
+	return nil
+}
+
+func (t *timers) Delete(_ context.Context, k string) error {
+	t.mu.Lock()
+	delete(t.keys, k)
+	notify := t.notify
+	t.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
+	return nil
+}
+
+func (t *timers) has(k string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.keys[k]
 }
 
 // Follow notes the last sequence the handler took, once it returned.
@@ -230,8 +293,9 @@ type recorder struct {
 	// unavailable is how many calls fail with events.ErrUnavailable first.
 	unavailable int
 
-	mu    sync.Mutex
-	calls [][]string // event types, per call
+	mu     sync.Mutex
+	calls  [][]string        // event types, per call
+	causes []events.Envelope // the cause of each call
 }
 
 func (r *recorder) Record(ctx context.Context, cause events.Envelope, actor string, evs ...events.Event) error {
@@ -241,6 +305,7 @@ func (r *recorder) Record(ctx context.Context, cause events.Envelope, actor stri
 	}
 	r.mu.Lock()
 	r.calls = append(r.calls, types)
+	r.causes = append(r.causes, cause)
 	down := r.unavailable > 0
 	if down {
 		r.unavailable--

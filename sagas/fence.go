@@ -32,3 +32,24 @@ func (f fencedPosition) Set(ctx context.Context, seq uint64) error {
 	}
 	return f.Position.Set(ctx, seq)
 }
+
+// fencedTimers changes the record of long timers only while fence says the
+// runner may act.
+type fencedTimers struct {
+	Timers
+	fence func() error
+}
+
+func (f fencedTimers) Put(ctx context.Context, key string) error {
+	if err := f.fence(); err != nil {
+		return err
+	}
+	return f.Timers.Put(ctx, key)
+}
+
+func (f fencedTimers) Delete(ctx context.Context, key string) error {
+	if err := f.fence(); err != nil {
+		return err
+	}
+	return f.Timers.Delete(ctx, key)
+}

@@ -19,31 +19,27 @@ import (
 //                                  suspend with fallback none (nothing is recorded: left running) disarms
 //                                  it; not due yet (the later of last_active_at and the entry into ready,
 //                                  + after) rearms it; else report sandbox.idle_timeout{policy,
-//                                  last_active_at} to the gateway, which decides again at the head of the
+//                                  last_active_at} (a command of its own, caused by the event that armed
+//                                  it: timer.go) to the gateway, which decides again at the head of the
 //                                  log and appends it with suspend_requested or stop_requested (actor
 //                                  sagas:idle: no activity), or refuses it (gateway/idle.go)
 //     refused                    → look again in a second (newer activity rearms it meanwhile)
 //   suspend_requested, stop_requested
 //                                → the suspend and stop sagas, as for any client's
 //
-// Durable as the expiries are: the saved position never passes the event
-// that armed an idle timer still armed, so a restarted runner (or the one
-// that takes the sagas' lease) reads it again and fires what came due while
-// it was down, once: the gateway refuses a second idle timeout since the
-// same last activity.
-
-// idleTimer is a sandbox's idle policy armed, as the runner read the log.
-type idleTimer struct {
-	env   events.Envelope // the event that armed it
-	timer *time.Timer
-}
+// Durable as every long timer is (timer.go): kept in Config.Timers, or
+// holding the saved position, a restarted runner (or the one that takes
+// the sagas' lease) arms it again and fires what came due while it was
+// down, once: the gateway refuses a second idle timeout since the same
+// last activity.
 
 // trackIdle arms and disarms env's sandbox's idle timer; r.mu is held.
 // created is env decoded when it is a sandbox.created, else nil.
 func (r *Runner) trackIdle(ctx context.Context, env events.Envelope, created *events.Created) {
 	id := env.SandboxID
+	k := timerKey{id, kindIdle}
 	if env.Phase != events.PhaseReady {
-		r.disarmIdle(id)
+		r.disarm(k)
 		return
 	}
 	c := created
@@ -53,70 +49,28 @@ func (r *Runner) trackIdle(ctx context.Context, env events.Envelope, created *ev
 	at := time.Now() // the policy not known here: the job reads it from the log
 	if c != nil {
 		if c.Idle.None() || !r.drives(c.Node) {
-			r.disarmIdle(id)
+			r.disarm(k)
 			return
 		}
 		at = env.Time
 		if e, err := env.Decode(); err == nil {
 			if t, ok := events.Activity(env, e); ok {
 				at = t
-			} else if r.idles[id] != nil {
+			} else if r.timers[k] != nil {
 				return // no activity: the timer armed stands
 			}
 		}
 		at = at.Add(c.Idle.Duration())
 	}
-	r.disarmIdle(id)
-	x := &idleTimer{env: env}
-	x.timer = time.AfterFunc(time.Until(at), func() { r.idleDue(ctx, x) })
-	r.idles[id] = x
-}
-
-// disarmIdle forgets id's idle timer; r.mu is held.
-func (r *Runner) disarmIdle(id string) {
-	if x := r.idles[id]; x != nil {
-		x.timer.Stop()
-		delete(r.idles, id)
-	}
-}
-
-// idleDue queues x on its sandbox's queue, unless it was disarmed or
-// replaced meanwhile.
-func (r *Runner) idleDue(ctx context.Context, x *idleTimer) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopping || r.idles[x.env.SandboxID] != x {
-		return
-	}
-	if r.enqueue(&job{env: x.env, idle: x}) {
-		r.warm.Go(func() { r.work(ctx, x.env.SandboxID) })
-	}
-}
-
-// rearmIdle runs x again after d, if it is still armed.
-func (r *Runner) rearmIdle(x *idleTimer, d time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.stopping && r.idles[x.env.SandboxID] == x {
-		x.timer.Reset(d)
-	}
-}
-
-// closeIdle forgets x, if it is still armed.
-func (r *Runner) closeIdle(x *idleTimer) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.idles[x.env.SandboxID] == x {
-		r.disarmIdle(x.env.SandboxID)
-	}
+	r.arm(ctx, k, env, at)
 }
 
 // idleCheck is the job of an idle timer come due: it decides again on the
 // sandbox's log and reports the idle timeout (see the top of this file). A
 // nil error means it is done with (recorded, rearmed or disarmed); an error
 // brings it back after a backoff.
-func (r *Runner) idleCheck(ctx context.Context, x *idleTimer) error {
-	id := x.env.SandboxID
+func (r *Runner) idleCheck(ctx context.Context, x *timer) error {
+	id := x.key.id
 	all, err := r.src.Load(ctx, id, 0)
 	if err != nil {
 		return fmt.Errorf("load %s: %w", id, err)
@@ -128,7 +82,7 @@ func (r *Runner) idleCheck(ctx context.Context, x *idleTimer) error {
 		r.specs.put(id, st.created)
 	}
 	if st.created == nil || !r.drives(st.created.Node) || v.Idle.None() || v.Phase != events.PhaseReady || idleSpent(all) {
-		r.closeIdle(x)
+		r.drop(x)
 		return nil
 	}
 	d, err := r.drv.Driver(st.created.Driver)
@@ -139,28 +93,31 @@ func (r *Runner) idleCheck(ctx context.Context, x *idleTimer) error {
 	log := r.log.With().Str("sandbox_id", id).Str("saga", "idle").Uint64("seq", x.env.Seq).Logger()
 	if action == "" {
 		log.Info().Msg("idle, but the driver cannot suspend it and the policy has no fallback: left running")
-		r.closeIdle(x)
+		r.drop(x)
 		return nil
 	}
 	due := events.IdleSince(v.LastActiveAt, v.PhaseSince).Add(v.Idle.Duration())
 	if wait := time.Until(due); wait > 0 {
-		r.rearmIdle(x, wait)
+		r.rearm(x, wait)
 		return nil
 	}
-	s := &step{saga: "idle", intent: x.env, created: st.created, log: log}
+	// A command of its own, caused by the event that armed the timer: one
+	// idle timeout per last activity and idle clock.
+	command := firing(x.key, v.LastActiveAt.UTC().Format(time.RFC3339Nano), due.UTC().Format(time.RFC3339Nano))
+	s := &step{saga: "idle", intent: cause(x, all, command), created: st.created, log: log}
 	err = r.record(ctx, s, &events.IdleTimeout{Policy: v.Idle, LastActiveAt: v.LastActiveAt, Action: action})
 	switch {
 	case errors.Is(err, errRefused):
 		// Activity newer than what this runner read (another instance's,
 		// which rearms it), the clocks apart, or the sandbox moved on.
 		log.Info().Err(err).Msg("idle timeout refused; looking again")
-		r.rearmIdle(x, time.Second)
+		r.rearm(x, time.Second)
 		return nil
 	case err != nil:
 		return err
 	}
 	log.Info().Time("last_active_at", v.LastActiveAt).Str("action", action).Msg("idle")
-	r.closeIdle(x)
+	r.drop(x)
 	return nil
 }
 

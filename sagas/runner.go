@@ -90,7 +90,6 @@ type Runner struct {
 	freed     chan struct{}            // closed and replaced when a job finishes
 	processed uint64                   // the last sequence handed to dispatch
 	caughtUp  uint64                   // the last sequence of the newest batch that reached the head of the log
-	open      map[string]*open         // per sandbox, the transient phase it is in and its deadline
 	waking    map[string]chan struct{} // per sandbox whose worker waits for a slot, closed by a deadline queued (due)
 	phases    map[string]events.Phase  // per sandbox read, its phase as the lifecycle table folds it
 	refused   atomic.Uint64            // events passed over: the table refuses them (Refused)
@@ -104,11 +103,13 @@ type Runner struct {
 	// another node it is driving (reach, resume.go); dropped when the
 	// sandbox leaves the transient phase.
 	reached map[string]*reach
-	// expiries are the ttls and retentions armed, per sandbox and policy
-	// (expiry.go).
-	expiries map[expiryKey]*expiry
-	// idles are the idle timers armed, per sandbox (idle.go).
-	idles map[string]*idleTimer
+	// timers are the armed timers, per sandbox and kind (timer.go): the
+	// deadline of the transient phase a sandbox is in, its ttl, its
+	// retention, its idle policy.
+	timers map[timerKey]*timer
+	// kept are the long timers' keys Config.Timers holds, as far as this
+	// runner knows (keep).
+	kept map[timerKey]bool
 }
 
 // warmKeep is how long a worker's goroutine waits for the next sandbox
@@ -128,16 +129,16 @@ type job struct {
 	// reload says the job left its queue for a while (it gave way to a
 	// deadline): later misses what came meanwhile, and is loaded.
 	reload bool
-	// deadline, when set, makes this the job of that passed deadline.
-	deadline *open
+	// timer, when set, makes this the job of that timer come due (a
+	// passed deadline, a ttl, a retention, an idle policy).
+	timer *timer
 	// late, when set, makes this the job of a suspend's answer that came
 	// after its deadline (env is the suspend's intent).
 	late *lateSuspend
-	// expiry, when set, makes this the job of that expiry come due.
-	expiry *expiry
-	// idle, when set, makes this the job of that idle timer come due.
-	idle *idleTimer
 }
+
+// settles says whether j is the job of a passed deadline.
+func (j *job) settles() bool { return j.timer != nil && j.timer.key.kind == kindDeadline }
 
 // New returns a Runner over the log src, keeping its place in pos, that
 // records through rec and drives the drivers of drv, minting supervisor
@@ -152,6 +153,9 @@ func New(src Source, pos Position, rec Recorder, drv Drivers, creds *compute.Cre
 	cfg = cfg.withDefaults()
 	if cfg.Fence != nil {
 		rec, pos = fencedRecorder{rec, cfg.Fence}, fencedPosition{pos, cfg.Fence}
+		if cfg.Timers != nil {
+			cfg.Timers = fencedTimers{cfg.Timers, cfg.Fence}
+		}
 	}
 	return &Runner{
 		src:    src,
@@ -167,16 +171,13 @@ func New(src Source, pos Position, rec Recorder, drv Drivers, creds *compute.Cre
 		specs:  newSpecCache(specCacheSize),
 		jobs:   map[uint64]*job{},
 		queues: map[string][]*job{},
-		open:   map[string]*open{},
+		timers: map[timerKey]*timer{},
+		kept:   map[timerKey]bool{},
 		waking: map[string]chan struct{}{},
 		phases: map[string]events.Phase{},
 		freed:  make(chan struct{}),
 
 		reached: map[string]*reach{},
-
-		expiries: map[expiryKey]*expiry{},
-
-		idles: map[string]*idleTimer{},
 	}, nil
 }
 
@@ -193,6 +194,12 @@ func (r *Runner) Run(ctx context.Context) error {
 			return nil
 		}
 		return fmt.Errorf("sagas: position: %w", err)
+	}
+	if err := r.rebuild(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("sagas: timers: %w", err)
 	}
 	r.mu.Lock()
 	r.processed, r.began = from, time.Now()
@@ -231,15 +238,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	// which start none from now on.
 	r.mu.Lock()
 	r.stopping = true
-	for _, o := range r.open {
-		o.timer.Stop()
-	}
-	for _, x := range r.expiries {
-		x.timer.Stop()
-	}
-	for _, x := range r.idles {
-		x.timer.Stop()
-	}
+	r.stopTimers()
 	r.mu.Unlock()
 	r.workers.Wait()
 	r.late.Wait()  // late answers queue no job once stopping
@@ -247,6 +246,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	saver.Wait()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	r.keep(sctx)
 	if f := r.floor(); f > saved {
 		if err := r.pos.Set(sctx, f); err != nil {
 			r.log.Warn().Err(err).Uint64("seq", f).Msg("save position; the next run re-reads from an older one")
@@ -267,6 +267,7 @@ func (r *Runner) saveEvery(ctx context.Context, saved uint64) uint64 {
 			return saved
 		case <-t.C:
 		}
+		r.keep(ctx)
 		f := r.floor()
 		if f <= saved {
 			continue
@@ -282,23 +283,27 @@ func (r *Runner) saveEvery(ctx context.Context, saved uint64) uint64 {
 }
 
 // floor is the highest sequence at or below which every intent has
-// finished and every transient phase entered has ended: a runner that
-// starts from it reads again each intent left unfinished and each phase
-// whose deadline is still to come.
+// finished, every transient phase entered has ended, and every long timer
+// armed is kept in Config.Timers: a runner that starts from it reads again
+// each intent left unfinished, each phase whose deadline is still to come
+// and each event that armed a long timer the record lacks.
 func (r *Runner) floor() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.floorLocked(true)
+}
+
+// floorLocked is floor, counting the long timers not kept when long is
+// set; r.mu is held.
+func (r *Runner) floorLocked(long bool) uint64 {
 	f := r.processed
 	for seq := range r.jobs {
 		f = min(f, seq-1)
 	}
-	for _, o := range r.open {
-		f = min(f, o.env.Seq-1)
-	}
-	for _, x := range r.expiries {
-		f = min(f, x.env.Seq-1)
-	}
-	for _, x := range r.idles {
+	for k, x := range r.timers {
+		if x.env.Seq == 0 || (k.long() && (!long || r.kept[k])) {
+			continue // rebuilt from the record (kept), or kept
+		}
 		f = min(f, x.env.Seq-1)
 	}
 	return f
@@ -456,7 +461,7 @@ next:
 		// they wait for a worker slot, it has a lane of its own, and the
 		// step of a phase it settles finds its intent settled.
 		j := q[0]
-		if i := slices.IndexFunc(q, func(k *job) bool { return k.deadline != nil }); i > 0 {
+		if i := slices.IndexFunc(q, (*job).settles); i > 0 {
 			j, q = q[i], append(q[:i:i], q[i+1:]...)
 		} else {
 			q = q[1:]
@@ -472,7 +477,7 @@ next:
 		// other sandboxes may hold every worker slot for as long as their
 		// driver calls last, and a deadline must not wait for them.
 		sem := r.sem
-		if j.deadline != nil || j.expiry != nil || j.idle != nil {
+		if j.timer != nil {
 			sem = r.lane
 		}
 		for wait := retryMin; ; wait = min(2*wait, retryMax) {
@@ -485,14 +490,10 @@ next:
 			var err error
 			switch err = r.fenced(); {
 			case err != nil: // not ours to drive any more: the runner is ending
-			case j.deadline != nil:
-				err = r.settle(ctx, j.deadline)
+			case j.timer != nil:
+				err = r.fire(ctx, j.timer)
 			case j.late != nil:
 				err = r.takeLate(ctx, j)
-			case j.expiry != nil:
-				err = r.expire(ctx, j.expiry)
-			case j.idle != nil:
-				err = r.idleCheck(ctx, j.idle)
 			default:
 				err = r.step(ctx, j, later, seen)
 			}
@@ -509,8 +510,8 @@ next:
 			}
 			seen, later = false, nil // the log moved meanwhile: load it again
 		}
-		if j.deadline != nil || j.late != nil || j.expiry != nil || j.idle != nil {
-			continue // a deadline holds the floor through its open phase, not as a job; a late answer holds none
+		if j.timer != nil || j.late != nil {
+			continue // a timer holds the floor while armed, not as a job; a late answer holds none
 		}
 		r.mu.Lock()
 		delete(r.jobs, j.env.Seq)
@@ -545,8 +546,8 @@ func (r *Runner) acquire(ctx context.Context, sem chan struct{}, j *job) int {
 	default:
 	}
 	id := j.env.SandboxID
-	var wake chan struct{} // nil for a deadline: it waits for its lane only
-	if j.deadline == nil && j.expiry == nil && j.idle == nil {
+	var wake chan struct{} // nil for a timer: it waits for its lane only
+	if j.timer == nil {
 		wake = r.wakeOn(id)
 	}
 	select {

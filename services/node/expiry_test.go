@@ -171,8 +171,8 @@ func TestExpiryEndToEnd(t *testing.T) {
 
 // TestExpiryAfterTakeover: the process holding node n1's sagas stops
 // before a sandbox's ttl comes due; the other process serving n1 takes the
-// sagas over and fires the expiry, once (the saved position held the
-// create that armed it).
+// sagas over and fires the expiry, once (its key in torpor_timers, or the
+// saved position holding the create that armed it).
 func TestExpiryAfterTakeover(t *testing.T) {
 	hub := startNode(t, testConfig(t, "n0"))
 	file := serviceCreds(t, hub)

@@ -223,8 +223,8 @@ func joined(t *testing.T, hub *Node) (a, b *Node) {
 
 // TestIdleAfterTakeover: the process holding node n1's sagas stops before
 // a sandbox's idle policy comes due; the other process serving n1 takes
-// the sagas over and fires it, once (the saved position held the event
-// that armed it).
+// the sagas over and fires it, once (its key in torpor_timers, or the
+// saved position holding the event that armed it).
 func TestIdleAfterTakeover(t *testing.T) {
 	hub := startNode(t, testConfig(t, "n0"))
 	a, b := joined(t, hub)

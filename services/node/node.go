@@ -736,6 +736,11 @@ func leasedSagas(ctx context.Context, store *jsstore.Store, followed sagas.Sourc
 		return nil, err
 	}
 	sc := sagas.Config{Node: n, Deadline: cfg.Deadline, Metrics: m, Fence: lease.Held, Unavailable: store.Unavailable}
+	// The long timers' keys (ttl, retention, idle): the position passes
+	// the events that armed them (sagas/timer.go).
+	if sc.Timers, err = store.Timers(ctx, sagas.PositionKey(n)); err != nil {
+		return nil, err
+	}
 	newRunner := func() (*sagas.Runner, error) { return sagas.New(followed, pos, svc, drivers, creds, sc, log) }
 	runner, err := newRunner() // the config's problems now, not once the lease is held
 	if err != nil {

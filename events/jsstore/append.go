@@ -57,7 +57,15 @@ func (s *Store) Append(ctx context.Context, id string, expected uint64, envs ...
 		}}
 	}
 	msgs[0].Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
+	if !s.cfg.GroupCommit {
+		return s.appendNow(ctx, id, expected, envs, msgs)
+	}
+	return s.group.append(ctx, s, &member{ctx: ctx, id: id, expected: expected, envs: envs, msgs: msgs})
+}
 
+// appendNow stores msgs, the messages of envs, on their own: one message
+// as a publish, several as an atomic batch; an open answer is resolved.
+func (s *Store) appendNow(ctx context.Context, id string, expected uint64, envs []events.Envelope, msgs []*nats.Msg) (uint64, error) {
 	var err error
 	op := s.out.begin(time.Now())
 	defer func() { s.out.end(op, time.Now(), errors.Is(err, events.ErrUnavailable)) }()

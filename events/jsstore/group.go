@@ -1,0 +1,315 @@
+package jsstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+
+	"github.com/torpor/torpor/events"
+)
+
+// Group commit (Config.GroupCommit). A server that syncs every write stores
+// one message at a time, each with its own fsync; only an atomic batch
+// (ADR-50) is synced once, at its commit (nats-server v2.15.2,
+// server/stream.go: processJetStreamAtomicBatchMsg, coalesceSync). Async
+// publishes pipelined on one connection do not share a sync: the stream
+// stores them one by one, each flushed and synced in place (filestore.go,
+// writeMsgRecordLocked). So appends in flight at once go to the log as one
+// atomic batch across their subjects, each member's first message keeping
+// its Nats-Expected-Last-Subject-Sequence, which the server checks inside
+// the batch as it does alone (jetstream_batching.go,
+// checkMsgHeadersPreClusteredProposal).
+//
+// When the log is idle an append goes out at once, on its own, as without
+// group commit. Appends that come while one is in flight wait for it to
+// return and then go together: as one batch if there are at least
+// groupMin of them, else each on its own at once, because a batch has a
+// price of its own: the server stages it in a file store it creates, syncs
+// and deletes (server/jetstream_batching.go, newBatchStore), about three
+// fsyncs (strace: 408 fsyncs for 100 batches of 8 events with sync always,
+// 303 with the interval sync; 805 for 800 single appends).
+//
+// Measured here (BenchmarkConcurrentAppends, 32 writers each on its own
+// sandbox, sync always; a 2-core host shared with other work, so noisy):
+// see the figures in groupMin's comment.
+//
+// A batch is all or nothing: when it is refused (one member's expected
+// sequence is stale, one member's message id a duplicate of a retry that
+// landed, the server has too many batches in flight), every member is
+// appended again on its own, so that exactly the member in conflict gets
+// its usual error and the others land. When its answer is lost, each
+// member resolves it as a single append does, by reading its subject's
+// last message.
+//
+// Two members on one subject never share a batch (the server refuses a
+// per-subject check on a subject already written in the batch): the later
+// one waits for the next group, where its check is made against what the
+// first wrote.
+type group struct {
+	mu    sync.Mutex
+	busy  bool      // an append or a group is in flight
+	queue []*member // appends that came meanwhile, in order
+	cost  cost
+	// prefix and n make batch ids unique.
+	prefix string
+	n      atomic.Uint64
+	// Tests: queued hears the queue's length after each append joins it;
+	// always makes every group of two or more a batch.
+	queued chan int
+	always bool
+	// batches and batched count the batches that landed and their members.
+	batches, batched atomic.Uint64
+}
+
+// cost is what a single append and a batch have taken lately, to choose
+// between them: a batch's price depends on the disk (creating, syncing and
+// deleting its staging store is metadata work, which a busy disk makes
+// slower than the fsync of one append), so it is measured, not assumed.
+// Below groupMin members, appends always go each on its own.
+type cost struct {
+	single, batch time.Duration // moving averages; zero: not measured yet
+	skipped       int           // groups that went each on its own since the last batch
+}
+
+// groupMin is the fewest appends a batch takes: one has nothing to share.
+const groupMin = 2
+
+// probeEvery makes every probeEvery-th group that the costs send each on
+// its own a batch, so that the cost of a batch follows the disk.
+const probeEvery = 32
+
+// groupMax bounds the messages of one batch: nats-server's default
+// max_batch_size (1000).
+const groupMax = 1000
+
+// ewma moves the average avg towards d by an eighth.
+func ewma(avg, d time.Duration) time.Duration {
+	if avg == 0 {
+		return d
+	}
+	return avg + (d-avg)/8
+}
+
+// asBatch reports whether n appends go as one batch. The lock is held.
+func (g *group) asBatch(n int) bool {
+	c := &g.cost
+	switch {
+	case n < groupMin:
+		return false
+	case g.always, c.batch == 0, c.single == 0, time.Duration(n)*c.single >= c.batch:
+		c.skipped = 0
+		return true
+	}
+	if c.skipped++; c.skipped >= probeEvery {
+		c.skipped = 0
+		return true
+	}
+	return false
+}
+
+// measured notes that n single appends (at once) or one batch took d.
+func (g *group) measured(batch bool, n int, d time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if batch {
+		g.cost.batch = ewma(g.cost.batch, d)
+	} else if n > 0 {
+		g.cost.single = ewma(g.cost.single, d/time.Duration(n))
+	}
+}
+
+// member is one Append in a group: its messages, and where its answer goes.
+type member struct {
+	ctx      context.Context
+	id       string
+	expected uint64
+	envs     []events.Envelope
+	msgs     []*nats.Msg
+	done     chan result
+}
+
+type result struct {
+	seq uint64
+	err error
+}
+
+// append stores m's messages: at once if nothing is in flight, else with the
+// group that goes when what is in flight returns.
+func (g *group) append(ctx context.Context, s *Store, m *member) (uint64, error) {
+	g.mu.Lock()
+	if !g.busy {
+		g.busy = true
+		g.mu.Unlock()
+		start := time.Now()
+		seq, err := s.appendNow(ctx, m.id, m.expected, m.envs, m.msgs)
+		if err == nil && len(m.msgs) == 1 {
+			g.measured(false, 1, time.Since(start))
+		}
+		g.next(s)
+		return seq, err
+	}
+	m.done = make(chan result, 1)
+	g.queue = append(g.queue, m)
+	if g.queued != nil {
+		g.queued <- len(g.queue)
+	}
+	g.mu.Unlock()
+	r := <-m.done
+	return r.seq, r.err
+}
+
+// next sends the appends that queued meanwhile, or notes that nothing is in
+// flight any more.
+func (g *group) next(s *Store) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.queue) == 0 {
+		g.busy = false
+		return
+	}
+	ms := g.take()
+	batch := g.asBatch(len(ms))
+	go func() {
+		g.flush(s, ms, batch)
+		g.next(s)
+	}()
+}
+
+// take removes the next group from the queue: members in order, one per
+// subject, up to groupMax messages (a member that holds more goes alone).
+// The lock is held.
+func (g *group) take() []*member {
+	var ms, rest []*member
+	subjects := make(map[string]bool)
+	n := 0
+	for _, m := range g.queue {
+		if subjects[m.id] || (n > 0 && n+len(m.msgs) > groupMax) {
+			rest = append(rest, m)
+			continue
+		}
+		subjects[m.id] = true
+		n += len(m.msgs)
+		ms = append(ms, m)
+	}
+	g.queue = rest
+	return ms
+}
+
+// flush sends ms, as one batch if batch, and answers each member.
+func (g *group) flush(s *Store, ms []*member, batch bool) {
+	live := ms[:0]
+	for _, m := range ms {
+		if err := context.Cause(m.ctx); err != nil {
+			// Never sent: it did not land; the caller may retry as is.
+			m.done <- result{0, fmt.Errorf("append %s: %w: %w", m.id, events.ErrUnavailable, err)}
+			continue
+		}
+		live = append(live, m)
+	}
+	start := time.Now()
+	if !batch || len(live) < groupMin {
+		if g.alone(s, live) {
+			g.measured(false, len(live), time.Since(start))
+		}
+		return
+	}
+	seq, err := g.batch(s, live)
+	switch {
+	case err == nil:
+		g.measured(true, len(live), time.Since(start))
+		g.batches.Add(1)
+		g.batched.Add(uint64(len(live)))
+		// The batch's messages have the sequences up to seq, in order.
+		total := 0
+		for _, m := range live {
+			total += len(m.msgs)
+		}
+		first := seq - uint64(total) + 1
+		for _, m := range live {
+			first += uint64(len(m.msgs))
+			m.done <- result{first - 1, nil}
+		}
+	case classify(err) == unknown:
+		_ = g.each(live, func(m *member) (uint64, error) { return s.resolve(m.ctx, m.id, m.expected, m.envs, err) })
+	default:
+		_ = g.alone(s, live)
+	}
+}
+
+// alone appends each of ms on its own, all at once, and reports whether
+// each was one message that landed (so that the time taken is the price of
+// single appends).
+func (g *group) alone(s *Store, ms []*member) bool {
+	return g.each(ms, func(m *member) (uint64, error) { return s.appendNow(m.ctx, m.id, m.expected, m.envs, m.msgs) })
+}
+
+// each answers every member of ms with f, run for all at once, and reports
+// whether every member was one message and f answered each without error.
+func (g *group) each(ms []*member, f func(*member) (uint64, error)) bool {
+	var wg sync.WaitGroup
+	var bad atomic.Bool
+	for _, m := range ms {
+		wg.Go(func() {
+			seq, err := f(m)
+			if err != nil || len(m.msgs) != 1 {
+				bad.Store(true)
+			}
+			m.done <- result{seq, err}
+		})
+	}
+	wg.Wait()
+	return !bad.Load()
+}
+
+// batch publishes the messages of ms as one atomic batch and returns the
+// sequence of its last message. Like publish, it spares the answer's JSON
+// decoding (and it skips orbit.go's round trip on the first message, which
+// only checks early what the commit's answer says anyway): the batch costs
+// the server one message per event and one answer.
+func (g *group) batch(s *Store, ms []*member) (uint64, error) {
+	g.mu.Lock()
+	if g.prefix == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		g.prefix = hex.EncodeToString(b[:])
+	}
+	id := g.prefix + "-" + strconv.FormatUint(g.n.Add(1), 10)
+	g.mu.Unlock()
+
+	var msgs []*nats.Msg
+	for _, m := range ms {
+		for _, msg := range m.msgs {
+			// A copy: a member appended again on its own carries no
+			// batch headers.
+			msgs = append(msgs, &nats.Msg{Subject: msg.Subject, Data: msg.Data, Header: maps.Clone(msg.Header)})
+		}
+	}
+	for i, msg := range msgs {
+		msg.Header.Set(jetstreamext.BatchIDHeader, id)
+		msg.Header.Set(jetstreamext.BatchSeqHeader, strconv.Itoa(i+1))
+	}
+	last := msgs[len(msgs)-1]
+	last.Header.Set(jetstreamext.BatchCommitHeader, "1")
+
+	var err error
+	op := s.out.begin(time.Now())
+	defer func() { s.out.end(op, time.Now(), classify(err) == unknown) }()
+	nc := s.js.Conn()
+	for _, msg := range msgs[:len(msgs)-1] {
+		if err = nc.PublishMsg(msg); err != nil {
+			return 0, err
+		}
+	}
+	var seq uint64
+	seq, err = s.publish(context.Background(), last)
+	return seq, err
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"maps"
 	"strconv"
 	"sync"
@@ -206,14 +205,21 @@ func (g *group) take() []*member {
 
 // flush sends ms, as one batch if batch, and answers each member.
 func (g *group) flush(s *Store, ms []*member, batch bool) {
-	live := ms[:0]
+	var live, ended []*member
 	for _, m := range ms {
-		if err := context.Cause(m.ctx); err != nil {
-			// Never sent: it did not land; the caller may retry as is.
-			m.done <- result{0, fmt.Errorf("append %s: %w: %w", m.id, events.ErrUnavailable, err)}
-			continue
+		if m.ctx.Err() != nil {
+			ended = append(ended, m)
+		} else {
+			live = append(live, m)
 		}
-		live = append(live, m)
+	}
+	if len(ended) > 0 {
+		// Never sent, as a single append whose context ended before its
+		// publish: what it answers is what the log holds (a retry that
+		// landed before gets its sequence).
+		go g.each(ended, func(m *member) (uint64, error) {
+			return s.resolve(m.ctx, m.id, m.expected, m.envs, context.Cause(m.ctx))
+		})
 	}
 	start := time.Now()
 	if !batch || len(live) < groupMin {

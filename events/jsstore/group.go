@@ -56,6 +56,8 @@ import (
 type group struct {
 	mu    sync.Mutex
 	busy  bool      // an append or a group is in flight
+	// inflight counts the appends under way, queued or not.
+	inflight int
 	queue []*member // appends that came meanwhile, in order
 	cost  cost
 	// prefix and n make batch ids unique.
@@ -84,7 +86,7 @@ const groupMin = 2
 
 // probeEvery makes every probeEvery-th group that the costs send each on
 // its own a batch, so that the cost of a batch follows the disk.
-const probeEvery = 32
+const probeEvery = 256
 
 // groupMax bounds the messages of one batch: nats-server's default
 // max_batch_size (1000).
@@ -145,25 +147,41 @@ type result struct {
 // group that goes when what is in flight returns.
 func (g *group) append(ctx context.Context, s *Store, m *member) (uint64, error) {
 	g.mu.Lock()
-	if !g.busy {
+	g.inflight++
+	n := g.inflight
+	defer func() {
+		g.mu.Lock()
+		g.inflight--
+		g.mu.Unlock()
+	}()
+	switch {
+	case !g.busy:
+		// Nothing in flight: at once, and the group gathers behind it.
 		g.busy = true
 		g.mu.Unlock()
 		start := time.Now()
 		seq, err := s.appendNow(ctx, m.id, m.expected, m.envs, m.msgs)
-		if err == nil && len(m.msgs) == 1 {
+		if err == nil && len(m.msgs) == 1 && n == 1 {
 			g.measured(false, 1, time.Since(start))
 		}
 		g.next(s)
 		return seq, err
+	case g.always || g.asBatch(n):
+		// As many in flight as a batch pays for: wait for the group.
+		m.done = make(chan result, 1)
+		g.queue = append(g.queue, m)
+		if g.queued != nil {
+			g.queued <- len(g.queue)
+		}
+		g.mu.Unlock()
+		r := <-m.done
+		return r.seq, r.err
+	default:
+		// Too few for a batch: at once, beside what is in flight, as
+		// without group commit.
+		g.mu.Unlock()
+		return s.appendNow(ctx, m.id, m.expected, m.envs, m.msgs)
 	}
-	m.done = make(chan result, 1)
-	g.queue = append(g.queue, m)
-	if g.queued != nil {
-		g.queued <- len(g.queue)
-	}
-	g.mu.Unlock()
-	r := <-m.done
-	return r.seq, r.err
 }
 
 // next sends the appends that queued meanwhile, or notes that nothing is in

@@ -119,16 +119,23 @@ func TestGroupCommitOneSubjectTwoWriters(t *testing.T) {
 }
 
 // TestGroupCommitManySubjects: writers on sandboxes of their own, each
-// appending in turn, their appends grouped in batches: every event lands
-// at the sequence its append answered, in each sandbox's order.
+// appending in turn (every third two events at a time, which must land
+// together), their appends grouped in batches: every event lands at the
+// sequence its append answered, in each sandbox's order.
 func TestGroupCommitManySubjects(t *testing.T) {
 	const writers, rounds = 24, 6
 	s := groupStore(t)
 	ctx := context.Background()
-	envs := make([][]events.Envelope, writers)
+	envs := make([][][]events.Envelope, writers) // by writer, round
 	for w := range writers {
-		for r := range rounds {
-			envs[w] = append(envs[w], envelope(t, sandbox(w), int64(r+1)))
+		g := int64(0)
+		for range rounds {
+			var round []events.Envelope
+			for range 1 + min(1, w%3) {
+				g++
+				round = append(round, envelope(t, sandbox(w), g))
+			}
+			envs[w] = append(envs[w], round)
 		}
 	}
 	seqs := make([][]uint64, writers)
@@ -139,7 +146,7 @@ func TestGroupCommitManySubjects(t *testing.T) {
 			// as each answer comes.
 			var last uint64
 			for r := range rounds {
-				seq, err := s.Append(ctx, sandbox(w), last, envs[w][r])
+				seq, err := s.Append(ctx, sandbox(w), last, envs[w][r]...)
 				if err != nil {
 					return 0, fmt.Errorf("round %d: %w", r, err)
 				}
@@ -154,16 +161,22 @@ func TestGroupCommitManySubjects(t *testing.T) {
 			t.Fatalf("writer %d: %v", w, r.err)
 		}
 	}
+	total := 0
 	for w := range writers {
 		for r, seq := range seqs[w] {
-			if r > 0 && seq <= seqs[w][r-1] {
-				t.Errorf("writer %d: round %d at %d, after round %d at %d", w, r, seq, r-1, seqs[w][r-1])
+			round := envs[w][r]
+			first := seq - uint64(len(round)) + 1
+			if r > 0 && first <= seqs[w][r-1] {
+				t.Errorf("writer %d: round %d from %d, after round %d at %d", w, r, first, r-1, seqs[w][r-1])
 			}
-			checkAt(t, s, seq, envs[w][r])
+			for i, env := range round {
+				checkAt(t, s, first+uint64(i), env)
+			}
+			total += len(round)
 		}
 	}
-	if n := msgCount(t, s); n != writers*rounds {
-		t.Errorf("messages in stream: %d, want %d", n, writers*rounds)
+	if n := msgCount(t, s); n != uint64(total) {
+		t.Errorf("messages in stream: %d, want %d", n, total)
 	}
 	if batches, _ := jsstore.Batched(s); batches == 0 {
 		t.Errorf("no batch landed: the appends went each on its own")

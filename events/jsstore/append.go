@@ -34,6 +34,10 @@ const resolveTimeout = 2 * time.Second
 // events that stand alone one at a time, and keep batches for outcomes that
 // must not be seen half written.
 //
+// With Config.GroupCommit, appends in flight at once may share one atomic
+// batch, and so one sync (group commit, group.go); each keeps its
+// per-subject check and its error, as if it had gone alone.
+//
 // An answer that leaves the outcome open (wrong last sequence, duplicate
 // inside a batch, timeout, no responders) is resolved by reading the
 // subject's last message from the stream leader: if it carries the message

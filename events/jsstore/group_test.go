@@ -244,3 +244,51 @@ func TestNoGroupCommitWithout(t *testing.T) {
 		t.Errorf("%d batches without group commit", batches)
 	}
 }
+
+// TestGroupCommitEndedWhileQueued: an append whose context ends while it
+// waits for its group is not sent, and answers as a single append whose
+// publish never went: a retry of an append that landed gets its sequence,
+// one that did not land ErrUnavailable (retry as is); the rest of the
+// group lands.
+func TestGroupCommitEndedWhileQueued(t *testing.T) {
+	s := groupStore(t)
+	ctx := context.Background()
+	landed := envelope(t, sandbox(1), 1)
+	seq, err := s.Append(ctx, sandbox(1), 0, landed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, other := envelope(t, sandbox(2), 1), envelope(t, sandbox(3), 1)
+	ending, end := context.WithCancel(ctx)
+	queued, release := jsstore.HoldGroup(s)
+	got := make([]appended, 3)
+	var wg sync.WaitGroup
+	for i, call := range []func() (uint64, error){
+		func() (uint64, error) { return s.Append(ending, sandbox(1), 0, landed) },
+		func() (uint64, error) { return s.Append(ending, sandbox(2), 0, fresh) },
+		func() (uint64, error) { return s.Append(ctx, sandbox(3), 0, other) },
+	} {
+		wg.Go(func() {
+			seq, err := call()
+			got[i] = appended{seq, err}
+		})
+	}
+	for n := 0; n < 3; n = <-queued {
+	}
+	end()
+	release()
+	wg.Wait()
+	if got[0].err != nil || got[0].seq != seq {
+		t.Errorf("the retry that landed: %d, %v, want %d, nil", got[0].seq, got[0].err, seq)
+	}
+	if !errors.Is(got[1].err, events.ErrUnavailable) {
+		t.Errorf("the append that did not land: %d, %v, want ErrUnavailable", got[1].seq, got[1].err)
+	}
+	if got[2].err != nil {
+		t.Fatalf("the other: %v", got[2].err)
+	}
+	checkAt(t, s, got[2].seq, other)
+	if n := msgCount(t, s); n != 2 {
+		t.Errorf("messages in stream: %d, want 2", n)
+	}
+}

@@ -61,10 +61,15 @@ import (
 // 0.09 with (278 for 3000 events in 52 batches, besides the two O_SYNC
 // metadata writes of each batch's staging store); 1 to 8 writers about the
 // same either way, nearly no batches. The closed loop of torpor bench (64
-// clients, sync always, 5 s runs, interleaved): 410, 419, 385 and 374
-// transitions/s before, 872, 554, 333 and 695 after (median about 400 and
-// 625), server messages per event 8.9 to 9.0 before, 7.1 to 7.2 after;
-// with the interval sync (group commit off) 1972 and 2465.
+// clients, sync always, 5 s runs, interleaved): 410, 419, 385, 374, 386
+// and 369 transitions/s before, 872, 554, 333, 695, 396 and 377 after
+// (medians 386 and 475), server messages per event 8.9 to 9.1 before, 7.1
+// to 7.4 after; with the interval sync (group commit off) 1972, 2465 and,
+// in the last, most loaded window, 747. In that window the log was no
+// longer what held the loop back: the KV view's writes, one synced put per
+// event (raw KV put 1068 to 1901/s in these runs, about 3 events per
+// transition), cap it near 400 transitions/s until derived state leaves
+// the fsync path (issue 28, item 1).
 //
 // A batch is all or nothing: when it is refused (one member's expected
 // sequence is stale, one member's message id a duplicate of a retry that

@@ -34,6 +34,10 @@ const resolveTimeout = 2 * time.Second
 // events that stand alone one at a time, and keep batches for outcomes that
 // must not be seen half written.
 //
+// With Config.GroupCommit, appends in flight at once may share one atomic
+// batch, and so one sync (group commit, group.go); each keeps its
+// per-subject check and its error, as if it had gone alone.
+//
 // An answer that leaves the outcome open (wrong last sequence, duplicate
 // inside a batch, timeout, no responders) is resolved by reading the
 // subject's last message from the stream leader: if it carries the message
@@ -57,7 +61,15 @@ func (s *Store) Append(ctx context.Context, id string, expected uint64, envs ...
 		}}
 	}
 	msgs[0].Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
+	if !s.cfg.GroupCommit {
+		return s.appendNow(ctx, id, expected, envs, msgs)
+	}
+	return s.group.append(ctx, s, &member{ctx: ctx, id: id, expected: expected, envs: envs, msgs: msgs})
+}
 
+// appendNow stores msgs, the messages of envs, on their own: one message
+// as a publish, several as an atomic batch; an open answer is resolved.
+func (s *Store) appendNow(ctx context.Context, id string, expected uint64, envs []events.Envelope, msgs []*nats.Msg) (uint64, error) {
 	var err error
 	op := s.out.begin(time.Now())
 	defer func() { s.out.end(op, time.Now(), errors.Is(err, events.ErrUnavailable)) }()

@@ -62,6 +62,11 @@ type Config struct {
 	// follower starts from 0 instead, which is safe (followers apply
 	// idempotently), and this says so, for the log.
 	OnBadPosition func(name string, err error)
+	// GroupCommit makes appends in flight at once share one write to the
+	// log (Append, group commit): for a server that syncs every write
+	// (serve --fsync always), where it saves syncs; with the server's
+	// interval sync each append goes on its own, as without it.
+	GroupCommit bool
 }
 
 // withDefaults fills the zero fields of c.
@@ -108,6 +113,7 @@ type Store struct {
 	ackPrefix []byte
 	foreign   foreign
 	out       *outages
+	group     group
 }
 
 var _ events.Store = (*Store)(nil)

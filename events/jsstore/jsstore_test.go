@@ -24,7 +24,7 @@ func TestContract(t *testing.T) {
 	})
 }
 
-func newStore(t *testing.T, srv *natstest.Server) *jsstore.Store {
+func newStore(t testing.TB, srv *natstest.Server) *jsstore.Store {
 	t.Helper()
 	s, err := jsstore.New(context.Background(), srv.JS, jsstore.Config{})
 	if err != nil {
@@ -33,7 +33,7 @@ func newStore(t *testing.T, srv *natstest.Server) *jsstore.Store {
 	return s
 }
 
-func envelope(t *testing.T, id string, g int64) events.Envelope {
+func envelope(t testing.TB, id string, g int64) events.Envelope {
 	t.Helper()
 	return storetest.NewEnvelope(t, id, &events.Started{Generation: g})
 }

@@ -37,6 +37,9 @@ type Options struct {
 	// Listen makes the server accept TCP clients on a random loopback port
 	// (for tests of code that dials a URL).
 	Listen bool
+	// SyncAlways fsyncs every write, as torpor serve --fsync always does;
+	// otherwise the server syncs on its interval.
+	SyncAlways bool
 }
 
 // Start runs a JetStream server with default options.
@@ -49,7 +52,7 @@ func StartWith(t testing.TB, opts Options) *Server {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	cfg := embedded.Config{Data: dir, Name: "torpor-test"}
+	cfg := embedded.Config{Data: dir, Name: "torpor-test", SyncAlways: opts.SyncAlways}
 	if opts.Listen {
 		cfg.Listen = "127.0.0.1:0"
 	}

@@ -456,7 +456,7 @@ func startOnce(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, er
 	js = consistent(js, replicas)
 	// Every part records into one set of metrics, served on GET /metrics.
 	m := metrics.New()
-	store, err := jsstore.New(ctx, js, jsstore.Config{Replicas: replicas, DuplicateWindow: cfg.DuplicateWindow, MaxBytes: cfg.MaxLogBytes, OnForeign: func(f jsstore.Foreign) {
+	store, err := jsstore.New(ctx, js, jsstore.Config{Replicas: replicas, DuplicateWindow: cfg.DuplicateWindow, MaxBytes: cfg.MaxLogBytes, GroupCommit: groupCommit(cfg), OnForeign: func(f jsstore.Foreign) {
 		m.Foreign()
 		log.Warn().Err(f.Err).Str("subject", f.Subject).Uint64("seq", f.Seq).Msg("skipped a message that is not a torpor event")
 	}, OnBadPosition: func(name string, err error) {
@@ -1117,3 +1117,9 @@ const DefaultReplayTTL = kvview.DefaultPastTTL
 
 // ReplayDone is the phase of a replay's last line when the rebuild is done.
 const ReplayDone = projections.PhaseDone
+
+// groupCommit is whether the log's appends share their syncs
+// (jsstore.Config.GroupCommit): on the embedded server when it syncs every
+// write (--fsync always). A server of --nats-url keeps its own sync
+// setting, which the node does not know.
+func groupCommit(c Config) bool { return c.Fsync == "always" && c.NATSURL == "" }

@@ -187,6 +187,7 @@ func TestConfigValidate(t *testing.T) {
 		{"fsync", func(c *Config) { c.Fsync = "sometimes" }, "--fsync"},
 		{"transport", func(c *Config) { c.Transport = "carrier-pigeon" }, "--transport"},
 		{"no duration", func(c *Config) { c.Duration = 0 }, "--duration"},
+		{"negative runs", func(c *Config) { c.Runs = -1 }, "--runs"},
 		{"negative rate", func(c *Config) { c.Rate = -5 }, "--rate"},
 		{"NaN rate", func(c *Config) { c.Rate = math.NaN() }, "--rate"},
 		{"infinite rate", func(c *Config) { c.Rate = math.Inf(1) }, "--rate"},

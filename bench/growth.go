@@ -44,11 +44,23 @@ type Growth struct {
 	HeapPerSandboxBytes float64     `json:"heap_per_sandbox_bytes"`
 	RecoverySeconds     float64     `json:"recovery_seconds"`
 	RecoverySandboxes   int         `json:"recovery_sandboxes"`
+	// RecoveryRuns is the restart to ready of each run (--runs), in the
+	// order they ran; RecoverySeconds is their median.
+	RecoveryRuns []float64 `json:"recovery_seconds_runs,omitempty"`
 }
 
 // Replay is the whole log read raw, next to a rebuild of the KV view from it.
 type Replay struct {
 	Events            int     `json:"events"`
+	RawOrderedReadEPS float64 `json:"raw_ordered_read_eps"`
+	KVRebuildEPS      float64 `json:"kv_rebuild_eps"`
+	// Runs is each run's read and rebuild (--runs), which alternate; the
+	// two figures above are the median run's, by rebuild ÷ read.
+	Runs []ReplayRun `json:"runs,omitempty"`
+}
+
+// ReplayRun is one run's read of the whole log, and the rebuild after it.
+type ReplayRun struct {
 	RawOrderedReadEPS float64 `json:"raw_ordered_read_eps"`
 	KVRebuildEPS      float64 `json:"kv_rebuild_eps"`
 }
@@ -317,19 +329,43 @@ func RunGrowth(ctx context.Context, cfg Config, start Starter, progress io.Write
 	}
 	g.CatchUpEPS = float64(logEvents) / catchSecs
 
-	// Restart to ready with everything in the log.
+	// Restart to ready with everything in the log, then the replay: once
+	// per run, the restarts alternating with the replay's reads and
+	// rebuilds.
+	g.RecoverySandboxes = total
+	r := &Replay{Events: logEvents}
+	for range max(1, cfg.Runs) {
+		secs, run, err := restartAndReplay(ctx, dir, start, logEvents)
+		if err != nil {
+			return nil, nil, err
+		}
+		g.RecoveryRuns = append(g.RecoveryRuns, secs)
+		r.Runs = append(r.Runs, run)
+	}
+	g.RecoverySeconds = median(g.RecoveryRuns)
+	m := medianRun(r.Runs, func(run ReplayRun) float64 { return run.KVRebuildEPS / run.RawOrderedReadEPS })
+	r.RawOrderedReadEPS, r.KVRebuildEPS = m.RawOrderedReadEPS, m.KVRebuildEPS
+	return g, r, nil
+}
+
+// restartAndReplay starts the service over dir, times its restart to
+// ready, measures the replay of its log of events, and stops it.
+func restartAndReplay(ctx context.Context, dir string, start Starter, events int) (float64, ReplayRun, error) {
 	t0 := time.Now()
 	svc, err := start(ctx, dir, "interval")
 	if err != nil {
-		return nil, nil, err
+		return 0, ReplayRun{}, err
 	}
 	defer func() { _ = svc.Stop() }()
 	if err := poll(ctx, 5*time.Millisecond, func() bool { return svc.Ready(ctx) == nil }); err != nil {
-		return nil, nil, err
+		return 0, ReplayRun{}, err
 	}
-	g.RecoverySeconds, g.RecoverySandboxes = time.Since(t0).Seconds(), total
-	r, err := measureReplay(ctx, svc, logEvents)
-	return g, r, err
+	secs := time.Since(t0).Seconds()
+	r, err := measureReplay(ctx, svc, events)
+	if err != nil {
+		return 0, ReplayRun{}, err
+	}
+	return secs, ReplayRun{RawOrderedReadEPS: r.RawOrderedReadEPS, KVRebuildEPS: r.KVRebuildEPS}, nil
 }
 
 // grow appends n sandboxes of short events and nLong of long events to the

@@ -91,13 +91,14 @@ type Config struct {
 }
 
 // withDefaults fills c's zero growth settings, and with Quick caps the
-// sizes of the run.
+// sizes of the run (and each run's duration, so that all runs together
+// time each figure for as long as one quick run did).
 func (c Config) withDefaults() Config {
 	sizes, long, longSample, sample := []int{1000, 10_000, 100_000}, 1000, 100, 200
 	if c.Quick {
 		c.Sandboxes = min(c.Sandboxes, 200)
 		c.Concurrency = min(c.Concurrency, 16)
-		c.Duration = min(c.Duration, 3*time.Second)
+		c.Duration = min(c.Duration, 3*time.Second/time.Duration(max(1, c.Runs))) // 3 s of each figure in all
 		sizes, long, longSample, sample = []int{1000, 10_000}, 200, 50, 100
 	}
 	if len(c.Sizes) == 0 {

@@ -209,6 +209,9 @@ func TestConfigValidate(t *testing.T) {
 	if q.Sandboxes != 200 || q.Concurrency != 16 || q.Duration != 3*time.Second || !slices.Equal(q.Sizes, []int{100, 300}) || q.LongHistory != 200 {
 		t.Errorf("quick defaults: %+v; want sizes capped and the sizes set kept", q)
 	}
+	if q := (Config{Quick: true, Duration: 10 * time.Second, Runs: 3}).withDefaults(); q.Duration != time.Second {
+		t.Errorf("quick with 3 runs: %s a run, want 1s (3 s of each figure in all)", q.Duration)
+	}
 }
 
 // TestHTTPCeiling: the closed loop over HTTP pays two bare round trips where

@@ -238,7 +238,7 @@ func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*R
 		}
 		rep.Growth, rep.Replay = g, r
 		if len(g.Rows) >= 2 && g.Rows[0].Steady.P50 > 0 {
-			rep.Ratios["growth_latency_p50"] = g.Rows[len(g.Rows)-1].Steady.P50 / g.Rows[0].Steady.P50
+			rep.Ratios["growth_latency_p50"] = median(g.latencyRuns())
 			rep.Ratios["growth_latency_p99"] = g.Rows[len(g.Rows)-1].Steady.P99 / g.Rows[0].Steady.P99
 		}
 		var vs []float64

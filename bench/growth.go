@@ -35,6 +35,9 @@ type GrowthRow struct {
 	LogEvents        int     `json:"log_events"`
 	FirstTouch       Latency `json:"first_touch_ms"`
 	Steady           Latency `json:"steady_ms"`
+	// SteadyP50Runs is the steady p50 of each run (--runs) of the steady
+	// sample, which Steady gathers.
+	SteadyP50Runs []float64 `json:"steady_p50_ms_runs,omitempty"`
 }
 
 // Growth is how the service fares as the fleet and its histories grow.
@@ -207,24 +210,33 @@ func heap() uint64 {
 // First every id is touched once (suspend, resume): the first command on an
 // id finds a cold cache and loads its history, and is reported as first
 // touch. Then, with every id warm, each goes through two more suspend →
-// resume cycles: the steady latency, not disturbed by other ids' cold loads.
-func sampleLatency(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, c int) (first, steady Latency, err error) {
+// resume cycles, runs times over: the steady latency, not disturbed by
+// other ids' cold loads, and the p50 of each run.
+func sampleLatency(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, c, runs int) (first, steady Latency, p50s []float64, err error) {
 	cold, _, err := timeSteps(ctx, cmd, vw, ids, c, suspendResume)
 	if err != nil {
-		return first, steady, err
+		return first, steady, nil, err
 	}
 	// The first touches loaded whole histories (1000 events each for the
 	// long ones); collect that garbage now rather than during the steady
 	// sample, which is about the cost of a command, not of those loads.
 	runtime.GC()
-	warm, el, err := timeSteps(ctx, cmd, vw, ids, c, slices.Concat(suspendResume, suspendResume))
-	if err != nil {
-		return first, steady, err
+	var (
+		all  []time.Duration
+		secs float64
+	)
+	for range max(1, runs) {
+		warm, el, err := timeSteps(ctx, cmd, vw, ids, c, slices.Concat(suspendResume, suspendResume))
+		if err != nil {
+			return first, steady, nil, err
+		}
+		run := slices.Concat(warm...)
+		p50, _, _, _ := percentiles(slices.Clone(run))
+		p50s, all, secs = append(p50s, p50), append(all, run...), secs+el
 	}
 	first = Latency{Percentiles: percentilesOf(cold[0])}
-	all := slices.Concat(warm...)
-	steady = Latency{AchievedPerS: float64(len(all)) / el, Percentiles: percentilesOf(all)}
-	return first, steady, nil
+	steady = Latency{AchievedPerS: float64(len(all)) / secs, Percentiles: percentilesOf(all)}
+	return first, steady, p50s, nil
 }
 
 // timeSteps runs steps on every id with c clients and returns the latencies
@@ -436,11 +448,11 @@ func measureGrowth(ctx context.Context, cfg Config, svc Service, short, long []s
 		if len(set.ids) == 0 {
 			continue
 		}
-		first, steady, err := sampleLatency(ctx, cmd, vw, set.ids, clients)
+		first, steady, p50s, err := sampleLatency(ctx, cmd, vw, set.ids, clients, cfg.Runs)
 		if err != nil {
 			return nil, err
 		}
-		rows = append(rows, GrowthRow{Sandboxes: total, EventsPerSandbox: set.per, LogEvents: logEvents, FirstTouch: first, Steady: steady})
+		rows = append(rows, GrowthRow{Sandboxes: total, EventsPerSandbox: set.per, LogEvents: logEvents, FirstTouch: first, Steady: steady, SteadyP50Runs: p50s})
 	}
 	return rows, nil
 }
@@ -475,4 +487,27 @@ func measureReplay(ctx context.Context, svc Service, events int) (*Replay, error
 	}
 	r.KVRebuildEPS = float64(st.Events) / time.Since(t0).Seconds()
 	return r, nil
+}
+
+// latencyRuns is, for each run of the steady sample, its p50 at the
+// largest fleet with the longest history over its p50 at the smallest (the
+// k-th runs of the two); for rows without runs, the ratio of their p50s.
+func (g *Growth) latencyRuns() []float64 {
+	if len(g.Rows) < 2 {
+		return nil
+	}
+	small, large := g.Rows[0], g.Rows[len(g.Rows)-1]
+	if len(small.SteadyP50Runs) == 0 || len(small.SteadyP50Runs) != len(large.SteadyP50Runs) {
+		if small.Steady.P50 > 0 {
+			return []float64{large.Steady.P50 / small.Steady.P50}
+		}
+		return nil
+	}
+	var vs []float64
+	for k, s := range small.SteadyP50Runs {
+		if s > 0 {
+			vs = append(vs, large.SteadyP50Runs[k]/s)
+		}
+	}
+	return vs
 }

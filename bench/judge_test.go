@@ -271,3 +271,28 @@ func TestChanges(t *testing.T) {
 		t.Errorf("changes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestGrowthLatencyRuns: the growth target's runs are the k-th steady run
+// at the largest size over the k-th at the smallest; rows measured in one
+// run give the ratio of their p50s.
+func TestGrowthLatencyRuns(t *testing.T) {
+	g := &Growth{Rows: []GrowthRow{
+		{Sandboxes: 1000, SteadyP50Runs: []float64{2, 4, 2.5}, Steady: Latency{Percentiles: Percentiles{P50: 2.4}}},
+		{Sandboxes: 100_000, SteadyP50Runs: []float64{9, 9, 9}},
+		{Sandboxes: 100_000, EventsPerSandbox: 1000, SteadyP50Runs: []float64{2, 2, 5}, Steady: Latency{Percentiles: Percentiles{P50: 3}}},
+	}}
+	if got, want := g.latencyRuns(), []float64{1, 0.5, 2}; !slices.Equal(got, want) {
+		t.Errorf("runs %v, want %v", got, want)
+	}
+	r := &Report{Growth: g, Ratios: map[string]float64{}}
+	r.targets()
+	if len(r.Targets) == 0 || r.Targets[0].Value != 1 || !r.Targets[0].Met {
+		t.Errorf("targets %+v, want the latency target judged on the median ratio 1", r.Targets)
+	}
+	for i := range g.Rows {
+		g.Rows[i].SteadyP50Runs = nil
+	}
+	if got, want := g.latencyRuns(), []float64{1.25}; !slices.Equal(got, want) {
+		t.Errorf("rows without runs: %v, want %v", got, want)
+	}
+}

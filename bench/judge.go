@@ -212,15 +212,32 @@ func cmpFloat(a, b float64) int {
 	return 0
 }
 
-// blockP99s splits ds, in the order they were measured, into n runs of about
-// equal length (n at most len(ds)), and returns the p99 in ms of each.
-func blockP99s(ds []time.Duration, n int) []float64 {
+// blockPercentiles splits ds, in the order they were measured, into n
+// runs of about equal length (n at most len(ds)), and returns the
+// percentiles of each; ds is left as it was.
+func blockPercentiles(ds []time.Duration, n int) []Percentiles {
 	n = min(n, len(ds))
-	var p99s []float64
+	var ps []Percentiles
 	for k := range n {
-		block := slices.Clone(ds[k*len(ds)/n : (k+1)*len(ds)/n])
-		_, _, p99, _ := percentiles(block)
-		p99s = append(p99s, p99)
+		ps = append(ps, percentilesOf(slices.Clone(ds[k*len(ds)/n:(k+1)*len(ds)/n])))
 	}
-	return p99s
+	return ps
+}
+
+// blockP99s is the p99 in ms of each of n runs of ds (blockPercentiles).
+func blockP99s(ds []time.Duration, n int) []float64 {
+	var vs []float64
+	for _, p := range blockPercentiles(ds, n) {
+		vs = append(vs, p.P99)
+	}
+	return vs
+}
+
+// blockP50s is the p50 in ms of each of n runs of ds (blockPercentiles).
+func blockP50s(ds []time.Duration, n int) []float64 {
+	var vs []float64
+	for _, p := range blockPercentiles(ds, n) {
+		vs = append(vs, p.P50)
+	}
+	return vs
 }

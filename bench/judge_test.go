@@ -145,9 +145,9 @@ func TestMedianRun(t *testing.T) {
 	}
 }
 
-// TestBlockP99s: the freezers' cycles split, in the order they ran, into
-// runs of about equal length, each with its own p99; a stall in one block
-// is that block's.
+// TestBlockP99s: the freezers' cycles (and the vm rounds) split, in the
+// order they ran, into runs of about equal length, each with its own p99
+// (p50); a stall in one block is that block's.
 func TestBlockP99s(t *testing.T) {
 	var ds []time.Duration
 	for i := range 300 {
@@ -163,6 +163,12 @@ func TestBlockP99s(t *testing.T) {
 	}
 	if ds[100] != 50*time.Millisecond {
 		t.Error("blockP99s reordered the cycles")
+	}
+	for i := 200; i < 260; i++ { // most of the third block slow
+		ds[i] = 20 * time.Millisecond
+	}
+	if got, want := blockP50s(ds, 3), []float64{1, 1, 20}; !slices.Equal(got, want) {
+		t.Errorf("p50s %v, want %v", got, want)
 	}
 	if got := blockP99s(ds[:2], 3); len(got) != 2 {
 		t.Errorf("two cycles in three runs: %v, want two runs of one", got)

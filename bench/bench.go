@@ -224,7 +224,11 @@ func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*R
 	}
 	primary := rep.Modes[0]
 	rep.Raw, rep.Pipeline, rep.Latency, rep.Busy, rep.HTTP = primary.Raw, primary.Pipeline, primary.Latency, primary.Busy, primary.HTTP
-	for k, v := range primary.Ratios {
+	ratios := primary.Ratios
+	if primary.RatioMedians != nil {
+		ratios = primary.RatioMedians // what the targets are judged on
+	}
+	for k, v := range ratios {
 		rep.Ratios[k] = v
 	}
 	if c := rep.Cluster; c != nil {
@@ -311,8 +315,8 @@ func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*R
 }
 
 // medianMode is the median run of one mode's runs by the closed loop's
-// transitions/s, its ratios replaced by the medians of each ratio over
-// the runs (those the targets are judged on).
+// transitions/s, with the medians of each ratio over the runs (those the
+// targets are judged on) beside its own.
 func medianMode(runs []Mode) Mode {
 	m := medianRun(runs, func(m Mode) float64 { return m.Pipeline.TransitionsPerS })
 	if len(runs) == 1 {
@@ -324,9 +328,9 @@ func medianMode(runs []Mode) Mode {
 			all[k] = append(all[k], v)
 		}
 	}
-	m.Ratios = map[string]float64{}
+	m.RatioMedians = map[string]float64{}
 	for k, vs := range all {
-		m.Ratios[k] = median(vs)
+		m.RatioMedians[k] = median(vs)
 	}
 	return m
 }

@@ -91,8 +91,9 @@ func TestTargetsOfInterleavedRuns(t *testing.T) {
 	}}
 	by := r.runsByMode()
 	r.Modes = []Mode{medianMode(by["interval"]), medianMode(by["always"])}
-	if got := r.Modes[0]; got.Run != 3 || got.Ratios["pipeline_vs_bus_floor"] != 0.55 {
-		t.Errorf("interval's mode: run %d, floor ratio %v; want run 3 (4500/s, the middle) with the median ratio 0.55", got.Run, got.Ratios["pipeline_vs_bus_floor"])
+	if got := r.Modes[0]; got.Run != 3 || got.Ratios["pipeline_vs_bus_floor"] != 0.60 || got.RatioMedians["pipeline_vs_bus_floor"] != 0.55 {
+		t.Errorf("interval's mode: run %d, floor ratio %v, median %v; want run 3 (4500/s, the middle) with its own 0.60 and the median 0.55",
+			got.Run, got.Ratios["pipeline_vs_bus_floor"], got.RatioMedians["pipeline_vs_bus_floor"])
 	}
 	r.targets()
 	got := map[string]Target{}

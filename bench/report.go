@@ -20,6 +20,9 @@ type Mode struct {
 	Busy   *Busy              `json:"latency_at_50pct_busy_ms,omitempty"`
 	HTTP   HTTPLoop           `json:"http_closed_loop"`
 	Ratios map[string]float64 `json:"ratios"`
+	// RatioMedians, in a report's modes, are the medians of each ratio
+	// over the mode's runs, where it ran more than once.
+	RatioMedians map[string]float64 `json:"ratio_medians,omitempty"`
 	// Run is this run's place among the Of runs of its mode (--runs),
 	// which alternate with the other mode's.
 	Run int `json:"run,omitempty"`
@@ -50,9 +53,10 @@ type Target struct {
 
 // Report is the JSON document of `torpor bench -o json`. Each of modes is
 // the median run of its fsync mode (by closed-loop transitions/s), with the
-// medians of the ratios over every run of the mode; runs holds every run
-// as it ran. The top-level raw, pipeline, latency_ms, http_closed_loop and
-// ratios are the primary mode's (interval when it ran).
+// medians of the ratios over every run of the mode (ratio_medians); runs
+// holds every run as it ran. The top-level raw, pipeline, latency_ms and
+// http_closed_loop are the primary mode's median run's (interval when it
+// ran), the top-level ratios its medians.
 type Report struct {
 	Machine  map[string]any `json:"machine"`
 	Config   map[string]any `json:"config"`
@@ -249,7 +253,7 @@ func (r *Report) Print(w io.Writer) {
 	}
 	tw.Flush()
 	if len(rows) > len(r.Modes) {
-		fmt.Fprintf(w, "%d runs of each mode, the modes alternating (a row each, in the order they ran); below, each mode's median run by closed-loop transitions/s, with the medians of its ratios over its runs; the targets are judged on the medians\n", rows[0].Of)
+		fmt.Fprintf(w, "%d runs of each mode, the modes alternating (a row each, in the order they ran); below, each mode's median run by closed-loop transitions/s; the targets are judged on the medians of every run's figures\n", rows[0].Of)
 	}
 	for _, m := range r.Modes {
 		if m.Raw.BusFloorEPS > 0 {
@@ -535,7 +539,7 @@ const benchmarksNotes = `
   …), and within each run the raw bus right before the pipeline it is divided by: a slow
   phase of the host falls on both sides of a ratio. The first table has a row per run, in
   the order they ran; the lines under it are each mode's median run (by closed-loop
-  transitions/s) with the medians of its ratios. The growth section's steady sample runs
+  transitions/s), with that run's own ratios. The growth section's steady sample runs
   --runs times at each size (its target pairs the k-th run at the largest size with the k-th
   at the smallest); its restart to ready and the replay's read and rebuild also run --runs
   times, alternating; a freezer's cycles are split into --runs blocks of cycles, each with

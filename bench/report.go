@@ -340,7 +340,7 @@ func (r *Report) Print(w io.Writer) {
 	if rp := r.Replay; rp != nil {
 		runs := ""
 		if len(rp.Runs) > 1 {
-			runs = fmt.Sprintf(" (the median of %d runs, each after a restart; every run's ratio in its target)", len(rp.Runs))
+			runs = fmt.Sprintf(" (the median run of %d by rebuild ÷ read, each after a restart; every run's ratio in its target)", len(rp.Runs))
 		}
 		fmt.Fprintf(w, "replay of %d events: raw ordered read %.0f/s, KV rebuild %.0f/s%s\n", rp.Events, rp.RawOrderedReadEPS, rp.KVRebuildEPS, runs)
 	}

@@ -245,13 +245,7 @@ func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*R
 			rep.Ratios["growth_latency_p50"] = median(g.latencyRuns())
 			rep.Ratios["growth_latency_p99"] = g.Rows[len(g.Rows)-1].Steady.P99 / g.Rows[0].Steady.P99
 		}
-		var vs []float64
-		for _, run := range r.Runs {
-			if run.RawOrderedReadEPS > 0 {
-				vs = append(vs, run.KVRebuildEPS/run.RawOrderedReadEPS)
-			}
-		}
-		if len(vs) > 0 {
+		if vs := r.ratioRuns(); len(vs) > 0 {
 			rep.Ratios["kv_rebuild_vs_raw_read"] = median(vs)
 		}
 	}

@@ -511,3 +511,19 @@ func (g *Growth) latencyRuns() []float64 {
 	}
 	return vs
 }
+
+// ratioRuns is the KV rebuild ÷ the raw ordered read of each run; a
+// replay without runs gives the ratio of its two figures.
+func (r *Replay) ratioRuns() []float64 {
+	runs := r.Runs
+	if len(runs) == 0 {
+		runs = []ReplayRun{{RawOrderedReadEPS: r.RawOrderedReadEPS, KVRebuildEPS: r.KVRebuildEPS}}
+	}
+	var vs []float64
+	for _, run := range runs {
+		if run.RawOrderedReadEPS > 0 {
+			vs = append(vs, run.KVRebuildEPS/run.RawOrderedReadEPS)
+		}
+	}
+	return vs
+}

@@ -303,3 +303,22 @@ func TestGrowthLatencyRuns(t *testing.T) {
 		t.Errorf("rows without runs: %v, want %v", got, want)
 	}
 }
+
+// TestReplayTarget: the rebuild target is the median of each run's
+// rebuild ÷ the read right before it, not of the medians' ratio.
+func TestReplayTarget(t *testing.T) {
+	r := &Report{Ratios: map[string]float64{}, Replay: &Replay{Runs: []ReplayRun{
+		{RawOrderedReadEPS: 100, KVRebuildEPS: 40},
+		{RawOrderedReadEPS: 50, KVRebuildEPS: 30},
+		{RawOrderedReadEPS: 200, KVRebuildEPS: 90},
+	}}}
+	r.targets()
+	if len(r.Targets) != 1 {
+		t.Fatalf("targets %+v, want the rebuild's", r.Targets)
+	}
+	// Each run's: 0.4, 0.6, 0.45; the medians' (45 ÷ 100) would be 0.45
+	// too, so the runs are what tells them apart.
+	if tg := r.Targets[0]; tg.Value != 0.45 || tg.Met || !slices.Equal(tg.Runs, []float64{0.4, 0.6, 0.45}) {
+		t.Errorf("target %+v, want 0.45 (missed) of the runs 0.4 0.6 0.45", tg)
+	}
+}

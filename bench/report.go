@@ -156,16 +156,7 @@ func (r *Report) targets() {
 		add(fmt.Sprintf("restart to ready with %d sandboxes (s)", g.RecoverySandboxes), recovery, "<=", 3)
 	}
 	if rp := r.Replay; rp != nil {
-		var vs []float64
-		for _, run := range rp.Runs {
-			if run.RawOrderedReadEPS > 0 {
-				vs = append(vs, run.KVRebuildEPS/run.RawOrderedReadEPS)
-			}
-		}
-		if len(vs) == 0 && rp.RawOrderedReadEPS > 0 {
-			vs = []float64{rp.KVRebuildEPS / rp.RawOrderedReadEPS}
-		}
-		add("KV rebuild ÷ raw ordered read", vs, ">=", 0.5)
+		add("KV rebuild ÷ raw ordered read", rp.ratioRuns(), ">=", 0.5)
 	}
 	if v := r.SQLView; v != nil {
 		ratio, ok := r.Ratios["sql_rebuild_vs_raw_upsert"]

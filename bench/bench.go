@@ -56,6 +56,11 @@ type Config struct {
 	Quick       bool
 	Transport   string // bus or http
 	Duration    time.Duration
+	// Runs is how many runs of each fsync mode judge its targets, the
+	// modes alternating (interval, always, interval, …), each target on
+	// the median of its runs; also how many restarts and replays, and the
+	// blocks the freezers' cycles are split in. 0 is one run.
+	Runs int
 	// Rate is the offered transitions/s of the latency figure run; 0 means
 	// half the closed loop's measured rate. The p99 target's run finds its
 	// own rate, whatever Rate is.
@@ -86,13 +91,14 @@ type Config struct {
 }
 
 // withDefaults fills c's zero growth settings, and with Quick caps the
-// sizes of the run.
+// sizes of the run (and each run's duration, so that all runs together
+// time each figure for as long as one quick run did).
 func (c Config) withDefaults() Config {
 	sizes, long, longSample, sample := []int{1000, 10_000, 100_000}, 1000, 100, 200
 	if c.Quick {
 		c.Sandboxes = min(c.Sandboxes, 200)
 		c.Concurrency = min(c.Concurrency, 16)
-		c.Duration = min(c.Duration, 3*time.Second)
+		c.Duration = min(c.Duration, 3*time.Second/time.Duration(max(1, c.Runs))) // 3 s of each figure in all
 		sizes, long, longSample, sample = []int{1000, 10_000}, 200, 50, 100
 	}
 	if len(c.Sizes) == 0 {
@@ -133,6 +139,8 @@ func (c Config) resolved() (Config, error) {
 		return Config{}, fmt.Errorf("--fsync %q: want always or interval (or nothing for both)", c.Fsync)
 	case c.Transport != "bus" && c.Transport != "http":
 		return Config{}, fmt.Errorf("--transport %q: want bus or http", c.Transport)
+	case c.Runs < 0:
+		return Config{}, fmt.Errorf("--runs %d: want 1 or more", c.Runs)
 	case c.Duration <= 0:
 		return Config{}, errors.New("--duration: want a positive duration")
 	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
@@ -163,7 +171,7 @@ func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*R
 	rep := &Report{
 		Machine: map[string]any{"host": host, "cpus": runtime.NumCPU(), "go": runtime.Version(), "os": runtime.GOOS + "/" + runtime.GOARCH},
 		Config: map[string]any{"sandboxes": cfg.Sandboxes, "concurrency": cfg.Concurrency, "fsync": cfg.Fsync, "quick": cfg.Quick,
-			"transport": cfg.Transport, "duration": cfg.Duration.String(), "growth_sizes": cfg.Sizes, "rate": cfg.Rate},
+			"transport": cfg.Transport, "duration": cfg.Duration.String(), "growth_sizes": cfg.Sizes, "rate": cfg.Rate, "runs": max(1, cfg.Runs)},
 		Ratios: map[string]float64{},
 	}
 	// The SQL upsert does not depend on the bus: it runs once, first, so a
@@ -183,25 +191,44 @@ func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*R
 	if cfg.Fsync != "" {
 		modes = []string{cfg.Fsync}
 	}
-	for _, m := range modes {
-		fmt.Fprintf(progress, "bench: fsync %s: raw bus, then %d sandboxes × %d clients over %s\n", m, cfg.Sandboxes, cfg.Concurrency, cfg.Transport)
-		mr, err := RunMode(ctx, cfg, m, start)
-		if err != nil {
-			return nil, fmt.Errorf("fsync %s: %w", m, err)
-		}
-		mr.Raw.SQLUpsertEPS = sqlEPS
-		rep.Modes = append(rep.Modes, mr)
-		if len(rep.Modes) == 1 && cluster {
-			// Right after the single node's closed loop in the same mode,
-			// so that the two are minutes apart at most.
-			if rep.Cluster, err = RunCluster(ctx, cfg, m, cfg.StartNode, progress); err != nil {
-				return nil, fmt.Errorf("cluster: %w", err)
+	// The modes' runs alternate, so that a slow phase of the host falls on
+	// both modes' runs rather than on one mode's, and within a run the
+	// raw bus precedes the pipeline it is divided by.
+	runs := max(1, cfg.Runs)
+	for k := range runs {
+		for _, m := range modes {
+			fmt.Fprintf(progress, "bench: fsync %s (run %d of %d): raw bus, then %d sandboxes × %d clients over %s\n", m, k+1, runs, cfg.Sandboxes, cfg.Concurrency, cfg.Transport)
+			c := cfg
+			if k > 0 {
+				c.CPUProfile = "" // the first run's profile only
+			}
+			mr, err := RunMode(ctx, c, m, start)
+			if err != nil {
+				return nil, fmt.Errorf("fsync %s: %w", m, err)
+			}
+			mr.Raw.SQLUpsertEPS = sqlEPS
+			mr.Run, mr.Of = k+1, runs
+			rep.Runs = append(rep.Runs, mr)
+			if len(rep.Runs) == 1 && cluster {
+				// Right after the single node's closed loop in the same mode,
+				// so that the two are minutes apart at most.
+				if rep.Cluster, err = RunCluster(ctx, cfg, m, cfg.StartNode, progress); err != nil {
+					return nil, fmt.Errorf("cluster: %w", err)
+				}
 			}
 		}
 	}
+	by := rep.runsByMode()
+	for _, m := range modes {
+		rep.Modes = append(rep.Modes, medianMode(by[m]))
+	}
 	primary := rep.Modes[0]
 	rep.Raw, rep.Pipeline, rep.Latency, rep.Busy, rep.HTTP = primary.Raw, primary.Pipeline, primary.Latency, primary.Busy, primary.HTTP
-	for k, v := range primary.Ratios {
+	ratios := primary.Ratios
+	if primary.RatioMedians != nil {
+		ratios = primary.RatioMedians // what the targets are judged on
+	}
+	for k, v := range ratios {
 		rep.Ratios[k] = v
 	}
 	if c := rep.Cluster; c != nil {
@@ -215,11 +242,11 @@ func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*R
 		}
 		rep.Growth, rep.Replay = g, r
 		if len(g.Rows) >= 2 && g.Rows[0].Steady.P50 > 0 {
-			rep.Ratios["growth_latency_p50"] = g.Rows[len(g.Rows)-1].Steady.P50 / g.Rows[0].Steady.P50
+			rep.Ratios["growth_latency_p50"] = median(g.latencyRuns())
 			rep.Ratios["growth_latency_p99"] = g.Rows[len(g.Rows)-1].Steady.P99 / g.Rows[0].Steady.P99
 		}
-		if r.RawOrderedReadEPS > 0 {
-			rep.Ratios["kv_rebuild_vs_raw_read"] = r.KVRebuildEPS / r.RawOrderedReadEPS
+		if vs := r.ratioRuns(); len(vs) > 0 {
+			rep.Ratios["kv_rebuild_vs_raw_read"] = median(vs)
 		}
 	}
 	if cfg.DatabaseURL != "" {
@@ -260,6 +287,9 @@ func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*R
 		}
 		rep.WakeVM = w
 	}
+	if v := rep.alwaysVsInterval(); len(v) > 0 {
+		rep.Ratios["closed_loop_always_vs_interval"] = median(v)
+	}
 	rep.targets()
 	switch {
 	case rep.Cluster != nil:
@@ -271,18 +301,39 @@ func Run(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*R
 	if cfg.Rate > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("the latency figure run offered --rate %g transitions/s, not half the measured maximum; the p99 target's run found its own rate", cfg.Rate))
 	}
-	for _, m := range rep.Modes {
+	for _, m := range rep.Runs {
 		switch b := m.Busy; {
 		case b == nil:
-			rep.Notes = append(rep.Notes, fmt.Sprintf("fsync %s: no CPU time read on this OS, so no rate at 50%% busy was found and the p99 target was not judged", m.Fsync))
+			rep.Notes = append(rep.Notes, fmt.Sprintf("fsync %s: no CPU time read on this OS, so no rate at 50%% busy was found and the p99 target was not judged", m.label()))
 		case b.CoresBusy > busyTarget*(1+busyTolerance):
-			rep.Notes = append(rep.Notes, fmt.Sprintf("fsync %s: the p99 target's run kept the cores %.0f%% busy, more than the 50%% it is set at, after %d calibration runs", m.Fsync, 100*b.CoresBusy, len(b.Calibration)))
+			rep.Notes = append(rep.Notes, fmt.Sprintf("fsync %s: the p99 target's run kept the cores %.0f%% busy, more than the 50%% it is set at, after %d calibration runs", m.label(), 100*b.CoresBusy, len(b.Calibration)))
 		case b.CoresBusy < busyTarget*(1-busyTolerance) && b.OfferedPerS >= m.Pipeline.TransitionsPerS:
-			rep.Notes = append(rep.Notes, fmt.Sprintf("fsync %s: this process never kept the cores 50%% busy, not even at the closed loop's rate (%.0f%% there), so the p99 target was judged at that rate: the service waits on something else (fsync), or other processes hold the cores", m.Fsync, 100*m.Pipeline.CoresBusy))
+			rep.Notes = append(rep.Notes, fmt.Sprintf("fsync %s: this process never kept the cores 50%% busy, not even at the closed loop's rate (%.0f%% there), so the p99 target was judged at that rate: the service waits on something else (fsync), or other processes hold the cores", m.label(), 100*m.Pipeline.CoresBusy))
 		}
 	}
 	rep.Seconds = time.Since(began).Seconds()
 	return rep, nil
+}
+
+// medianMode is the median run of one mode's runs by the closed loop's
+// transitions/s, with the medians of each ratio over the runs (those the
+// targets are judged on) beside its own.
+func medianMode(runs []Mode) Mode {
+	m := medianRun(runs, func(m Mode) float64 { return m.Pipeline.TransitionsPerS })
+	if len(runs) == 1 {
+		return m
+	}
+	all := map[string][]float64{}
+	for _, run := range runs {
+		for k, v := range run.Ratios {
+			all[k] = append(all[k], v)
+		}
+	}
+	m.RatioMedians = map[string]float64{}
+	for k, vs := range all {
+		m.RatioMedians[k] = median(vs)
+	}
+	return m
 }
 
 // profile starts the CPU profile of the pipeline run in mode fsync (with

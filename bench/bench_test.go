@@ -187,6 +187,7 @@ func TestConfigValidate(t *testing.T) {
 		{"fsync", func(c *Config) { c.Fsync = "sometimes" }, "--fsync"},
 		{"transport", func(c *Config) { c.Transport = "carrier-pigeon" }, "--transport"},
 		{"no duration", func(c *Config) { c.Duration = 0 }, "--duration"},
+		{"negative runs", func(c *Config) { c.Runs = -1 }, "--runs"},
 		{"negative rate", func(c *Config) { c.Rate = -5 }, "--rate"},
 		{"NaN rate", func(c *Config) { c.Rate = math.NaN() }, "--rate"},
 		{"infinite rate", func(c *Config) { c.Rate = math.Inf(1) }, "--rate"},
@@ -207,6 +208,9 @@ func TestConfigValidate(t *testing.T) {
 	q := Config{Sandboxes: 1000, Concurrency: 64, Quick: true, Transport: "bus", Duration: 10 * time.Second, Sizes: []int{100, 300}}.withDefaults()
 	if q.Sandboxes != 200 || q.Concurrency != 16 || q.Duration != 3*time.Second || !slices.Equal(q.Sizes, []int{100, 300}) || q.LongHistory != 200 {
 		t.Errorf("quick defaults: %+v; want sizes capped and the sizes set kept", q)
+	}
+	if q := (Config{Quick: true, Duration: 10 * time.Second, Runs: 3}).withDefaults(); q.Duration != time.Second {
+		t.Errorf("quick with 3 runs: %s a run, want 1s (3 s of each figure in all)", q.Duration)
 	}
 }
 

@@ -35,6 +35,9 @@ type GrowthRow struct {
 	LogEvents        int     `json:"log_events"`
 	FirstTouch       Latency `json:"first_touch_ms"`
 	Steady           Latency `json:"steady_ms"`
+	// SteadyP50Runs is the steady p50 of each run (--runs) of the steady
+	// sample, which Steady gathers.
+	SteadyP50Runs []float64 `json:"steady_p50_ms_runs,omitempty"`
 }
 
 // Growth is how the service fares as the fleet and its histories grow.
@@ -44,11 +47,23 @@ type Growth struct {
 	HeapPerSandboxBytes float64     `json:"heap_per_sandbox_bytes"`
 	RecoverySeconds     float64     `json:"recovery_seconds"`
 	RecoverySandboxes   int         `json:"recovery_sandboxes"`
+	// RecoveryRuns is the restart to ready of each run (--runs), in the
+	// order they ran; RecoverySeconds is their median.
+	RecoveryRuns []float64 `json:"recovery_seconds_runs,omitempty"`
 }
 
 // Replay is the whole log read raw, next to a rebuild of the KV view from it.
 type Replay struct {
 	Events            int     `json:"events"`
+	RawOrderedReadEPS float64 `json:"raw_ordered_read_eps"`
+	KVRebuildEPS      float64 `json:"kv_rebuild_eps"`
+	// Runs is each run's read and rebuild (--runs), which alternate; the
+	// two figures above are the median run's, by rebuild ÷ read.
+	Runs []ReplayRun `json:"runs,omitempty"`
+}
+
+// ReplayRun is one run's read of the whole log, and the rebuild after it.
+type ReplayRun struct {
 	RawOrderedReadEPS float64 `json:"raw_ordered_read_eps"`
 	KVRebuildEPS      float64 `json:"kv_rebuild_eps"`
 }
@@ -195,24 +210,33 @@ func heap() uint64 {
 // First every id is touched once (suspend, resume): the first command on an
 // id finds a cold cache and loads its history, and is reported as first
 // touch. Then, with every id warm, each goes through two more suspend →
-// resume cycles: the steady latency, not disturbed by other ids' cold loads.
-func sampleLatency(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, c int) (first, steady Latency, err error) {
+// resume cycles, runs times over: the steady latency, not disturbed by
+// other ids' cold loads, and the p50 of each run.
+func sampleLatency(ctx context.Context, cmd commander, vw *viewWaiter, ids []string, c, runs int) (first, steady Latency, p50s []float64, err error) {
 	cold, _, err := timeSteps(ctx, cmd, vw, ids, c, suspendResume)
 	if err != nil {
-		return first, steady, err
+		return first, steady, nil, err
 	}
 	// The first touches loaded whole histories (1000 events each for the
 	// long ones); collect that garbage now rather than during the steady
 	// sample, which is about the cost of a command, not of those loads.
 	runtime.GC()
-	warm, el, err := timeSteps(ctx, cmd, vw, ids, c, slices.Concat(suspendResume, suspendResume))
-	if err != nil {
-		return first, steady, err
+	var (
+		all  []time.Duration
+		secs float64
+	)
+	for range max(1, runs) {
+		warm, el, err := timeSteps(ctx, cmd, vw, ids, c, slices.Concat(suspendResume, suspendResume))
+		if err != nil {
+			return first, steady, nil, err
+		}
+		run := slices.Concat(warm...)
+		p50, _, _, _ := percentiles(slices.Clone(run))
+		p50s, all, secs = append(p50s, p50), append(all, run...), secs+el
 	}
 	first = Latency{Percentiles: percentilesOf(cold[0])}
-	all := slices.Concat(warm...)
-	steady = Latency{AchievedPerS: float64(len(all)) / el, Percentiles: percentilesOf(all)}
-	return first, steady, nil
+	steady = Latency{AchievedPerS: float64(len(all)) / secs, Percentiles: percentilesOf(all)}
+	return first, steady, p50s, nil
 }
 
 // timeSteps runs steps on every id with c clients and returns the latencies
@@ -317,19 +341,43 @@ func RunGrowth(ctx context.Context, cfg Config, start Starter, progress io.Write
 	}
 	g.CatchUpEPS = float64(logEvents) / catchSecs
 
-	// Restart to ready with everything in the log.
+	// Restart to ready with everything in the log, then the replay: once
+	// per run, the restarts alternating with the replay's reads and
+	// rebuilds.
+	g.RecoverySandboxes = total
+	r := &Replay{Events: logEvents}
+	for range max(1, cfg.Runs) {
+		secs, run, err := restartAndReplay(ctx, dir, start, logEvents)
+		if err != nil {
+			return nil, nil, err
+		}
+		g.RecoveryRuns = append(g.RecoveryRuns, secs)
+		r.Runs = append(r.Runs, run)
+	}
+	g.RecoverySeconds = median(g.RecoveryRuns)
+	m := medianRun(r.Runs, func(run ReplayRun) float64 { return run.KVRebuildEPS / run.RawOrderedReadEPS })
+	r.RawOrderedReadEPS, r.KVRebuildEPS = m.RawOrderedReadEPS, m.KVRebuildEPS
+	return g, r, nil
+}
+
+// restartAndReplay starts the service over dir, times its restart to
+// ready, measures the replay of its log of events, and stops it.
+func restartAndReplay(ctx context.Context, dir string, start Starter, events int) (float64, ReplayRun, error) {
 	t0 := time.Now()
 	svc, err := start(ctx, dir, "interval")
 	if err != nil {
-		return nil, nil, err
+		return 0, ReplayRun{}, err
 	}
 	defer func() { _ = svc.Stop() }()
 	if err := poll(ctx, 5*time.Millisecond, func() bool { return svc.Ready(ctx) == nil }); err != nil {
-		return nil, nil, err
+		return 0, ReplayRun{}, err
 	}
-	g.RecoverySeconds, g.RecoverySandboxes = time.Since(t0).Seconds(), total
-	r, err := measureReplay(ctx, svc, logEvents)
-	return g, r, err
+	secs := time.Since(t0).Seconds()
+	r, err := measureReplay(ctx, svc, events)
+	if err != nil {
+		return 0, ReplayRun{}, err
+	}
+	return secs, ReplayRun{RawOrderedReadEPS: r.RawOrderedReadEPS, KVRebuildEPS: r.KVRebuildEPS}, nil
 }
 
 // grow appends n sandboxes of short events and nLong of long events to the
@@ -400,11 +448,11 @@ func measureGrowth(ctx context.Context, cfg Config, svc Service, short, long []s
 		if len(set.ids) == 0 {
 			continue
 		}
-		first, steady, err := sampleLatency(ctx, cmd, vw, set.ids, clients)
+		first, steady, p50s, err := sampleLatency(ctx, cmd, vw, set.ids, clients, cfg.Runs)
 		if err != nil {
 			return nil, err
 		}
-		rows = append(rows, GrowthRow{Sandboxes: total, EventsPerSandbox: set.per, LogEvents: logEvents, FirstTouch: first, Steady: steady})
+		rows = append(rows, GrowthRow{Sandboxes: total, EventsPerSandbox: set.per, LogEvents: logEvents, FirstTouch: first, Steady: steady, SteadyP50Runs: p50s})
 	}
 	return rows, nil
 }
@@ -439,4 +487,43 @@ func measureReplay(ctx context.Context, svc Service, events int) (*Replay, error
 	}
 	r.KVRebuildEPS = float64(st.Events) / time.Since(t0).Seconds()
 	return r, nil
+}
+
+// latencyRuns is, for each run of the steady sample, its p50 at the
+// largest fleet with the longest history over its p50 at the smallest (the
+// k-th runs of the two); for rows without runs, the ratio of their p50s.
+func (g *Growth) latencyRuns() []float64 {
+	if len(g.Rows) < 2 {
+		return nil
+	}
+	small, large := g.Rows[0], g.Rows[len(g.Rows)-1]
+	if len(small.SteadyP50Runs) == 0 || len(small.SteadyP50Runs) != len(large.SteadyP50Runs) {
+		if small.Steady.P50 > 0 {
+			return []float64{large.Steady.P50 / small.Steady.P50}
+		}
+		return nil
+	}
+	var vs []float64
+	for k, s := range small.SteadyP50Runs {
+		if s > 0 {
+			vs = append(vs, large.SteadyP50Runs[k]/s)
+		}
+	}
+	return vs
+}
+
+// ratioRuns is the KV rebuild ÷ the raw ordered read of each run; a
+// replay without runs gives the ratio of its two figures.
+func (r *Replay) ratioRuns() []float64 {
+	runs := r.Runs
+	if len(runs) == 0 {
+		runs = []ReplayRun{{RawOrderedReadEPS: r.RawOrderedReadEPS, KVRebuildEPS: r.KVRebuildEPS}}
+	}
+	var vs []float64
+	for _, run := range runs {
+		if run.RawOrderedReadEPS > 0 {
+			vs = append(vs, run.KVRebuildEPS/run.RawOrderedReadEPS)
+		}
+	}
+	return vs
 }

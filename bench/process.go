@@ -33,6 +33,10 @@ type FreezerRow struct {
 	Cycles  int         `json:"cycles"`
 	Freeze  Percentiles `json:"freeze_ms"`
 	Thaw    Percentiles `json:"thaw_ms"`
+	// FreezeP99Runs and ThawP99Runs are the p99 of each run (--runs):
+	// the cycles split in as many blocks, in the order they ran.
+	FreezeP99Runs []float64 `json:"freeze_p99_ms_runs,omitempty"`
+	ThawP99Runs   []float64 `json:"thaw_p99_ms_runs,omitempty"`
 	// Missing says why the freezer could not be measured here.
 	Missing string `json:"missing,omitempty"`
 }
@@ -66,6 +70,7 @@ func RunProcess(ctx context.Context, cfg Config, start Starter, progress io.Writ
 		if err != nil {
 			return nil, err
 		}
+		row.FreezeP99Runs, row.ThawP99Runs = blockP99s(freeze, max(1, cfg.Runs)), blockP99s(thaw, max(1, cfg.Runs))
 		row.Cycles, row.Freeze, row.Thaw = cycles, percentilesOf(freeze), percentilesOf(thaw)
 		p.Freezers = append(p.Freezers, row)
 	}

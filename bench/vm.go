@@ -34,6 +34,11 @@ type VM struct {
 	Moves    int         `json:"moves"`
 	MoveNode string      `json:"move_node,omitempty"`
 	Move     Percentiles `json:"move_resume_to_ready_ms"`
+	// The p50s of each run (--runs) of the rounds and of the moves: the
+	// samples split in as many blocks, in the order they ran.
+	SuspendP50Runs []float64 `json:"suspend_p50_ms_runs,omitempty"`
+	ResumeP50Runs  []float64 `json:"resume_p50_ms_runs,omitempty"`
+	MoveP50Runs    []float64 `json:"move_p50_ms_runs,omitempty"`
 	// StateBytes is the device state a same-node snapshot writes (the RAM
 	// stays in the node's RAM file); MovableBytes the object a move to
 	// another node puts in torpor_snapshots, for MemoryMiB of guest memory.
@@ -99,12 +104,14 @@ func RunVM(ctx context.Context, cfg Config, start Starter, progress io.Writer) (
 	if err != nil {
 		return nil, fmt.Errorf("vm: %w", err)
 	}
+	r.SuspendP50Runs, r.ResumeP50Runs = blockP50s(lats[0], max(1, cfg.Runs)), blockP50s(lats[1], max(1, cfg.Runs))
 	r.Suspend, r.Resume = percentilesOf(lats[0]), percentilesOf(lats[1])
 	fmt.Fprintf(progress, "bench: vm: each moved to %s and back, %d resumes on the other node\n", vmOther, moves)
 	moved, err := moveRounds(ctx, c, ids, moves)
 	if err != nil {
 		return nil, fmt.Errorf("vm: %w", err)
 	}
+	r.MoveP50Runs = blockP50s(moved, max(1, cfg.Runs))
 	r.Moves, r.Move = len(moved), percentilesOf(moved)
 	if err := r.snapshotBytes(ctx, svc, c, dir, ids[0]); err != nil {
 		return nil, fmt.Errorf("vm: snapshot bytes: %w", err)

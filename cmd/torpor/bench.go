@@ -21,6 +21,7 @@ import (
 
 func benchCmd() *cobra.Command {
 	cfg := bench.Config{StartNode: benchNode}
+	var compare string // --compare
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "measure the pipeline against the raw bus, in one run, on an embedded server",
@@ -39,9 +40,21 @@ func benchCmd() *cobra.Command {
 			if err := cfg.Validate(); err != nil {
 				return invalid(err)
 			}
+			var before []bench.Target
+			if compare != "" {
+				// Read first, so that a file without targets fails the
+				// bench before it runs.
+				var err error
+				if before, err = readTargets(compare); err != nil {
+					return invalid(fmt.Errorf("--compare: %w", err))
+				}
+			}
 			rep, err := bench.Run(cmd.Context(), cfg, benchStart, cmd.ErrOrStderr())
 			if err != nil {
 				return err
+			}
+			if compare != "" {
+				rep.Compare(compare, before)
 			}
 			switch output {
 			case "markdown":
@@ -60,11 +73,13 @@ func benchCmd() *cobra.Command {
 	f.IntVar(&cfg.Sandboxes, "sandboxes", 1000, "sandboxes in the pipeline run")
 	f.IntVar(&cfg.Concurrency, "concurrency", 64, "concurrent clients (and the raw async window)")
 	f.StringVar(&cfg.Fsync, "fsync", "", "always or interval; both when empty")
-	f.BoolVar(&cfg.Quick, "quick", false, "smaller sizes, under a minute")
+	f.BoolVar(&cfg.Quick, "quick", false, "smaller sizes, and runs of at most 3s ÷ --runs")
 	f.StringVar(&cfg.Transport, "transport", "bus", "command path of the closed loop: bus (outcomes from a watch of the KV view), or http (the command, then GET …/wait, as users do); with bus the closed loop also runs over HTTP, and the HTTP targets compare the two")
-	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of each timed run")
+	f.DurationVar(&cfg.Duration, "duration", 4*time.Second, "length of each timed run (each of --runs runs has its own)")
+	f.IntVar(&cfg.Runs, "runs", 3, "runs of each fsync mode, the modes alternating; each target is judged on the median of its runs, printed with each run's figure (also the restarts and replays, and the blocks of the freezers' cycles)")
+	f.StringVar(&compare, "compare", "", "an earlier report (BENCHMARKS.md, or the table output) whose target lines this run's targets are printed against, one line per target: what changed")
 	f.Float64Var(&cfg.Rate, "rate", 0, "transitions/s the latency figure run offers (default: half the closed loop's measured rate); the p99 target's run finds its own rate, at 50% of the cores busy")
-	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the closed-loop pipeline run (service and load) to this file; FILE.always for the fsync always run when both run; FILE.http (FILE.always.http) for the closed loop over HTTP")
+	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the closed-loop pipeline run (service and load; the first of --runs) to this file; FILE.always for the fsync always run when both run; FILE.http (FILE.always.http) for the closed loop over HTTP")
 	f.BoolVar(&cfg.SkipGrowth, "skip-growth", false, "leave out the growth, replay and recovery section")
 	f.BoolVar(&cfg.SkipVM, "skip-vm", false, "leave out the vm driver's section (microVMs booted, suspended and resumed through the pipeline; snapshot bytes)")
 	f.BoolVar(&cfg.SkipCluster, "skip-cluster", false, "leave out the cluster section (the closed loop through three torpor nodes on three in-process NATS servers, every stream R3, next to the single node's)")
@@ -72,6 +87,21 @@ func benchCmd() *cobra.Command {
 	f.BoolVar(&cfg.SkipProcess, "skip-process", false, "leave out the process driver's section (freeze and thaw, process sandboxes through the pipeline)")
 	f.StringVar(&cfg.DatabaseURL, "database-url", "", "PostgreSQL/CockroachDB URL (default $TORPOR_BENCH_DATABASE_URL): adds the raw batched SQL upsert (view rows and a checkpoint per transaction, in throwaway torpor_bench_ tables); the SQL rebuild row waits for the SQL view")
 	return cmd
+}
+
+// readTargets is the target lines of the earlier report in file; a file
+// without any is refused.
+func readTargets(file string) ([]bench.Target, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	ts, err := bench.ParseTargets(f)
+	if err == nil && len(ts) == 0 {
+		err = fmt.Errorf("%s: no target lines", file)
+	}
+	return ts, err
 }
 
 // benchStart is the bench's Starter: the service as serve wires it, over

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"github.com/torpor/torpor/services/compute/vm"
 	"io"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -459,11 +461,18 @@ func checkProcess(t *testing.T, rep *bench.Report, targets map[string]bench.Targ
 // bench refuses (bench.Config.Validate has every case), fails before
 // anything runs, with a message naming the flag.
 func TestBenchFlagsRefused(t *testing.T) {
+	noTargets := filepath.Join(t.TempDir(), "empty.md")
+	if err := os.WriteFile(noTargets, []byte("# torpor benchmarks\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"-o", "yaml"}, "-o"},
+		{[]string{"--runs", "-1"}, "--runs -1"},
+		{[]string{"--compare", filepath.Join(t.TempDir(), "missing.md")}, "--compare: open"},
+		{[]string{"--compare", noTargets}, "--compare: " + noTargets + ": no target lines"},
 		{[]string{"--sandboxes", "4", "--concurrency", "8"}, "--concurrency 8 above --sandboxes 4"},
 		{[]string{"--rate", "NaN"}, "--rate"},
 	} {

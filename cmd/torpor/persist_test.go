@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/check"
 	"github.com/torpor/torpor/events/jsstore"
+	"github.com/torpor/torpor/internal/busauth"
 	"github.com/torpor/torpor/projections/kvview"
 	torpor "github.com/torpor/torpor/sdk/go"
 )
@@ -25,9 +27,9 @@ import (
 // embedded server with it) at a random moment while clients suspend and
 // resume sandboxes, three times, starting it again on the same data
 // directory each time; once the restarted service has caught up, the
-// independent checker passes over the log and the phase view (its bucket
-// made with asynchronous persistence: issue 28) equals a fresh rebuild of
-// the log, key for key.
+// independent checker passes over the log, and the phase view (its bucket
+// made with asynchronous persistence: issue 28) and the clients' copy of it
+// equal a fresh rebuild of the log, key for key.
 //
 // What it can prove: whatever the kill interrupts (a view write buffered in
 // the server's memory and not written out yet, which an async bucket loses
@@ -132,6 +134,29 @@ func agrees(t *testing.T, c *child, round int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The clients' account's copy of the view (a mirror): it must follow
+	// the view through the crashes too.
+	cu, err := busauth.Open(filepath.Join(c.dir, "auth"), busauth.NoLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := cu.User("test copies", time.Hour, busauth.Grant{Role: busauth.ClientsService})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cnc, err := nats.Connect(c.nats, u.Options()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cnc.Close()
+	cjs, err := jetstream.New(cnc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientsCopy, err := cjs.KeyValue(ctx, busauth.PhaseBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if s, err := js.Stream(ctx, "KV_torpor_phases"); err != nil || s.CachedInfo().Config.PersistMode != jetstream.AsyncPersistMode {
 		t.Fatalf("the view's bucket: %v, want async persistence (%v)", s.CachedInfo().Config.PersistMode, err)
 	}
@@ -157,6 +182,9 @@ func agrees(t *testing.T, c *child, round int) {
 			t.Fatal(err)
 		}
 		diffs := differ(t, live, fresh)
+		for _, d := range differ(t, live, clientsCopy) {
+			diffs = append(diffs, "the clients' copy: "+d)
+		}
 		if err := js.DeleteKeyValue(ctx, bucket); err != nil {
 			t.Fatal(err)
 		}

@@ -2,7 +2,9 @@ package busauth
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go/jetstream"
@@ -86,6 +88,19 @@ type CopyLimits struct {
 	Events, Phases int64
 	// Replicas of each copy, as many as the origins have; 0 is 1.
 	Replicas int
+	// Async makes a new copy with JetStream's asynchronous persistence
+	// (one replica only): a copy is derived, and a mirror that lost its
+	// last writes in a crash takes them from its origin again, from its
+	// own last sequence on. A copy keeps the persistence it was made with.
+	Async bool
+	// Origins are the origins' last sequences (TORPOR_EVENTS,
+	// KV_torpor_phases) as the service found them at its start, before
+	// it wrote anything: a copy past its origin copied writes the origin
+	// lost in a crash (the view's bucket is async) and would skip the
+	// origin's new writes at those sequences (a mirror takes only
+	// sequences past its own), so it is deleted and made again, and
+	// copies the origin anew. Nil checks nothing.
+	Origins map[string]uint64
 }
 
 // Copies makes (or updates) the clients' account's copies of the event
@@ -93,28 +108,68 @@ type CopyLimits struct {
 // ClientsService. The server keeps them up to date from then on, across
 // restarts of either side.
 func Copies(ctx context.Context, js jetstream.JetStream, lim CopyLimits) error {
-	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:   PhaseBucket,
-		MaxBytes: lim.Phases,
-		Replicas: max(lim.Replicas, 1),
-		Storage:  jetstream.FileStorage,
-		Mirror: &jetstream.StreamSource{Name: PhaseBucket, External: &jetstream.ExternalStream{
+	replicas := max(lim.Replicas, 1)
+	phases := jetstream.StreamConfig{
+		// What CreateKeyValue makes of a KeyValueConfig with a mirror
+		// (nats.go v1.55.0), which the KV API binds to as to any bucket.
+		Name:              "KV_" + PhaseBucket,
+		MaxMsgsPerSubject: 1,
+		MaxBytes:          lim.Phases,
+		MaxMsgSize:        -1,
+		Storage:           jetstream.FileStorage,
+		Replicas:          replicas,
+		AllowRollup:       true,
+		DenyDelete:        true,
+		Duplicates:        2 * time.Minute,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		AllowDirect:       true,
+		Discard:           jetstream.DiscardNew,
+		Mirror: &jetstream.StreamSource{Name: "KV_" + PhaseBucket, External: &jetstream.ExternalStream{
 			APIPrefix: ClientsAPIPrefix, DeliverPrefix: copyDeliver + ".phases",
 		}},
-	}); err != nil {
-		return fmt.Errorf("the clients' copy of %s: %w", PhaseBucket, err)
+		MirrorDirect: true,
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	evs := jetstream.StreamConfig{
 		Name:        EventStream,
 		MaxBytes:    lim.Events,
-		Replicas:    max(lim.Replicas, 1),
+		Replicas:    replicas,
 		Storage:     jetstream.FileStorage,
 		AllowDirect: true,
 		Mirror: &jetstream.StreamSource{Name: EventStream, External: &jetstream.ExternalStream{
 			APIPrefix: ClientsAPIPrefix, DeliverPrefix: copyDeliver + ".events",
 		}},
-	}); err != nil {
-		return fmt.Errorf("the clients' copy of %s: %w", EventStream, err)
+	}
+	for _, sc := range []jetstream.StreamConfig{phases, evs} {
+		if err := makeCopy(ctx, js, sc, lim.Async && replicas == 1, lim.Origins); err != nil {
+			return fmt.Errorf("the clients' copy of %s: %w", sc.Name, err)
+		}
 	}
 	return nil
+}
+
+// makeCopy makes or updates the copy sc, async when new and async is
+// asked, else with the persistence it has, after deleting it when it is
+// past its origin (CopyLimits.Origins).
+func makeCopy(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig, async bool, origins map[string]uint64) error {
+	s, err := js.Stream(ctx, sc.Name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+	case err != nil:
+		return err
+	default:
+		info := s.CachedInfo()
+		if last, ok := origins[sc.Mirror.Name]; ok && info.State.LastSeq > last {
+			if err := js.DeleteStream(ctx, sc.Name); err != nil {
+				return fmt.Errorf("delete it, past its origin (%d > %d): %w", info.State.LastSeq, last, err)
+			}
+			break
+		}
+		async = info.Config.PersistMode == jetstream.AsyncPersistMode
+	}
+	if async {
+		sc.PersistMode = jetstream.AsyncPersistMode
+	}
+	_, err = js.CreateOrUpdateStream(ctx, sc)
+	return err
 }

@@ -81,6 +81,7 @@ func (v *View) Checkpoint(ctx context.Context) (uint64, error) {
 type checkpoint struct {
 	loaded bool
 	seq    uint64
+	stamp  uint64 // an async bucket's last sequence when it was written (persist.go)
 	rev    uint64 // 0: the key does not exist
 }
 
@@ -106,7 +107,15 @@ func (v *View) saveCheckpoint(ctx context.Context, seq uint64) error {
 		if seq <= v.cp.seq && v.cp.rev != 0 {
 			return nil
 		}
-		val := strconv.AppendUint(nil, seq, 10)
+		var stamp uint64
+		if v.async {
+			last, err := v.lastSeq(ctx)
+			if err != nil {
+				return fmt.Errorf("put checkpoint %d: %w", seq, err)
+			}
+			stamp = last
+		}
+		val := checkpointValue(seq, stamp, v.async)
 		var rev uint64
 		var err error
 		if v.cp.rev == 0 {
@@ -115,7 +124,7 @@ func (v *View) saveCheckpoint(ctx context.Context, seq uint64) error {
 			rev, err = v.pos.Update(ctx, v.cpKey, val, v.cp.rev)
 		}
 		if err == nil {
-			v.cp = checkpoint{loaded: true, seq: seq, rev: rev}
+			v.cp = checkpoint{loaded: true, seq: seq, stamp: stamp, rev: rev}
 			return nil
 		}
 		v.cp = checkpoint{}
@@ -135,7 +144,7 @@ func (v *View) readCheckpoint(ctx context.Context) (checkpoint, error) {
 	case err != nil:
 		return checkpoint{}, fmt.Errorf("get checkpoint %s: %w", v.cpKey, err)
 	}
-	seq, err := strconv.ParseUint(string(e.Value()), 10, 64)
+	seq, stamp, err := parseCheckpoint(string(e.Value()))
 	if err != nil {
 		// Garbage (the bucket is on the bus): the view applies the log
 		// again from its start, which it does idempotently, and the next
@@ -143,7 +152,7 @@ func (v *View) readCheckpoint(ctx context.Context) (checkpoint, error) {
 		v.garbage.Add(1)
 		return checkpoint{loaded: true, rev: e.Revision()}, nil
 	}
-	return checkpoint{loaded: true, seq: seq, rev: e.Revision()}, nil
+	return checkpoint{loaded: true, seq: seq, stamp: stamp, rev: e.Revision()}, nil
 }
 
 // migrate moves a checkpoint an older build left in the view's bucket under

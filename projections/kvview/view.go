@@ -66,6 +66,14 @@ type Config struct {
 	// from when the bucket holds garbage under its key (ErrGarbage);
 	// without it such a view is folded anew from its next event.
 	Log Loader
+	// AsyncPersist makes a new bucket with JetStream's asynchronous
+	// persistence (persist.go): its writes are not synced one by one, and
+	// its checkpoint is stamped so that New can tell, after a crash, that
+	// the bucket lost writes the checkpoint covers, and set it back. An
+	// existing bucket keeps the persistence it was made with (Async says
+	// which). Only for a bucket of one replica on a server that crashes
+	// with this process (the embedded one).
+	AsyncPersist bool
 	// Metrics counts the phase changes the view folds in as it applies
 	// the log (each once per process, however often it is folded again);
 	// nil counts nothing. Only the live view has it: a rebuild's view is
@@ -138,6 +146,10 @@ type View struct {
 	// cpKey (see checkpoint.go).
 	pos   jetstream.KeyValue
 	cpKey string
+	// async: the bucket's persist mode is async (persist.go); recovered
+	// says what New found when it set the checkpoint back.
+	async     bool
+	recovered string
 
 	wmu sync.Mutex // one writer at a time: ApplyBatch, Flush, the hold timer
 	cp  checkpoint // the writer's copy of the checkpoint; wmu held
@@ -174,7 +186,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*View, error)
 		return nil, fmt.Errorf("kv view: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, async, err := openBucket(ctx, js, jetstream.KeyValueConfig{
 		Bucket:       cfg.Bucket,
 		Description:  "torpor phase view: sandbox id → view",
 		History:      1,
@@ -183,7 +195,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*View, error)
 		MaxBytes:     cfg.MaxBytes,
 		MaxValueSize: MaxValueSize,
 		TTL:          cfg.TTL,
-	})
+	}, cfg.AsyncPersist)
 	if err != nil {
 		return nil, fmt.Errorf("kv view: bucket %s: %w", cfg.Bucket, err)
 	}
@@ -191,13 +203,18 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*View, error)
 	if err != nil {
 		return nil, fmt.Errorf("kv view: bucket %s: %w", events.PositionBucket, err)
 	}
-	v := &View{kv: kv, js: js, cfg: cfg, pre: keyPrefix(js, cfg.Bucket), pos: pos, cpKey: checkpointKey(cfg.Bucket),
+	v := &View{kv: kv, js: js, cfg: cfg, pre: keyPrefix(js, cfg.Bucket), pos: pos, cpKey: checkpointKey(cfg.Bucket), async: async,
 		cache: make(map[string]entry), held: map[string]group{}}
 	if err := v.forgetStale(ctx); err != nil {
 		return nil, fmt.Errorf("kv view: %w", err)
 	}
 	if err := v.migrate(ctx); err != nil {
 		return nil, fmt.Errorf("kv view: %w", err)
+	}
+	if v.async {
+		if err := v.recover(ctx); err != nil {
+			return nil, fmt.Errorf("kv view: %w", err)
+		}
 	}
 	return v, nil
 }

@@ -78,7 +78,30 @@ func (a *Node) makeCopies(ctx context.Context, url, ca string, maxLog int64, rep
 	if maxLog == 0 {
 		maxLog = jsstore.DefaultMaxBytes
 	}
-	return busauth.Copies(ctx, js, busauth.CopyLimits{Events: maxLog, Phases: kvview.DefaultMaxBytes, Replicas: replicas})
+	origins, err := a.origins(ctx)
+	if err != nil {
+		return err
+	}
+	return busauth.Copies(ctx, js, busauth.CopyLimits{Events: maxLog, Phases: kvview.DefaultMaxBytes, Replicas: replicas,
+		Async: a.ns != nil, Origins: origins})
+}
+
+// origins are the last sequences of the streams the clients' account
+// copies, read before the service writes them (busauth.CopyLimits).
+func (a *Node) origins(ctx context.Context) (map[string]uint64, error) {
+	js, err := jetstream.New(a.nc)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]uint64{}
+	for _, name := range []string{busauth.EventStream, "KV_" + busauth.PhaseBucket} {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", name, err)
+		}
+		out[name] = s.CachedInfo().State.LastSeq
+	}
+	return out, nil
 }
 
 // revocationPoll is how often the embedded server's service looks for new

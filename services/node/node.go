@@ -465,10 +465,15 @@ func startOnce(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, er
 	if err != nil {
 		return nil, err
 	}
-	view, err := kvview.New(ctx, js, kvview.Config{Replicas: replicas, CheckpointEvery: 100 * time.Millisecond, HoldTransient: viewHold, Metrics: m, PastTTL: cfg.ReplayTTL, Log: store})
+	// The view is derived: on the embedded server its bucket (one replica)
+	// skips the per-write fsync, and New sets its checkpoint back after a
+	// crash that lost writes it covered (kvview's persist.go).
+	derivedAsync := a.ns != nil && replicas == 1
+	view, err := kvview.New(ctx, js, kvview.Config{Replicas: replicas, CheckpointEvery: 100 * time.Millisecond, HoldTransient: viewHold, Metrics: m, PastTTL: cfg.ReplayTTL, Log: store, AsyncPersist: derivedAsync})
 	if err != nil {
 		return nil, err
 	}
+	reportPersistence(view, derivedAsync, log)
 	if err := a.makeCopies(ctx, url, natsCA, cfg.MaxLogBytes, replicas, log); err != nil {
 		return nil, err
 	}

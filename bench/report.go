@@ -342,10 +342,11 @@ const benchmarksNotes = `
   nothing else running: a command-sized POST answered with a view-sized body by net/http on
   loopback (one keep-alive connection per client, as the SDK and serve are set up), and the
   same bodies as a core NATS request to a responder on a connection of its own. No JSON, no
-  handler work. Per transition a client over HTTP makes two round trips (the command, then
-  the wait) where one over the bus makes one request and learns the outcome from a watch of
-  the view. A transition over HTTP costs at least the bus's CPU per transition, less a bus
-  request, plus two HTTP round trips, even if nothing else it does cost more: printed is the
+  handler work. Per transition a client over HTTP makes one round trip (the command with
+  ?wait=true, answered with its outcome) where one over the bus makes one request and learns
+  the outcome from a watch of the view. A transition over HTTP costs at least the bus's CPU
+  per transition, less a bus request, plus an HTTP round trip, even if nothing else it does
+  cost more: printed is the
   most transitions the HTTP loop can make per CPU second next to the bus's (the bus's CPU
   per transition over that least), and what it made (the bus's CPU per transition over its
   own). The round trips run after the timed runs of their mode, so the two are minutes apart

@@ -61,7 +61,7 @@ func benchCmd() *cobra.Command {
 	f.IntVar(&cfg.Concurrency, "concurrency", 64, "concurrent clients (and the raw async window)")
 	f.StringVar(&cfg.Fsync, "fsync", "", "always or interval; both when empty")
 	f.BoolVar(&cfg.Quick, "quick", false, "smaller sizes, under a minute")
-	f.StringVar(&cfg.Transport, "transport", "bus", "command path of the closed loop: bus (outcomes from a watch of the KV view), or http (the command, then GET …/wait, as users do); with bus the closed loop also runs over HTTP, and the HTTP targets compare the two")
+	f.StringVar(&cfg.Transport, "transport", "bus", "command path of the closed loop: bus (outcomes from a watch of the KV view), or http (the command with ?wait=true, one round trip, as users do); with bus the closed loop also runs over HTTP, and the HTTP targets compare the two")
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of each timed run")
 	f.Float64Var(&cfg.Rate, "rate", 0, "transitions/s the latency figure run offers (default: half the closed loop's measured rate); the p99 target's run finds its own rate, at 50% of the cores busy")
 	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the closed-loop pipeline run (service and load) to this file; FILE.always for the fsync always run when both run; FILE.http (FILE.always.http) for the closed loop over HTTP")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -262,5 +263,34 @@ func TestCommandWaitWantsTheCommandsScope(t *testing.T) {
 	a := o.post(t, http.MethodPost, path, "", fuzzTokens[2].secret, "")
 	if a.status != http.StatusGatewayTimeout || a.view.Phase != events.PhaseSuspending {
 		t.Fatalf("write token: %d %+v %v, want 504 with the view suspending", a.status, a.view, a.err)
+	}
+}
+
+// TestCommandWaitHoldsAPlaceAmongWaits: a command with ?wait=true takes a
+// place among the server's waits before it runs: with every place held it
+// is refused RESOURCE_EXHAUSTED, and nothing lands in the log.
+func TestCommandWaitHoldsAPlaceAmongWaits(t *testing.T) {
+	r := newRig(t)
+	svc, h, base := limitsHTTP(t, r, Limits{Waits: 1})
+	held, probe := readySandbox(t, svc), readySandbox(t, svc)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/sandboxes/"+held.ID+"/wait?phase=stopped&timeout=10m", nil)
+	go func() {
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	for h.waits.Load() < 1 { // the held wait answers only at its end
+		runtime.Gosched()
+	}
+	if status, eb := do(t, http.MethodPost, base+"/v1/sandboxes/"+probe.ID+"/stop?wait=true", ""); status != http.StatusTooManyRequests || eb.Error == nil || eb.Error.Code != events.CodeResourceExhausted {
+		t.Fatalf("stop?wait=true with every wait's place held: %d %+v, want 429 RESOURCE_EXHAUSTED", status, eb.Error)
+	}
+	if n := countTypes(t, r.store, probe.ID); n["sandbox.stop_requested"] != 0 {
+		t.Fatalf("log %v: the refused command landed", n)
+	}
+	if status, _ := do(t, http.MethodPost, base+"/v1/sandboxes/"+probe.ID+"/stop", ""); status != http.StatusAccepted {
+		t.Fatalf("stop without wait: %d, want 202 (it holds no wait's place)", status)
 	}
 }

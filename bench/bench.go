@@ -419,7 +419,7 @@ func RunMode(ctx context.Context, cfg Config, fsync string, start Starter) (Mode
 	step := viewStep(cmd, vw)
 	if cfg.Transport == "http" {
 		// Over HTTP the closed loop's clients learn each outcome as users
-		// do, from GET …/wait after the command, not from a watch of the
+		// do, from the command's own answer (?wait=true), not from a watch of the
 		// view of their own (the open loops below still use that watch:
 		// they time an offered rate, not a client).
 		step = waitStep(httpClient(svc, cfg.Concurrency))
@@ -448,7 +448,7 @@ func RunMode(ctx context.Context, cfg Config, fsync string, start Starter) (Mode
 	mr.Pipeline.P50, mr.Pipeline.P90, mr.Pipeline.P99, _ = percentiles(loop.lats)
 	mr.Pipeline.Host = host
 
-	// The closed loop again, over HTTP with the SDK's wait, on the same
+	// The closed loop again, over HTTP with the SDK's ?wait=true, on the same
 	// sandboxes (the closed loop leaves every one ready), without the
 	// bench's own watch of the view meanwhile.
 	vw.stop()

@@ -11,8 +11,8 @@ import (
 )
 
 // HTTPLoop is the closed loop as users drive it over the HTTP API: each
-// client sends the command, then waits for its outcome with
-// GET /v1/sandboxes/{id}/wait?phase=…&after=SEQ through the Go SDK, where
+// client sends the command with ?wait=true through the Go SDK
+// (LifecycleWait), one round trip that answers the outcome's view, where
 // the pipeline's closed loop watches the KV view itself.
 type HTTPLoop struct {
 	Concurrency     int     `json:"concurrency"`
@@ -42,17 +42,14 @@ func benchTransport(conns int) *http.Transport {
 	return t
 }
 
-// waitStep sends verb to id over HTTP and waits for target on the view at a
-// sequence above the command's answer, as the CLI and the SDK's users do.
+// waitStep sends verb to id over HTTP with ?wait=true and takes the
+// outcome's view it answers (one round trip), as the CLI does; target is
+// the phase it must be.
 func waitStep(c *torpor.Client) stepFunc {
 	return func(ctx context.Context, verb, id string, target events.Phase) error {
-		acc, err := c.Lifecycle(ctx, verb, id, false, "")
+		v, err := c.LifecycleWait(ctx, verb, id, torpor.ResumeOptions{}, "", 30*time.Second)
 		if err != nil {
-			return fmt.Errorf("%s %s: %w", verb, id, err)
-		}
-		v, err := c.WaitAfter(ctx, id, target, acc.Seq, 30*time.Second)
-		if err != nil {
-			return fmt.Errorf("%s %s: wait for %s after seq %d: %w", verb, id, target, acc.Seq, err)
+			return fmt.Errorf("%s %s: wait for %s: %w", verb, id, target, err)
 		}
 		if v.Phase != target {
 			return fmt.Errorf("%s %s: waited for %s, the view is %s", verb, id, target, v.Phase)

@@ -39,9 +39,9 @@ var (
 // roundTrips measures the bare HTTP round trip and the bare bus
 // request-reply, each with c clients for d. They bound what the closed
 // loop over HTTP can reach next to the bus's (httpCeiling): per transition
-// a client over HTTP makes two round trips (the command, then the wait)
-// where a client over the bus makes one request (and learns the outcome
-// from a watch the service has anyway).
+// a client over HTTP makes one round trip (the command with ?wait=true,
+// answered with its outcome) where a client over the bus makes one request
+// (and learns the outcome from a watch the service has anyway).
 func roundTrips(ctx context.Context, nc *nats.Conn, c int, d time.Duration) (h, b RoundTrip, err error) {
 	if h, err = httpRoundTrip(ctx, c, d); err != nil {
 		return h, b, fmt.Errorf("raw HTTP round trip: %w", err)
@@ -157,8 +157,9 @@ func clientsLoop(c int, d time.Duration, once func(w, i int) error) (RoundTrip, 
 // httpCeiling is the most transitions the closed loop over HTTP can make
 // per CPU second next to the bus's, from the bare round trips: a transition
 // over HTTP costs at least what one over the bus costs (busMs CPU), less the
-// bus request, plus two HTTP round trips, even if everything else (the
-// command's work, the view, the wait's answer from the follower) cost no
+// bus request, plus one HTTP round trip (the command with ?wait=true), even
+// if everything else (the command's work, the view, the outcome's answer
+// from the follower) cost no
 // more over HTTP than over the bus. Where the cores are what limits both
 // loops at the same share of them busy, it bounds the ratio of their
 // transitions/s. Zero where a figure is missing.
@@ -166,5 +167,5 @@ func httpCeiling(busMs float64, h, b RoundTrip) float64 {
 	if busMs <= 0 || h.CPUMicros <= 0 || b.CPUMicros <= 0 {
 		return 0
 	}
-	return busMs / (busMs + (2*h.CPUMicros-b.CPUMicros)/1000)
+	return busMs / (busMs + (h.CPUMicros-b.CPUMicros)/1000)
 }

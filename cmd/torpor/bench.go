@@ -74,7 +74,7 @@ func benchCmd() *cobra.Command {
 	f.IntVar(&cfg.Concurrency, "concurrency", 64, "concurrent clients (and the raw async window)")
 	f.StringVar(&cfg.Fsync, "fsync", "", "always or interval; both when empty")
 	f.BoolVar(&cfg.Quick, "quick", false, "smaller sizes, and runs of at most 3s ÷ --runs")
-	f.StringVar(&cfg.Transport, "transport", "bus", "command path of the closed loop: bus (outcomes from a watch of the KV view), or http (the command, then GET …/wait, as users do); with bus the closed loop also runs over HTTP, and the HTTP targets compare the two")
+	f.StringVar(&cfg.Transport, "transport", "bus", "command path of the closed loop: bus (outcomes from a watch of the KV view), or http (the command with ?wait=true, one round trip, as users do); with bus the closed loop also runs over HTTP, and the HTTP targets compare the two")
 	f.DurationVar(&cfg.Duration, "duration", 4*time.Second, "length of each timed run (each of --runs runs has its own)")
 	f.IntVar(&cfg.Runs, "runs", 3, "runs of each fsync mode, the modes alternating; each target is judged on the median of its runs, printed with each run's figure (also the restarts and replays, and the blocks of the freezers' cycles)")
 	f.StringVar(&compare, "compare", "", "an earlier report (BENCHMARKS.md, or the table output) whose target lines this run's targets are printed against, one line per target: what changed")

@@ -1,7 +1,9 @@
 package main
 
-// How a lifecycle verb waits for its target phase: the server's long-poll
-// (GET …/wait, at most 10m a call) looped up to --timeout, for the target
+// How a lifecycle verb waits for its target phase: the command itself
+// waits for its outcome (?wait=true, one round trip; outcome), and beyond
+// the server's 10m, or with --no-wait then `torpor wait`, the server's
+// long-poll (GET …/wait, at most 10m a call) looped up to --timeout, for the target
 // and, beside it, for each phase the command can settle in instead (a
 // rejected suspend is ready again, a failed resume suspended again), so a
 // wait that cannot succeed ends as soon as the sandbox settles, with the
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/torpor/torpor/events"
@@ -114,6 +117,50 @@ func waitSettled(ctx context.Context, c *torpor.Client, verb, id string, target 
 	return v, events.Errorf(events.CodeFailedPrecondition, "%s %s: it ended %s, not %s%s", verb, refOr(v, id), dash(string(v.Phase)), target, why(v))
 }
 
+// send is a command sent with ?wait=true for at most timeout (the SDK's
+// LifecycleWait or CreateWait).
+type send func(ctx context.Context, timeout time.Duration) (events.View, error)
+
+// settle sends a command that waits for its outcome in the same request
+// (one round trip), showing progress as what (e.g. "suspending demo"), and
+// prints the view it ends on; see outcome.
+func (f *clientFlags) settle(cmd *cobra.Command, c *torpor.Client, verb, what string, target events.Phase, timeout time.Duration, do send) error {
+	p := startProgress(cmd.ErrOrStderr(), gerunds[verb]+" "+what)
+	got, err := outcome(cmd.Context(), c, verb, target, timeout, do)
+	p.done(got, err)
+	if err != nil {
+		return err
+	}
+	return f.show(cmd, got)
+}
+
+// outcome sends do and judges its answer as waitSettled judges a wait: the
+// view when the sandbox settled in target; FAILED_PRECONDITION naming where
+// it settled instead (a rejected suspend: ready), with the view's outcome
+// and reason; DEADLINE_EXCEEDED past timeout. A timeout beyond the server's
+// cap for one request (10m) goes on with the long poll, as does an answer
+// still transient (a server that does not wait: older than ?wait=true).
+func outcome(ctx context.Context, c *torpor.Client, verb string, target events.Phase, timeout time.Duration, do send) (events.View, error) {
+	start := time.Now()
+	v, err := do(ctx, min(timeout, maxLongPoll))
+	switch {
+	case err == nil && v.Phase.Transient():
+		return waitSettled(ctx, c, verb, v.ID, target, settles[verb], v.Seq, timeout-time.Since(start))
+	case err == nil && v.Phase == target:
+		return v, nil
+	case err == nil:
+		return v, events.Errorf(events.CodeFailedPrecondition, "%s %s: it ended %s, not %s%s", verb, ref(v), dash(string(v.Phase)), target, why(v))
+	case ctx.Err() != nil:
+		return v, events.Errorf(events.CodeAborted, "%s: the wait was interrupted; a command that was accepted goes on", verb)
+	case events.CodeOf(err) != events.CodeDeadlineExceeded || v.ID == "":
+		return v, err
+	}
+	if left := timeout - time.Since(start); left > 0 && timeout > maxLongPoll {
+		return waitSettled(ctx, c, verb, v.ID, target, settles[verb], v.Seq, left)
+	}
+	return v, events.Errorf(events.CodeDeadlineExceeded, "%s %s: not %s after %s (it is %s); --timeout or TORPOR_LIFECYCLE_TIMEOUT waits longer", verb, ref(v), target, timeout, dash(string(v.Phase)))
+}
+
 // longPoll loops the server's wait for phase until deadline.
 func longPoll(ctx context.Context, c *torpor.Client, id string, phase events.Phase, after uint64, deadline time.Time) (events.View, error) {
 	for {
@@ -165,12 +212,13 @@ func refOr(v events.View, id string) string {
 }
 
 // progress shows a wait: a spinner on a terminal, else a line on stderr
-// when it starts and the rest of it when it ends ("suspending demo …
-// suspended in 18ms").
+// when it ends ("suspending demo … suspended in 18ms"), none for a command
+// refused at once.
 type progress struct {
 	out   io.Writer
 	bar   *progressbar.ProgressBar
 	start time.Time
+	what  string // off a terminal, written with the rest when it ends
 }
 
 // startProgress shows that what (e.g. "suspending demo") is under way on
@@ -182,7 +230,7 @@ func startProgress(errOut io.Writer, what string) *progress {
 			progressbar.OptionSetDescription(what), progressbar.OptionSetElapsedTime(true), progressbar.OptionSetRenderBlankState(true), progressbar.OptionClearOnFinish())
 		return p
 	}
-	fmt.Fprintf(errOut, "%s … ", what)
+	p.what = what
 	return p
 }
 
@@ -197,11 +245,12 @@ func (p *progress) done(v events.View, err error) {
 		}
 		return
 	}
+	if v.Phase == "" {
+		return // a command refused at once: its error says it all
+	}
+	fmt.Fprintf(p.out, "%s … ", p.what)
 	switch {
 	case err == nil:
-	case v.Phase == "":
-		fmt.Fprintf(p.out, "gave up after %s\n", took)
-		return
 	case events.CodeOf(err) == events.CodeDeadlineExceeded:
 		fmt.Fprintf(p.out, "still %s after %s\n", v.Phase, took)
 		return

@@ -7,6 +7,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -186,18 +187,6 @@ func (w *waitFlags) add(cmd *cobra.Command, what string) {
 	cmd.Flags().StringVar(&w.key, "idempotency-key", "", "makes a retry of this "+what+" safe")
 }
 
-// wait waits after the accepted view v for target, showing progress, and
-// prints the view it ends on.
-func (f *clientFlags) wait(cmd *cobra.Command, c *torpor.Client, verb string, v events.View, target events.Phase, timeout time.Duration) error {
-	p := startProgress(cmd.ErrOrStderr(), gerunds[verb]+" "+ref(v))
-	got, err := waitSettled(cmd.Context(), c, verb, v.ID, target, settles[verb], v.Seq, timeout)
-	p.done(got, err)
-	if err != nil {
-		return err
-	}
-	return f.show(cmd, got)
-}
-
 func (f *clientFlags) lifecycleCmd(verb string, target events.Phase) *cobra.Command {
 	var (
 		w       waitFlags
@@ -226,22 +215,29 @@ func (f *clientFlags) lifecycleCmd(verb string, target events.Phase) *cobra.Comm
 					return err
 				}
 			}
+			var o torpor.ResumeOptions
+			if verb == "resume" {
+				o = torpor.ResumeOptions{RestartIfRestoreFails: restart, Node: node}
+			}
+			if !w.noWait {
+				// One round trip: the command answers its outcome.
+				return f.settle(cmd, c, verb, ref(cur), target, timeout, func(ctx context.Context, d time.Duration) (events.View, error) {
+					return c.LifecycleWait(ctx, verb, cur.ID, o, w.key, d)
+				})
+			}
 			var v events.View
 			switch verb {
 			case "delete":
 				v, err = c.Delete(ctx, cur.ID, w.key)
 			case "resume":
-				v, err = c.Resume(ctx, cur.ID, torpor.ResumeOptions{RestartIfRestoreFails: restart, Node: node}, w.key)
+				v, err = c.Resume(ctx, cur.ID, o, w.key)
 			default:
 				v, err = c.Lifecycle(ctx, verb, cur.ID, false, w.key)
 			}
 			if err != nil {
 				return err
 			}
-			if w.noWait || v.Phase == target {
-				return f.show(cmd, v)
-			}
-			return f.wait(cmd, c, verb, v, target, timeout)
+			return f.show(cmd, v)
 		},
 	}
 	w.add(cmd, verb)
@@ -322,14 +318,17 @@ func (f *clientFlags) createCmd() *cobra.Command {
 				req.Idle = &idle // the server checks it
 			}
 			c := f.client()
+			if !w.noWait {
+				// One round trip: the create answers the sandbox settled.
+				return f.settle(cmd, c, "create", cmp.Or(req.Name, "a sandbox"), events.PhaseReady, timeout, func(ctx context.Context, d time.Duration) (events.View, error) {
+					return c.CreateWait(ctx, req, w.key, d)
+				})
+			}
 			v, err := c.Create(cmd.Context(), req, w.key)
 			if err != nil {
 				return err
 			}
-			if w.noWait || v.Phase == events.PhaseReady {
-				return f.show(cmd, v)
-			}
-			return f.wait(cmd, c, "create", v, events.PhaseReady, timeout)
+			return f.show(cmd, v)
 		},
 	}
 	fl := cmd.Flags()

@@ -230,6 +230,33 @@ func (w *waiter) put(view events.View) {
 // when ctx ends the last view it saw with an error wrapping ctx.Err(). An
 // id the bucket does not hold yet is waited for.
 func (f *Follower) Wait(ctx context.Context, id string, phase events.Phase, after uint64) (events.View, error) {
+	return f.until(ctx, id, after, "be "+string(phase), func(view events.View) (bool, error) {
+		switch {
+		case view.Phase == phase:
+			return true, nil
+		case view.Phase.Terminal():
+			return true, events.Errorf(events.CodeFailedPrecondition, "sandbox %s is %s; it will never be %s", id, view.Phase, phase)
+		}
+		return false, nil
+	})
+}
+
+// Settle is View.Settle served by the follower: it returns the first view
+// of sandbox id at a sequence above after whose phase is not transient,
+// the outcome of a command answered at after+1; when ctx ends, the last
+// view it saw with an error wrapping ctx.Err().
+func (f *Follower) Settle(ctx context.Context, id string, after uint64) (events.View, error) {
+	return f.until(ctx, id, after, "settle", settled)
+}
+
+// settled decides a wait for an outcome: a phase that is not transient
+// (the terminal ones too) is one.
+func settled(view events.View) (bool, error) { return !view.Phase.Transient(), nil }
+
+// until returns the first view of id at a sequence above after that
+// decide says is done, with decide's error; what names the wait in an
+// error.
+func (f *Follower) until(ctx context.Context, id string, after uint64, what string, decide func(events.View) (bool, error)) (events.View, error) {
 	if !viewKey(id) {
 		return events.View{}, fmt.Errorf("sandbox %q: %w", id, events.ErrNotFound)
 	}
@@ -272,17 +299,12 @@ func (f *Follower) Wait(ctx context.Context, id string, phase events.Phase, afte
 		}
 		return view, err == nil, err
 	}
-	decide := func(view events.View) (bool, error) {
+	check := func(view events.View) (bool, error) {
 		last = view
-		switch {
-		case view.Seq <= after:
+		if view.Seq <= after {
 			return false, nil
-		case view.Phase == phase:
-			return true, nil
-		case view.Phase.Terminal():
-			return true, events.Errorf(events.CodeFailedPrecondition, "sandbox %s is %s; it will never be %s", id, view.Phase, phase)
 		}
-		return false, nil
+		return decide(view)
 	}
 	for {
 		view, ok, err := read()
@@ -290,7 +312,7 @@ func (f *Follower) Wait(ctx context.Context, id string, phase events.Phase, afte
 			return last, fmt.Errorf("wait for %s: %w", id, err)
 		}
 		if ok && view.Seq >= last.Seq {
-			if done, err := decide(view); done {
+			if done, err := check(view); done {
 				return view, err
 			}
 		}
@@ -298,7 +320,7 @@ func (f *Follower) Wait(ctx context.Context, id string, phase events.Phase, afte
 		for {
 			select {
 			case <-ctx.Done():
-				return last, fmt.Errorf("wait for %s to be %s (is %q): %w", id, phase, last.Phase, ctx.Err())
+				return last, fmt.Errorf("wait for %s to %s (is %q): %w", id, what, last.Phase, ctx.Err())
 			case <-back:
 				// The watch was lost and is back: read again, for what
 				// it missed meanwhile.
@@ -310,7 +332,7 @@ func (f *Follower) Wait(ctx context.Context, id string, phase events.Phase, afte
 				if view.Seq < last.Seq {
 					continue
 				}
-				if done, err := decide(view); done {
+				if done, err := check(view); done {
 					return view, err
 				}
 			}

@@ -291,3 +291,61 @@ func TestFollowerWatch(t *testing.T) {
 		t.Fatalf("the fresh watch after the slow one: %s at %d", w.ID, w.Seq)
 	}
 }
+
+// TestSettle: Settle, of the view and of its follower, answers the first
+// view above after whose phase is not transient — the outcome of the
+// command answered at after+1, passing over the transient phase on the way
+// (stopping), a terminal phase with no error (deleted), a sandbox not
+// projected yet waited for — and when ctx ends the last view seen.
+func TestSettle(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	for _, tc := range []struct {
+		name   string
+		settle func(*View) func(context.Context, string, uint64) (events.View, error)
+	}{
+		{"view", func(v *View) func(context.Context, string, uint64) (events.View, error) { return v.Settle }},
+		{"follower", func(v *View) func(context.Context, string, uint64) (events.View, error) { return v.Follow(ctx).Settle }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := newView(t, srv.JS)
+			settle := tc.settle(v)
+			async := func(ctx context.Context, id string, after uint64) <-chan followed {
+				ch := make(chan followed, 1)
+				go func() {
+					view, err := settle(ctx, id, after)
+					ch <- followed{view, err}
+				}()
+				return ch
+			}
+			id := newID(t)
+			made := async(ctx, id, 0)
+			applyBatch(t, v, env(t, id, 1, events.PhaseProvisioning, created(id, nil)))
+			applyBatch(t, v, env(t, id, 2, events.PhaseReady, &events.SupervisorAttached{Generation: 1}))
+			if w := answer(t, made); w.err != nil || w.view.Seq != 2 || w.view.Phase != events.PhaseReady {
+				t.Fatalf("settle of a create: %+v, want ready at 2", w)
+			}
+			stop := async(ctx, id, 2)
+			applyBatch(t, v, env(t, id, 3, events.PhaseStopping, &events.StopRequested{Generation: 1}))
+			applyBatch(t, v, env(t, id, 4, events.PhaseStopped, &events.Stopped{Generation: 1}))
+			if w := answer(t, stop); w.err != nil || w.view.Seq != 4 || w.view.Phase != events.PhaseStopped {
+				t.Fatalf("settle of a stop: %+v, want stopped at 4", w)
+			}
+			if w := answer(t, async(ctx, id, 3)); w.err != nil || w.view.Seq != 4 {
+				t.Fatalf("settle of what is settled already: %+v, want stopped at 4", w)
+			}
+			del := async(ctx, id, 4)
+			applyBatch(t, v, env(t, id, 5, events.PhaseDeleting, &events.DeleteRequested{}))
+			applyBatch(t, v, env(t, id, 6, events.PhaseDeleted, &events.Deleted{}))
+			if w := answer(t, del); w.err != nil || w.view.Seq != 6 || w.view.Phase != events.PhaseDeleted {
+				t.Fatalf("settle of a delete: %+v, want deleted at 6", w)
+			}
+			tctx, tcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer tcancel()
+			if w := answer(t, async(tctx, id, 6)); !errors.Is(w.err, context.DeadlineExceeded) || w.view.Seq != 6 {
+				t.Fatalf("a settle whose ctx ends: %+v, want the last view and DeadlineExceeded", w)
+			}
+		})
+	}
+}

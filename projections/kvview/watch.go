@@ -20,6 +20,32 @@ import (
 // the last view it saw (zero if none) and an error wrapping ctx.Err(), which
 // is context.DeadlineExceeded at a timeout.
 func (v *View) Wait(ctx context.Context, id string, phase events.Phase, after uint64) (events.View, error) {
+	return v.until(ctx, id, after, "be "+string(phase), func(view events.View) (bool, error) {
+		switch {
+		case view.Phase == phase:
+			return true, nil
+		case view.Phase.Terminal():
+			return true, events.Errorf(events.CodeFailedPrecondition,
+				"sandbox %s is %s; it will never be %s", id, view.Phase, phase)
+		}
+		return false, nil
+	})
+}
+
+// Settle returns the first view of sandbox id at a sequence above after
+// whose phase is not transient (CONTRACT §1): the outcome of a command
+// that answered the view at after+1, whatever it is (suspended, or ready
+// again when the driver rejected the suspension, or error). An id the
+// bucket does not hold yet is waited for; when ctx ends, Settle returns the
+// last view it saw with an error wrapping ctx.Err().
+func (v *View) Settle(ctx context.Context, id string, after uint64) (events.View, error) {
+	return v.until(ctx, id, after, "settle", settled)
+}
+
+// until returns the first view of id at a sequence above after that
+// decide says is done, with decide's error; what names the wait in an
+// error.
+func (v *View) until(ctx context.Context, id string, after uint64, what string, decide func(events.View) (bool, error)) (events.View, error) {
 	if !viewKey(id) {
 		return events.View{}, fmt.Errorf("sandbox %q: %w", id, events.ErrNotFound)
 	}
@@ -34,7 +60,7 @@ func (v *View) Wait(ctx context.Context, id string, phase events.Phase, after ui
 	for {
 		select {
 		case <-ctx.Done():
-			return last, fmt.Errorf("wait for %s to be %s (is %q): %w", id, phase, last.Phase, ctx.Err())
+			return last, fmt.Errorf("wait for %s to %s (is %q): %w", id, what, last.Phase, ctx.Err())
 		case e, ok := <-w.Updates():
 			if !ok {
 				// Its consumer went with a NATS server: the wait may be
@@ -50,14 +76,11 @@ func (v *View) Wait(ctx context.Context, id string, phase events.Phase, after ui
 				continue // not a view: its next write is one
 			}
 			last = view
-			switch {
-			case view.Seq <= after:
+			if view.Seq <= after {
 				continue // from before what the caller waits on
-			case view.Phase == phase:
-				return view, nil
-			case view.Phase.Terminal():
-				return view, events.Errorf(events.CodeFailedPrecondition,
-					"sandbox %s is %s; it will never be %s", id, view.Phase, phase)
+			}
+			if done, err := decide(view); done {
+				return view, err
 			}
 		}
 	}

@@ -147,6 +147,16 @@ func (c *Client) once(ctx context.Context, method, path, key string, body []byte
 		return transportError(ctx, method+" "+path, err)
 	}
 	if resp.StatusCode >= 300 {
+		if v, ok := out.(*events.View); ok {
+			// A command with ?wait=true that timed out says the view
+			// as it is beside its error (CONTRACT §5).
+			var tb struct {
+				View *events.View `json:"view"`
+			}
+			if json.Unmarshal(data, &tb) == nil && tb.View != nil {
+				*v = *tb.View
+			}
+		}
 		return answerError(method, path, resp, data)
 	}
 	if out == nil {
@@ -238,6 +248,58 @@ func (c *Client) Lifecycle(ctx context.Context, verb, id string, restartIfRestor
 	}
 	var v events.View
 	return v, c.do(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/"+verb, orKey(key), body, &v)
+}
+
+// LifecycleWait sends start, stop, suspend, resume (with o) or delete to
+// sandbox id with ?wait=true, and answers, in one round trip, the view once
+// the command's outcome is in it: the first view after the command whose
+// phase is not transient (the target, or where the sandbox settled instead:
+// ready after a rejected suspend, suspended after a failed resume, error).
+// A refused command answers its error at once. timeout bounds the wait
+// (0: the server's default, 30s; at most 10m), and so does ctx's deadline
+// when sooner; once it passes the error is DEADLINE_EXCEEDED and the view
+// the one the server saw last (the command was accepted and goes on). key
+// is the idempotency key ("" makes one): a retry with it waits for the same
+// outcome. Lifecycle then Wait (or WaitAfter) is the two-call form.
+func (c *Client) LifecycleWait(ctx context.Context, verb, id string, o ResumeOptions, key string, timeout time.Duration) (events.View, error) {
+	method, path := http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/"+verb
+	var body any
+	switch verb {
+	case VerbDelete:
+		method, path = http.MethodDelete, "/v1/sandboxes/"+url.PathEscape(id)
+	case VerbResume:
+		body = o
+	default:
+		if o != (ResumeOptions{}) {
+			return events.View{}, events.Errorf(events.CodeInvalidArgument, "%s %s: resume options are resume's", verb, id)
+		}
+	}
+	var v events.View
+	return v, c.do(ctx, method, path+"?"+waitQuery(ctx, timeout), orKey(key), body, &v)
+}
+
+// CreateWait is Create with ?wait=true: it answers the view once the new
+// sandbox has settled (ready, or error), as LifecycleWait does.
+func (c *Client) CreateWait(ctx context.Context, r CreateRequest, key string, timeout time.Duration) (events.View, error) {
+	var v events.View
+	return v, c.do(ctx, http.MethodPost, "/v1/sandboxes?"+waitQuery(ctx, timeout), orKey(key), r, &v)
+}
+
+// waitQuery is the query of a command that waits for its outcome for
+// timeout (0: the server's default), cut to ctx's deadline and to the
+// server's cap: the server answers DEADLINE_EXCEEDED, with the view, before
+// ctx ends.
+func waitQuery(ctx context.Context, timeout time.Duration) string {
+	if dl, ok := ctx.Deadline(); ok {
+		left := max(time.Until(dl).Truncate(time.Millisecond), time.Millisecond)
+		if timeout <= 0 || left < timeout {
+			timeout = left
+		}
+	}
+	if timeout <= 0 {
+		return "wait=true"
+	}
+	return "wait=true&timeout=" + min(timeout, maxPoll).String()
 }
 
 // Start starts a stopped sandbox (cold), or a suspended one, discarding

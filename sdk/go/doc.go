@@ -11,7 +11,9 @@
 // request/reply on torpor.cmd.<verb>, Get, List and Phases from the KV bucket torpor_phases,
 // History from the stream TORPOR_EVENTS, Wait from a KV watch of the
 // sandbox's key and Watch from a KV watch of the bucket. Both satisfy
-// Sandboxes and Watcher.
+// Sandboxes and Watcher. Client's LifecycleWait and CreateWait send a
+// command that waits for its own outcome (?wait=true): one round trip where
+// a command and then WaitAfter make two.
 //
 // # Idempotency and retries
 //

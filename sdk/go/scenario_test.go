@@ -49,6 +49,7 @@ type step struct {
 	ExpectCount     map[string]int    `json:"expect_count"`
 	ExpectIDs       []string          `json:"expect_ids"`
 	TimeoutSeconds  float64           `json:"timeout_seconds"`
+	Wait            bool              `json:"wait"`
 }
 
 // TestScenarios runs every scenario of sdk/scenarios/scenarios.json through
@@ -160,11 +161,19 @@ func (r *runner) step(i int, st step) {
 				t.Fatalf("%s: body: %v", what, err)
 			}
 		}
-		v, err = cl.Create(ctx, req, key)
+		if st.Wait {
+			v, err = cl.CreateWait(ctx, req, key, waitTimeout(st))
+		} else {
+			v, err = cl.Create(ctx, req, key)
+		}
 	case "get":
 		v, err = cl.Get(ctx, r.ref(i, st))
 	case "start", "stop", "suspend", "delete":
-		v, err = cl.Lifecycle(ctx, st.Call, r.ref(i, st), false, key)
+		if st.Wait {
+			v, err = cl.LifecycleWait(ctx, st.Call, r.ref(i, st), torpor.ResumeOptions{}, key, waitTimeout(st))
+		} else {
+			v, err = cl.Lifecycle(ctx, st.Call, r.ref(i, st), false, key)
+		}
 	case "resume":
 		var o torpor.ResumeOptions
 		if len(body) > 0 {
@@ -172,7 +181,11 @@ func (r *runner) step(i int, st step) {
 				t.Fatalf("%s: body: %v", what, err)
 			}
 		}
-		v, err = cl.Resume(ctx, r.ref(i, st), o, key)
+		if st.Wait {
+			v, err = cl.LifecycleWait(ctx, st.Call, r.ref(i, st), o, key, waitTimeout(st))
+		} else {
+			v, err = cl.Resume(ctx, r.ref(i, st), o, key)
+		}
 	case "wait":
 		v, err = cl.WaitAfter(ctx, r.ref(i, st), st.Phase, r.savedSeq(i, st, st.After), timeout)
 	case "watch":
@@ -204,6 +217,9 @@ func (r *runner) step(i int, st step) {
 		if got := events.CodeOf(err); err == nil || got != st.ExpectError {
 			t.Fatalf("%s: got %v (code %q), want an error %s", what, err, got, st.ExpectError)
 		}
+		if st.Expect != nil {
+			r.expect(what, v, st) // the view a timed-out wait=true answered beside its error
+		}
 		return
 	}
 	if err != nil {
@@ -213,12 +229,7 @@ func (r *runner) step(i int, st step) {
 		return
 	}
 	if st.Expect != nil {
-		raw, _ := json.Marshal(v)
-		var got map[string]any
-		_ = json.Unmarshal(raw, &got)
-		if path, ok := holds(got, r.subAll(st.Expect), ""); !ok {
-			t.Fatalf("%s: the view %s does not hold %v (at %s)", what, raw, st.Expect, path)
-		}
+		r.expect(what, v, st)
 	}
 	if st.ExpectSame != "" {
 		want := r.saved[st.ExpectSame]
@@ -234,6 +245,23 @@ func (r *runner) step(i int, st step) {
 	if st.As != "" {
 		r.saved[st.As] = v
 	}
+}
+
+// expect fails the step unless v holds st.Expect.
+func (r *runner) expect(what string, v events.View, st step) {
+	r.t.Helper()
+	raw, _ := json.Marshal(v)
+	var got map[string]any
+	_ = json.Unmarshal(raw, &got)
+	if path, ok := holds(got, r.subAll(st.Expect), ""); !ok {
+		r.t.Fatalf("%s: the view %s does not hold %v (at %s)", what, raw, st.Expect, path)
+	}
+}
+
+// waitTimeout is the wait of a command step with wait: timeout_seconds,
+// else the server's default (0).
+func waitTimeout(st step) time.Duration {
+	return time.Duration(st.TimeoutSeconds * float64(time.Second))
 }
 
 func (r *runner) subAll(m map[string]any) map[string]any {

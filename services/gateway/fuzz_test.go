@@ -109,6 +109,10 @@ func (v logViews) Wait(ctx context.Context, id string, phase events.Phase, _ uin
 	return got, err
 }
 
+func (v logViews) Settle(ctx context.Context, id string, _ uint64) (events.View, error) {
+	return v.Get(ctx, id)
+}
+
 func (v logViews) Counts(context.Context) (map[events.Phase]int, error) {
 	return map[events.Phase]int{}, nil
 }

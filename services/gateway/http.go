@@ -200,6 +200,12 @@ func (h *HTTP) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	ow, err := h.outcomeWait(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer ow.release()
 	if err := h.checkQuota(r); err != nil {
 		writeError(w, err)
 		return
@@ -210,7 +216,106 @@ func (h *HTTP) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.holdQuota(r, v.ID)
+	if ow.on {
+		h.settle(w, r, ow, v, http.StatusCreated)
+		return
+	}
 	writeJSON(w, http.StatusCreated, v)
+}
+
+// outcome is a command's wait for its outcome (?wait=true[&timeout=D]):
+// on says whether it was asked for, deadline is when it gives up, release
+// gives back the place it holds among the server's and the token's waits.
+type outcome struct {
+	on       bool
+	deadline time.Time
+	timeout  time.Duration
+	release  func()
+}
+
+// outcomeWait reads a command's ?wait= and ?timeout= (default 30s, at most
+// 10m, as GET …/wait takes it; timeout only with wait=true) and, when it
+// waits, takes its place among the waits (Limits.Waits, the token's
+// TokenLimits.Waits) before the command runs: a wait refused
+// RESOURCE_EXHAUSTED leaves the command undone. The timeout counts from
+// here, the command's time included.
+func (h *HTTP) outcomeWait(r *http.Request) (outcome, error) {
+	ow := outcome{release: func() {}}
+	q := r.URL.Query()
+	if wv := q.Get("wait"); wv != "" {
+		on, err := strconv.ParseBool(wv)
+		if err != nil {
+			return ow, events.Errorf(events.CodeInvalidArgument, "wait=%q: want true or false", wv)
+		}
+		ow.on = on
+	}
+	ow.timeout = 30 * time.Second
+	if t := q.Get("timeout"); t != "" {
+		d, err := time.ParseDuration(t)
+		if err != nil || d <= 0 || d > 10*time.Minute {
+			return ow, events.Errorf(events.CodeInvalidArgument, "timeout=%q: want a duration up to 10m", t)
+		}
+		if !ow.on {
+			return ow, events.Errorf(events.CodeInvalidArgument, "timeout=%q: a command takes a timeout with wait=true only", t)
+		}
+		ow.timeout = d
+	}
+	if !ow.on {
+		return ow, nil
+	}
+	ow.deadline = time.Now().Add(ow.timeout)
+	release, err := admit(&h.waits, h.svc.cfg.Limits.Waits, "waits")
+	if err != nil {
+		return ow, err
+	}
+	done, err := h.quotas.open(who(r), streamWait, h.guard.Limits)
+	if err != nil {
+		release()
+		return ow, err
+	}
+	ow.release = func() { done(); release() }
+	return ow, nil
+}
+
+// TimedOutBody is the body of a command with ?wait=true whose outcome was
+// not in the view by its timeout: DEADLINE_EXCEEDED (504), and the view as
+// it was then (the command was accepted and goes on).
+type TimedOutBody struct {
+	Error *events.Error `json:"error"`
+	View  events.View   `json:"view"`
+}
+
+// settle answers, with status, the outcome of the command answered with v:
+// v itself when its phase is not transient (a command that had nothing to
+// do, or was refused nothing and done at once), else the first view above
+// the one before v whose phase is not transient (Views.Settle), from the
+// view the reads come from. At the deadline it answers TimedOutBody with
+// the newer of the last view seen and v.
+func (h *HTTP) settle(w http.ResponseWriter, r *http.Request, ow outcome, v events.View, status int) {
+	if !v.Phase.Transient() {
+		writeJSON(w, status, v)
+		return
+	}
+	LongLived(w) // up to 10m, its own timeout
+	ctx, cancel := context.WithDeadline(r.Context(), ow.deadline)
+	defer cancel()
+	got, err := h.views.Settle(ctx, v.ID, v.Seq-1)
+	if err == nil {
+		writeJSON(w, status, got)
+		return
+	}
+	if r.Context().Err() != nil {
+		return // the client left
+	}
+	if ctx.Err() == nil {
+		writeError(w, err)
+		return
+	}
+	if got.Seq < v.Seq {
+		got = v
+	}
+	e := events.Errorf(events.CodeDeadlineExceeded, "sandbox %s: no outcome in %s (it is %s); the command was accepted and goes on", v.ID, ow.timeout, got.Phase)
+	writeJSON(w, e.Code.HTTPStatus(), TimedOutBody{Error: e, View: got})
 }
 
 func (h *HTTP) lifecycle(verb string) http.HandlerFunc {
@@ -220,6 +325,12 @@ func (h *HTTP) lifecycle(verb string) http.HandlerFunc {
 			writeError(w, err)
 			return
 		}
+		ow, err := h.outcomeWait(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		defer ow.release()
 		id := r.PathValue("id")
 		if body.ID != "" && body.ID != id {
 			writeError(w, events.Errorf(events.CodeInvalidArgument, "body id %q differs from path id %q", body.ID, id))
@@ -237,6 +348,10 @@ func (h *HTTP) lifecycle(verb string) http.HandlerFunc {
 		}
 		if verb == VerbDelete {
 			h.releaseQuota(r, v.ID)
+		}
+		if ow.on {
+			h.settle(w, r, ow, v, http.StatusOK)
+			return
 		}
 		writeJSON(w, http.StatusAccepted, v)
 	}

@@ -31,6 +31,10 @@ func (blockingViews) Wait(ctx context.Context, _ string, _ events.Phase, _ uint6
 	<-ctx.Done()
 	return events.View{}, ctx.Err()
 }
+func (blockingViews) Settle(ctx context.Context, _ string, _ uint64) (events.View, error) {
+	<-ctx.Done()
+	return events.View{}, ctx.Err()
+}
 func (blockingViews) Counts(context.Context) (map[events.Phase]int, error) { return nil, nil }
 func (blockingViews) Watch(ctx context.Context, _ uint64) (<-chan events.View, error) {
 	ch := make(chan events.View)

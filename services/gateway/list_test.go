@@ -30,6 +30,9 @@ func (k kvViews) List(ctx context.Context, q ListQuery) (events.Page, error) {
 func (k kvViews) Wait(ctx context.Context, id string, p events.Phase, after uint64) (events.View, error) {
 	return k.v.Wait(ctx, id, p, after)
 }
+func (k kvViews) Settle(ctx context.Context, id string, after uint64) (events.View, error) {
+	return k.v.Settle(ctx, id, after)
+}
 func (k kvViews) Counts(ctx context.Context) (map[events.Phase]int, error) { return k.v.Counts(ctx) }
 func (k kvViews) Watch(ctx context.Context, after uint64) (<-chan events.View, error) {
 	return k.v.Watch(ctx, after)

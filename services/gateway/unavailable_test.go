@@ -25,6 +25,9 @@ func (f failingViews) List(context.Context, ListQuery) (events.Page, error) {
 func (f failingViews) Wait(context.Context, string, events.Phase, uint64) (events.View, error) {
 	return events.View{}, f.err
 }
+func (f failingViews) Settle(context.Context, string, uint64) (events.View, error) {
+	return events.View{}, f.err
+}
 func (f failingViews) Counts(context.Context) (map[events.Phase]int, error) { return nil, f.err }
 func (f failingViews) Watch(context.Context, uint64) (<-chan events.View, error) {
 	return nil, f.err

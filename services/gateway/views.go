@@ -27,6 +27,11 @@ type Views interface {
 	// Wait returns when id's view reaches phase at a seq above after;
 	// FAILED_PRECONDITION if it reached a terminal phase instead.
 	Wait(ctx context.Context, id string, phase events.Phase, after uint64) (events.View, error)
+	// Settle returns the first view of id at a seq above after whose
+	// phase is not transient: the outcome of a command answered there
+	// (?wait=true). When ctx ends it returns the last view it saw and an
+	// error wrapping ctx.Err().
+	Settle(ctx context.Context, id string, after uint64) (events.View, error)
 	Counts(ctx context.Context) (map[events.Phase]int, error)
 	// Watch streams view changes with a seq above after until ctx ends.
 	Watch(ctx context.Context, after uint64) (<-chan events.View, error)

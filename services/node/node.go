@@ -1059,6 +1059,9 @@ func (a viewAdapter) Get(ctx context.Context, id string) (events.View, error) {
 func (a viewAdapter) Wait(ctx context.Context, id string, p events.Phase, after uint64) (events.View, error) {
 	return a.f.Wait(ctx, id, p, after)
 }
+func (a viewAdapter) Settle(ctx context.Context, id string, after uint64) (events.View, error) {
+	return a.f.Settle(ctx, id, after)
+}
 func (a viewAdapter) Counts(ctx context.Context) (map[events.Phase]int, error) {
 	return a.v.Counts(ctx)
 }

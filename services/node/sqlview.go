@@ -332,6 +332,10 @@ func (s sqlViews) Wait(ctx context.Context, id string, p events.Phase, after uin
 	return s.kv.Wait(ctx, id, p, after)
 }
 
+func (s sqlViews) Settle(ctx context.Context, id string, after uint64) (events.View, error) {
+	return s.kv.Settle(ctx, id, after)
+}
+
 func (s sqlViews) Watch(ctx context.Context, after uint64) (<-chan events.View, error) {
 	return s.kv.Watch(ctx, after)
 }

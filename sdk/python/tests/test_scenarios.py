@@ -23,7 +23,7 @@ BOUND = 20.0  # seconds: every wait and watch unless timeout_seconds
 # The fields of a step (the README's table): a field this runner does not
 # know would be a check it skips, so it fails the scenario instead.
 FIELDS = {"call", "token", "sandbox", "id", "body", "key", "phase", "after", "query", "as", "expect", "expect_same",
-          "generation_above", "expect_error", "expect_types", "expect_count", "expect_ids", "timeout_seconds"}
+          "generation_above", "expect_error", "expect_types", "expect_count", "expect_ids", "timeout_seconds", "wait"}
 CALLS = {"create", "get", "list", "start", "stop", "suspend", "resume", "delete", "wait", "watch", "history"}
 
 
@@ -115,6 +115,9 @@ class Runner:
             want = st["expect_error"]
             self.case.assertEqual(e.code, want, f"{what}: {e}")
             self.case.assertIsInstance(e, torpor.ERRORS[want], f"{what}: {type(e).__name__}, want {torpor.ERRORS[want].__name__}")
+            if "expect" in st:  # the view a timed-out wait answered beside its error
+                self.case.assertIsInstance(e.view, torpor.View, f"{what}: no view with the error")
+                self.case.assertEqual(holds(e.view, st["expect"], "view"), [], f"{what}: got {e.view}")
             return
         if "expect_error" in st:
             self.case.fail(f"{what}: answered {got!r}, want {st['expect_error']}")
@@ -145,14 +148,16 @@ class Runner:
 
     def do(self, c: torpor.Client, call: str, ref: str, st: dict[str, Any], key: str | None, after: int, bound: float, what: str) -> Any:
         body = st.get("body") or {}
+        # A command with wait answers its outcome (one round trip); timeout_seconds is then its wait's.
+        w: dict[str, Any] = {"wait": True, "wait_timeout": st.get("timeout_seconds")} if st.get("wait") else {}
         if call == "create":
-            return c.create(key=key, **body)
+            return c.create(key=key, **body, **w)
         if call == "get":
             return c.get(ref)
         if call in ("start", "stop", "suspend", "delete"):
-            return getattr(c, call)(ref, key=key)
+            return getattr(c, call)(ref, key=key, **w)
         if call == "resume":
-            return c.resume(ref, key=key, **body)
+            return c.resume(ref, key=key, **body, **w)
         if call == "wait":
             return c.wait(ref, st["phase"], timeout=bound, after=after)
         if call == "history":

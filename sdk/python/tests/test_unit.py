@@ -262,6 +262,32 @@ class Wait(Served):
         self.assertLess(time.monotonic() - t0, 5)
 
 
+class CommandWait(Served):
+    """A command with wait=True asks for its outcome in the same request
+    (?wait=true, timeout= with wait_timeout); one without asks for none; a
+    timed-out wait is DeadlineExceeded carrying the view, not sent again."""
+
+    def answer(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Reply:
+        if "/suspend" in path:
+            return json_reply(504, {"error": {"code": "DEADLINE_EXCEEDED", "message": "no outcome"}, "view": view(phase="suspending", seq=9)})
+        return json_reply(200, view(phase="stopped", seq=8))
+
+    def test_query_and_timeout(self) -> None:
+        v = self.client.stop("x", wait=True)
+        self.assertEqual(v.phase, torpor.Phase.STOPPED)
+        self.client.delete("x", wait=True, wait_timeout=1.5)
+        self.client.create(wait=True, wait_timeout=1200)
+        self.client.start("x")
+        paths = [(m, p) for m, p, _, _ in self.srv.requests]
+        self.assertEqual(paths, [("POST", "/v1/sandboxes/x/stop?wait=true"), ("DELETE", "/v1/sandboxes/x?wait=true&timeout=1500ms"),
+                                 ("POST", "/v1/sandboxes?wait=true&timeout=600000ms"), ("POST", "/v1/sandboxes/x/start")])
+        with self.assertRaises(torpor.DeadlineExceeded) as cm:
+            self.client.suspend("x", wait=True, wait_timeout=0.3)
+        self.assertIsInstance(cm.exception.view, torpor.View)
+        self.assertEqual((cm.exception.view.phase, cm.exception.view.seq), (torpor.Phase.SUSPENDING, 9))
+        self.assertEqual(len(self.srv.requests), 5)
+
+
 class WatchStream(Served):
     """The watch parses the stream by hand: ids, multi-line data, comments;
     it passes over a view no newer than one delivered of its sandbox."""

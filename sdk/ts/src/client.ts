@@ -47,6 +47,18 @@ export interface CommandOptions extends CallOptions {
    * (a uuid v7), which its own retries reuse.
    */
   idempotencyKey?: string;
+  /**
+   * Wait for the command's outcome in the same request (`?wait=true`, one
+   * round trip): the call answers the view once the sandbox has settled
+   * after the command (its target, or where it settled instead: ready
+   * after a rejected suspend, error), not the view as accepted. A refused
+   * command rejects at once; past `waitTimeout` it rejects with
+   * DEADLINE_EXCEEDED whose `view` is the sandbox as it is (the command
+   * goes on). Unset: the view as accepted, then `wait` if you like.
+   */
+  wait?: boolean;
+  /** With `wait`: how long, in milliseconds, at most 10 minutes (default the server's, 30 s). */
+  waitTimeout?: number;
 }
 
 /** Options of resume. */
@@ -171,7 +183,7 @@ export class Client {
 
   /** create creates a sandbox: 201 and its view (phase provisioning). */
   create(req: CreateRequest = {}, opts: CommandOptions = {}): Promise<View> {
-    return this.#json("POST", "/v1/sandboxes", { body: req, key: commandKey(opts), signal: opts.signal });
+    return this.#json("POST", `/v1/sandboxes${waitQuery(opts)}`, { body: req, key: commandKey(opts), signal: opts.signal });
   }
 
   /** get is the view of a sandbox by id or name; with `at`, what it was then. */
@@ -242,7 +254,7 @@ export class Client {
 
   /** delete deletes a sandbox (deleting, then deleted). */
   delete(id: string, opts: CommandOptions = {}): Promise<View> {
-    return this.#json("DELETE", `/v1/sandboxes/${enc(id)}`, { key: commandKey(opts), signal: opts.signal });
+    return this.#json("DELETE", `/v1/sandboxes/${enc(id)}${waitQuery(opts)}`, { key: commandKey(opts), signal: opts.signal });
   }
 
   /**
@@ -256,7 +268,7 @@ export class Client {
   }
 
   #lifecycle(verb: string, id: string, body: object | undefined, opts: CommandOptions): Promise<View> {
-    return this.#json("POST", `/v1/sandboxes/${enc(id)}/${verb}`, { body, key: commandKey(opts), signal: opts.signal });
+    return this.#json("POST", `/v1/sandboxes/${enc(id)}/${verb}${waitQuery(opts)}`, { body, key: commandKey(opts), signal: opts.signal });
   }
 
   /** history is the audit history of a sandbox, after a seq. */
@@ -610,6 +622,17 @@ interface Request_ {
 /** commandKey is the command's key, or a fresh one its retries reuse. */
 function commandKey(opts: CommandOptions): string {
   return opts.idempotencyKey || uuidv7();
+}
+
+/** waitQuery is the query of a command: `?wait=true[&timeout=…ms]` with `wait`, else none. */
+function waitQuery(opts: CommandOptions): string {
+  if (!opts.wait) {
+    return "";
+  }
+  if (opts.waitTimeout !== undefined && opts.waitTimeout > 0) {
+    return `?wait=true&timeout=${Math.min(Math.ceil(opts.waitTimeout), maxPoll)}ms`;
+  }
+  return "?wait=true";
 }
 
 /** enc escapes one path segment. */

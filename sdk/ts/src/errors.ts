@@ -1,6 +1,8 @@
 // Errors with the contract's codes (CONTRACT §2): one set of codes for bus
 // replies, HTTP, the CLI and every SDK.
 
+import type { View } from "./types.js";
+
 /** The contract's error codes, by name. */
 export const Codes = {
   InvalidArgument: "INVALID_ARGUMENT",
@@ -35,6 +37,12 @@ export type Code = KnownCode | (string & {});
 export class TorporError extends Error {
   readonly code: Code;
   readonly status: number;
+  /**
+   * The view the answer carried beside its error: a command sent with
+   * `wait` whose outcome was not in the view by its timeout
+   * (DEADLINE_EXCEEDED) says where the sandbox is; unset otherwise.
+   */
+  view?: View;
 
   constructor(code: Code, message: string, status = 0, options?: { cause?: unknown }) {
     super(message, options);
@@ -127,10 +135,14 @@ const byStatus: Record<number, KnownCode> = {
  */
 export function answerError(what: string, status: number, statusText: string, body: string): TorporError {
   try {
-    const parsed = JSON.parse(body) as { error?: { code?: unknown; message?: unknown } };
+    const parsed = JSON.parse(body) as { error?: { code?: unknown; message?: unknown }; view?: unknown };
     const e = parsed?.error;
     if (e && typeof e.code === "string" && e.code !== "") {
-      return torporError(e.code, typeof e.message === "string" ? e.message : e.code, status);
+      const err = torporError(e.code, typeof e.message === "string" ? e.message : e.code, status);
+      if (parsed.view && typeof parsed.view === "object") {
+        err.view = parsed.view as View;
+      }
+      return err;
     }
   } catch {
     // Not JSON: the status decides.

@@ -32,6 +32,7 @@ interface Step {
   expect_count?: Record<string, number>;
   expect_ids?: string[];
   timeout_seconds?: number;
+  wait?: boolean;
 }
 
 interface Scenario {
@@ -59,6 +60,7 @@ const fields = new Set([
   "expect_count",
   "expect_ids",
   "timeout_seconds",
+  "wait",
 ]);
 
 const path = process.env["TORPOR_SCENARIOS"] || fileURLToPath(new URL("../../../scenarios/scenarios.json", import.meta.url));
@@ -193,7 +195,11 @@ async function runScenario(sc: Scenario): Promise<void> {
       assert.ok(step.id !== undefined, `${where}: neither sandbox nor id`);
       return step.id;
     };
-    const key = step.key !== undefined ? { idempotencyKey: `${id}-${step.key}` } : {};
+    const key = {
+      ...(step.key !== undefined ? { idempotencyKey: `${id}-${step.key}` } : {}),
+      // A command with wait answers its outcome (one round trip); timeout_seconds is then its wait's.
+      ...(step.wait ? { wait: true, ...(step.timeout_seconds !== undefined ? { waitTimeout: step.timeout_seconds * 1000 } : {}) } : {}),
+    };
     const ms = (step.timeout_seconds ?? 20) * 1000;
     const after = step.after !== undefined ? savedView(step.after, where).seq : 0;
     let answer: unknown;
@@ -269,6 +275,9 @@ async function runScenario(sc: Scenario): Promise<void> {
       assert.ok(failure !== undefined, `${where}: answered ${JSON.stringify(answer)}, want ${step.expect_error}`);
       assert.ok(failure instanceof TorporError, `${where}: ${String(failure)} is not a TorporError`);
       assert.equal(failure.code, step.expect_error, `${where}: ${failure.message}`);
+      if (step.expect !== undefined) {
+        holds(failure.view, step.expect, where); // the view a timed-out wait answered beside its error
+      }
       continue;
     }
     if (failure !== undefined) {

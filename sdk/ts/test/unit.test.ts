@@ -339,3 +339,30 @@ test("a call is sent 5 times at most by default; an aborted call rejects with it
   await assert.rejects(p, /caller gave up/);
   assert.equal(sent, 1, "an abort is no reason to retry");
 });
+
+test("a command with wait asks for its outcome in the same request, and a timeout carries the view", async () => {
+  const { fetch, seen } = fake((r) => {
+    if (r.url.includes("/suspend")) {
+      return json(504, { error: { code: "DEADLINE_EXCEEDED", message: "no outcome in 300ms" }, view: view({ phase: "suspending", seq: 9 }) });
+    }
+    return json(200, view({ phase: "stopped", seq: 8 }));
+  });
+  const c = new Client("http://torpor.test", { fetch });
+  const stopped = await c.stop("x", { wait: true });
+  assert.equal(stopped.phase, "stopped");
+  assert.equal(seen[0]?.url, "http://torpor.test/v1/sandboxes/x/stop?wait=true");
+  await c.delete("x", { wait: true, waitTimeout: 1500 });
+  assert.equal(seen[1]?.url, "http://torpor.test/v1/sandboxes/x?wait=true&timeout=1500ms");
+  await c.create({}, { wait: true, waitTimeout: 20 * 60 * 1000 });
+  assert.equal(seen[2]?.url, "http://torpor.test/v1/sandboxes?wait=true&timeout=600000ms");
+  await c.start("x");
+  assert.equal(seen[3]?.url, "http://torpor.test/v1/sandboxes/x/start");
+  await assert.rejects(c.suspend("x", { wait: true, waitTimeout: 300 }), (err: unknown) => {
+    assert.ok(err instanceof TorporError);
+    assert.equal(err.code, Codes.DeadlineExceeded);
+    assert.equal(err.view?.phase, "suspending");
+    assert.equal(err.view?.seq, 9);
+    return true;
+  });
+  assert.equal(seen.length, 5, "a timed-out wait is not sent again");
+});

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import http.client
 import json
+import math
 import socket
 import ssl
 import time
@@ -25,6 +26,9 @@ ATTEMPTS = 5
 # Backoff bounds of retries and reconnects, in seconds.
 _MIN_BACKOFF = 0.05
 _MAX_BACKOFF = 2.0
+# A command's wait for its outcome (wait=True): the server's default and cap.
+_DEFAULT_WAIT = 30.0
+_MAX_POLL_MS = 10 * 60 * 1000
 
 # The longest long poll of wait: the server takes up to 10m; shorter polls
 # fare better behind proxies, and wait re-asks after each.
@@ -157,6 +161,7 @@ class Client:
         query: Mapping[str, Any] | None = None,
         body: Any = None,
         key: str | None = None,
+        timeout: float | None = None,
     ) -> _Answer:
         """Sends a request, and sends it again (the same, under the same
         key) on no answer, UNAVAILABLE or ABORTED, backing off; raises the
@@ -172,7 +177,7 @@ class Client:
         backoff = _MIN_BACKOFF
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                ans = self._once(method, url, data, key, self.timeout)
+                ans = self._once(method, url, data, key, timeout or self.timeout)
             except _NoAnswer as e:
                 # It may have been done: a read or a keyed command is sent
                 # again as it was; a change without a key (a token's) is not.
@@ -183,6 +188,8 @@ class Client:
                 if ans.status < 300:
                     return ans
                 err = answer_error(ans.status, ans.reason, ans.data, f"{method} {path}")
+                if isinstance(err.view, dict):
+                    err.view = View.from_json(err.view)
             if attempt == ATTEMPTS or not retryable(err):
                 raise err
             time.sleep(backoff)
@@ -319,8 +326,11 @@ class Client:
         wake_on_traffic: bool = False,
         idle: IdlePolicy | None = None,
         ttl_pauses_while_suspended: bool = False,
+        wait: bool = False,
+        wait_timeout: float | None = None,
     ) -> View:
-        """Creates a sandbox (provisioning). key is the idempotency key: a
+        """Creates a sandbox (provisioning; with wait=True, the view once it
+        has settled: ready, or error). key is the idempotency key: a
         create sent again with it creates nothing more and answers the same
         sandbox; None makes a fresh one, which the retries reuse. ttl ("2h")
         or expires_at (RFC 3339), with on_expiry ("delete", "stop"), give it
@@ -345,26 +355,43 @@ class Client:
             body["idle"] = idle.to_json()
         if ttl_pauses_while_suspended:
             body["ttl_pauses_while_suspended"] = True
-        return View.from_json(self._json("POST", "/v1/sandboxes", body=body, key=key or new_key()))
+        return self._command("POST", "/v1/sandboxes", body, key, wait, wait_timeout)
 
-    def _lifecycle(self, verb: str, id: str, body: Any, key: str | None) -> View:
-        return View.from_json(self._json("POST", f"/v1/sandboxes/{self._ref(id)}/{verb}", body=body, key=key or new_key()))
+    def _command(self, method: str, path: str, body: Any, key: str | None, wait: bool, wait_timeout: float | None) -> View:
+        """Sends a command; with wait, ?wait=true (one round trip: the view
+        once its outcome is in it, DeadlineExceeded with .view at the
+        timeout), the socket's timeout that of the wait and the client's."""
+        if not wait:
+            return View.from_json(self._json(method, path, body=body, key=key or new_key()))
+        query: dict[str, Any] = {"wait": "true"}
+        if wait_timeout is not None and wait_timeout > 0:
+            query["timeout"] = f"{min(math.ceil(wait_timeout * 1000), _MAX_POLL_MS)}ms"
+        sock = (wait_timeout if wait_timeout and wait_timeout > 0 else _DEFAULT_WAIT) + self.timeout
+        return View.from_json(self._json(method, path, query=query, body=body, key=key or new_key(), timeout=sock))
 
-    def start(self, id: str, *, key: str | None = None) -> View:
+    def _lifecycle(self, verb: str, id: str, body: Any, key: str | None, wait: bool = False, wait_timeout: float | None = None) -> View:
+        return self._command("POST", f"/v1/sandboxes/{self._ref(id)}/{verb}", body, key, wait, wait_timeout)
+
+    def start(self, id: str, *, key: str | None = None, wait: bool = False, wait_timeout: float | None = None) -> View:
         """Starts a stopped sandbox (cold), or a suspended one, discarding
-        its retained state; on a ready one it does nothing more."""
-        return self._lifecycle("start", id, None, key)
+        its retained state; on a ready one it does nothing more. wait=True
+        answers the view once the command's outcome is in it, in the same
+        request (wait_timeout seconds at most, the server's default 30 s;
+        then DeadlineExceeded, whose .view is the sandbox as it is); so do
+        every command's."""
+        return self._lifecycle("start", id, None, key, wait, wait_timeout)
 
-    def stop(self, id: str, *, key: str | None = None) -> View:
+    def stop(self, id: str, *, key: str | None = None, wait: bool = False, wait_timeout: float | None = None) -> View:
         """Stops a ready sandbox; on a stopped one it does nothing more."""
-        return self._lifecycle("stop", id, None, key)
+        return self._lifecycle("stop", id, None, key, wait, wait_timeout)
 
-    def suspend(self, id: str, *, key: str | None = None) -> View:
+    def suspend(self, id: str, *, key: str | None = None, wait: bool = False, wait_timeout: float | None = None) -> View:
         """Suspends a ready sandbox, keeping a retained state; a driver that
         cannot is Unimplemented."""
-        return self._lifecycle("suspend", id, None, key)
+        return self._lifecycle("suspend", id, None, key, wait, wait_timeout)
 
-    def resume(self, id: str, *, restart_if_restore_fails: bool = False, node: str | None = None, key: str | None = None) -> View:
+    def resume(self, id: str, *, restart_if_restore_fails: bool = False, node: str | None = None, key: str | None = None,
+               wait: bool = False, wait_timeout: float | None = None) -> View:
         """Resumes a suspended sandbox from its retained state: with
         restart_if_restore_fails a restore that fails after the state was
         consumed becomes a cold start; node resumes on another node, where
@@ -372,11 +399,11 @@ class Client:
         body: dict[str, Any] = {"restart_if_restore_fails": restart_if_restore_fails}
         if node:
             body["node"] = node
-        return self._lifecycle("resume", id, body, key)
+        return self._lifecycle("resume", id, body, key, wait, wait_timeout)
 
-    def delete(self, id: str, *, key: str | None = None) -> View:
+    def delete(self, id: str, *, key: str | None = None, wait: bool = False, wait_timeout: float | None = None) -> View:
         """Deletes a sandbox (deleting, then deleted)."""
-        return View.from_json(self._json("DELETE", "/v1/sandboxes/" + self._ref(id), key=key or new_key()))
+        return self._command("DELETE", "/v1/sandboxes/" + self._ref(id), None, key, wait, wait_timeout)
 
     def touch(self, id: str, *, key: str | None = None) -> View:
         """Records activity of a sandbox (a sandbox.active, at most one per

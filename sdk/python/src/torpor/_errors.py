@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 __all__ = [
     "TorporError",
@@ -34,6 +35,10 @@ class TorporError(Exception):
     code: str
     status: int | None
     message: str
+    #: The view the answer carried beside its error (a torpor.View): a
+    #: command sent with wait=True whose outcome was not in the view by its
+    #: timeout (DeadlineExceeded) says where the sandbox is. None otherwise.
+    view: Any = None
 
     def __init__(self, code: str, status: int | None, message: str) -> None:
         super().__init__(f"{code}: {message}")
@@ -132,7 +137,10 @@ def answer_error(status: int, reason: str, data: bytes, what: str) -> TorporErro
         body = json.loads(data)
         err = body.get("error") if isinstance(body, dict) else None
         if isinstance(err, dict) and isinstance(err.get("code"), str) and err["code"]:
-            return error_for(err["code"], status, str(err.get("message", "")))
+            e = error_for(err["code"], status, str(err.get("message", "")))
+            if isinstance(body.get("view"), dict):
+                e.view = body["view"]  # the client makes it a View
+            return e
     except ValueError:
         pass
     code = _STATUS_CODES.get(status, "INTERNAL")

@@ -2,9 +2,7 @@ package sagas_test
 
 import (
 	"context"
-	"errors"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -290,45 +288,21 @@ func TestStaleTimerLeavesTheRecord(t *testing.T) {
 // allows, it is deleted. (Broken on purpose: the record not fenced, the key
 // is deleted behind the refusing fence.)
 func TestFenceKeepsTheRecord(t *testing.T) {
-	var (
-		mu    sync.Mutex
-		lost  bool
-		asked int
-	)
-	refused := make(chan struct{}) // closed once the fence refused three times
-	fence := func() error {
-		mu.Lock()
-		defer mu.Unlock()
-		if !lost {
-			return nil
-		}
-		if asked++; asked == 3 {
-			close(refused)
-		}
-		return errors.New("lease lost")
-	}
+	fence := newLossyFence(false)
 	tm := newTimers()
-	h := newHarness(t, sagas.Config{Fence: fence, Timers: tm})
+	h := newHarness(t, sagas.Config{Fence: fence.check, Timers: tm})
 	tm.notify = h.store.notify
 	sb := h.readyWith(&events.Created{ExpiresAt: time.Now().Add(time.Hour).UTC(), OnExpiry: events.OnExpiryStop})
 	key := sagas.TimerKey(sb.id, "ttl")
 	h.run(h.sim)
 	h.store.waitUntil(t, key+" in the record", func() bool { return tm.has(key) })
-	mu.Lock()
-	lost = true
-	mu.Unlock()
+	fence.set(true)
 	sb.when(&events.DeleteRequested{}) // disarms the ttl
-	select {
-	case <-refused:
-	case <-time.After(wait):
-		t.Fatal("the fence was never asked")
-	}
+	fence.waitRefused(t)
 	if !tm.has(key) {
 		t.Fatalf("%s deleted from the record behind a refusing fence", key)
 	}
-	mu.Lock()
-	lost = false
-	mu.Unlock()
+	fence.set(false)
 	h.store.waitUntil(t, key+" deleted from the record", func() bool { return !tm.has(key) })
 }
 

@@ -106,11 +106,7 @@ func TestHTTPScopes(t *testing.T) {
 		}
 		tokens[sc] = tok.Token
 	}
-	v, err := admin.Create(ctx, torpor.CreateRequest{Name: "target", Driver: "sim"}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustWait(t, admin, v.ID, events.PhaseReady)
+	v := readySim(t, admin, "target")
 	base := "http://" + a.HTTPAddr()
 	id := v.ID
 	routes := []struct {

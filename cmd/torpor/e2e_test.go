@@ -163,6 +163,16 @@ func mustWait(t *testing.T, c *torpor.Client, id string, p events.Phase) events.
 	return v
 }
 
+// readySim creates a sim sandbox named name and waits until it is ready.
+func readySim(t *testing.T, c *torpor.Client, name string) events.View {
+	t.Helper()
+	v, err := c.Create(context.Background(), torpor.CreateRequest{Name: name, Driver: "sim"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mustWait(t, c, v.ID, events.PhaseReady)
+}
+
 // TestLifecycleOverHTTP drives create → suspend → resume → stop → start →
 // delete through the real wiring and reads the KV view at each step.
 func TestLifecycleOverHTTP(t *testing.T) {

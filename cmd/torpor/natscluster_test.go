@@ -269,11 +269,7 @@ func TestNATSServerProcesses(t *testing.T) {
 		return i
 	}
 	c := appClient(a)
-	v, err := c.Create(ctx, torpor.CreateRequest{Name: "on-processes", Driver: "sim"}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustWait(t, c, v.ID, events.PhaseReady)
+	v := readySim(t, c, "on-processes")
 	if _, err := c.Suspend(ctx, v.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -38,11 +38,7 @@ func TestReadyzWhileTheViewIsStuck(t *testing.T) {
 	}
 	ctx := context.Background()
 	c := appClient(a)
-	v, err := c.Create(ctx, torpor.CreateRequest{Name: "before", Driver: "sim"}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustWait(t, c, v.ID, events.PhaseReady)
+	readySim(t, c, "before")
 	if status, msg := readyz(); status != http.StatusOK {
 		t.Fatalf("/readyz before: %d %s", status, msg)
 	}
@@ -69,11 +65,7 @@ func TestReadyzWhileTheSQLViewIsStuck(t *testing.T) {
 	a := startApp(t, "", func(c *serveConfig) { c.ProjectionDB = db })
 	ctx := context.Background()
 	c := appClient(a)
-	v, err := c.Create(ctx, torpor.CreateRequest{Name: "before", Driver: "sim"}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustWait(t, c, v.ID, events.PhaseReady)
+	readySim(t, c, "before")
 	viewsCaughtUp(t, a)
 	if code, msg := readyz(t, a); code != http.StatusOK {
 		t.Fatalf("/readyz before: %d %s", code, msg)

@@ -39,11 +39,7 @@ func TestTouchOnTheBus(t *testing.T) {
 	a := startApp(t, "", nil)
 	c := appClient(a)
 	ctx := context.Background()
-	v, err := c.Create(ctx, torpor.CreateRequest{Name: "touched", Driver: "sim"}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustWait(t, c, v.ID, events.PhaseReady)
+	v := readySim(t, c, "touched")
 	before := touchesOf(t, c, v.ID)
 
 	opts, err := a.NATSOptionsAs(busauth.Grant{Role: busauth.Dashboard})
@@ -99,11 +95,7 @@ func TestTouchFromTheCLI(t *testing.T) {
 	a := startApp(t, "", nil)
 	c := appClient(a)
 	ctx := context.Background()
-	v, err := c.Create(ctx, torpor.CreateRequest{Name: "poked", Driver: "sim"}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustWait(t, c, v.ID, events.PhaseReady)
+	v := readySim(t, c, "poked")
 	srv := "http://" + a.HTTPAddr()
 	before := touchesOf(t, c, v.ID)
 

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"math"
 	"os"
 	"slices"
@@ -320,5 +321,37 @@ func TestReplayTarget(t *testing.T) {
 	// too, so the runs are what tells them apart.
 	if tg := r.Targets[0]; tg.Value != 0.45 || tg.Met || !slices.Equal(tg.Runs, []float64{0.4, 0.6, 0.45}) {
 		t.Errorf("target %+v, want 0.45 (missed) of the runs 0.4 0.6 0.45", tg)
+	}
+}
+
+// TestHalfBusy: the rate of the latency-at-half-busy figure. Where the
+// cores bound the rate (each transition 1 ms of CPU on 2 cores, capacity
+// 1800/s) it is found where the cores are 45-50% busy; where something else
+// does (the log's syncs: 0.1 ms of CPU, capacity 1000/s) the cores never
+// get half busy, and the rate stops at half the capacity, said so, rather
+// than at the capacity, where commands queue.
+func TestHalfBusy(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		cpuMs, capacity   float64
+		wantLow, wantHigh float64
+		wantCapped        bool
+	}{
+		{"the cores bound it", 1, 1800, 900, 1000, false},
+		{"the syncs bound it", 0.1, 1000, 500, 500, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := func(_ context.Context, rate float64, _ time.Duration) (Latency, error) {
+				return Latency{OfferedPerS: rate, CoresBusy: rate * tc.cpuMs / 1000 / 2}, nil
+			}
+			// The closed loop's run, at its capacity.
+			b, err := halfBusy(context.Background(), run, tc.capacity, tc.capacity*tc.cpuMs/1000/2, tc.capacity, time.Second, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.OfferedPerS < tc.wantLow || b.OfferedPerS > tc.wantHigh || b.Capped != tc.wantCapped {
+				t.Errorf("offered %.0f/s, capped %v; want %.0f-%.0f/s, capped %v", b.OfferedPerS, b.Capped, tc.wantLow, tc.wantHigh, tc.wantCapped)
+			}
+		})
 	}
 }

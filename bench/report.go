@@ -303,6 +303,9 @@ func (r *Report) Print(w io.Writer) {
 		if b.Skipped > 0 {
 			skipped = fmt.Sprintf(", %d of %d skipped (no sandbox idle)", b.Skipped, b.Offered)
 		}
+		if b.Capped {
+			skipped += "; the rate capped at half the closed loop's, the cores not half busy below it"
+		}
 		fmt.Fprintf(w, "latency at 50%% busy (%s): %.0f transitions/s offered (calibration runs: %s busy), p50 %.2f p90 %.2f p99 %.2f max %.2f ms%s; %.0f%% of the cores busy, %.2f ms CPU per transition; host: %s%s\n",
 			m.Fsync, b.OfferedPerS, strings.Join(steps, ", "), b.P50, b.P90, b.P99, b.Max, skipped, 100*b.CoresBusy, b.CPUMsPerTransition, b.Host.brief(), worst)
 	}
@@ -491,7 +494,8 @@ const benchmarksNotes = `
   the rate is found by measuring: from the latency run's cost, short calibration runs (a
   third of --duration, at most 2 s) each correct the rate by their share of busy cores,
   aiming at 47.5%, at most three, until one lands at 45–50% busy; the rate never exceeds
-  the closed loop's. The judged run follows at that rate for --duration, with its own cost and the host
+  half the closed loop's (half the capacity left free, whatever bounds it: with --fsync
+  always the log's syncs, not the cores, and then the line says the rate was capped). The judged run follows at that rate for --duration, with its own cost and the host
   probe's slow episodes of that run beside its p99.
 - **cost**: this process's CPU time per transition (service, embedded server and the bench's
   clients together) and the share of the cores it kept busy, in the closed loop and in the

@@ -1,0 +1,122 @@
+package vm_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/torpor/torpor/services/compute"
+	"github.com/torpor/torpor/services/compute/drivertest"
+	"github.com/torpor/torpor/services/compute/vm"
+)
+
+// webServer serves a page naming the guest on port 8080 with busybox httpd.
+var webServer = []string{"sh", "-c", "mkdir -p /www && echo hello from the guest > /www/index.html && exec httpd -f -p 8080 -h /www"}
+
+// get asks port 8080 of s's guest, through d's Dial, for its page.
+func get(ctx context.Context, d *vm.Driver, s compute.Spec) (string, error) {
+	c, err := d.Dial(ctx, s, 8080)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	if _, err := fmt.Fprint(c, "GET /index.html HTTP/1.0\r\n\r\n"); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(bufio.NewReader(c))
+	return string(b), err
+}
+
+// TestDial: one guest serving HTTP on port 8080 is reached through Dial;
+// a port nothing listens on in it is refused; after a suspend and a resume
+// (a new QEMU, with none of the old one's forwards) it is reached again;
+// and after it moved to another node, through that node's driver.
+func TestDial(t *testing.T) {
+	g := drivertest.NewGateway(t)
+	n1, _ := newDriver(t, g, nil)
+	s := spec("n1", webServer...)
+	start(t, n1, g, s, 1)
+	const want = "hello from the guest"
+	// httpd listens a moment after the guest said it is ready.
+	reached := func(t *testing.T, d *vm.Driver, s compute.Spec) {
+		t.Helper()
+		var got string
+		var err error
+		eventually(t, "the guest's page through Dial", func() bool {
+			c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			got, err = get(c, d, s)
+			return err == nil && strings.Contains(got, want)
+		})
+		if !strings.HasPrefix(got, "HTTP/1.") {
+			t.Fatalf("got %q, %v; want an HTTP answer with %q", got, err, want)
+		}
+	}
+	t.Run("reached", func(t *testing.T) { reached(t, n1, s) })
+	t.Run("again, on the same forward", func(t *testing.T) {
+		for range 3 {
+			got, err := get(ctx(t), n1, s)
+			if err != nil || !strings.Contains(got, want) {
+				t.Fatalf("got %q, %v; want %q", got, err, want)
+			}
+		}
+	})
+	t.Run("nothing listens", func(t *testing.T) {
+		c, err := n1.Dial(ctx(t), s, 8081)
+		if err == nil {
+			c.Close()
+			t.Fatal("a dial of port 8081, where nothing listens in the guest, connected")
+		}
+		if !strings.Contains(err.Error(), "refused") {
+			t.Fatalf("a dial of port 8081, where nothing listens: %v; want it refused", err)
+		}
+	})
+	t.Run("after suspend and resume", func(t *testing.T) {
+		ref, err := n1.Suspend(ctx(t), compute.Target{Spec: s, Generation: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err := n1.Dial(ctx(t), s, 8080); err == nil {
+			c.Close()
+			t.Fatal("the suspended guest was dialled")
+		}
+		if res, err := n1.Resume(ctx(t), compute.Resume{Spec: s, Generation: 2, Credential: drivertest.Cred(2), RestoreRef: ref}); err != nil || !res.Consumed {
+			t.Fatalf("resume: %+v, %v", res, err)
+		}
+		g.Await(t, s.SandboxID, compute.ReportAttached, 2)
+		reached(t, n1, s)
+	})
+	t.Run("on another node", func(t *testing.T) {
+		n2, _ := newDriver(t, g, nil)
+		ref, err := n1.Suspend(ctx(t), compute.Target{Spec: s, Generation: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		moved, err := n1.Export(ctx(t), s, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s2 := s
+		s2.Node = "n2"
+		if res, err := n2.Resume(ctx(t), compute.Resume{Spec: s2, Generation: 3, Credential: drivertest.Cred(3), RestoreRef: moved}); err != nil || !res.Consumed {
+			t.Fatalf("resume on n2: %+v, %v", res, err)
+		}
+		g.Await(t, s.SandboxID, compute.ReportAttached, 3)
+		if err := n1.Discard(ctx(t), s, ref); err != nil {
+			t.Fatal(err)
+		}
+		reached(t, n2, s2)
+		if c, err := n1.Dial(ctx(t), s, 8080); err == nil {
+			c.Close()
+			t.Fatal("n1, which holds nothing of the sandbox now, dialled it")
+		}
+	})
+}

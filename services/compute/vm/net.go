@@ -53,6 +53,19 @@ func (d *Driver) Dial(ctx context.Context, spec compute.Spec, port int) (net.Con
 	return c, nil
 }
 
+// Unnetworked says why the guests have no network (the kernel's virtio-net
+// modules are not where deploy/vm-kernel puts them, next to the kernel), or
+// nil: Dial reaches their ports.
+func (d *Driver) Unnetworked() error {
+	if err := d.images.load(); err != nil {
+		return err
+	}
+	if !d.images.net {
+		return fmt.Errorf("%w: the guest has no network: no modules %s in %s (deploy/vm-kernel puts them next to the kernel)", compute.ErrRejected, strings.Join(netModules, ", "), d.images.modules)
+	}
+	return nil
+}
+
 func (d *Driver) dial(ctx context.Context, id string, port int) (net.Conn, error) {
 	dir, st, unlock, err := d.open(id)
 	defer unlock()
@@ -62,11 +75,8 @@ func (d *Driver) dial(ctx context.Context, id string, port int) (net.Conn, error
 	if st == nil || !st.QEMU.Alive() {
 		return nil, errors.New("no guest runs")
 	}
-	if err := d.images.load(); err != nil {
+	if err := d.Unnetworked(); err != nil {
 		return nil, err
-	}
-	if !d.images.net {
-		return nil, fmt.Errorf("%w: the guest has no network: no modules %s in %s (deploy/vm-kernel puts them next to the kernel)", compute.ErrRejected, strings.Join(netModules, ", "), d.images.modules)
 	}
 	mo, err := dial(ctx, filepath.Join(dir, qmpSocket))
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 
 	"strings"
 	"testing"
@@ -68,6 +70,13 @@ func TestDial(t *testing.T) {
 				t.Fatalf("got %q, %v; want %q", got, err, want)
 			}
 		}
+		un, err := vm.UserNet(ctx(t), n1, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(un, "HOST_FORWARD"); n != 1 {
+			t.Fatalf("QEMU has %d host forwards after 4 dials of one port, want 1:\n%s", n, un)
+		}
 	})
 	t.Run("nothing listens", func(t *testing.T) {
 		c, err := n1.Dial(ctx(t), s, 8081)
@@ -119,4 +128,50 @@ func TestDial(t *testing.T) {
 			t.Fatal("n1, which holds nothing of the sandbox now, dialled it")
 		}
 	})
+}
+
+// TestUnnetworked: a kernel without the network modules next to it (where
+// deploy/vm-kernel puts them) makes guests without a network, which the
+// driver says; with them all there, it says nothing.
+func TestUnnetworked(t *testing.T) {
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		t.Skip("SKIPPED, NOT PASSED: no /bin/busybox")
+	}
+	dir := t.TempDir()
+	kernel := filepath.Join(dir, "vmlinuz-6.1.0-test")
+	if err := os.WriteFile(kernel, []byte("a kernel"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(kernel, filepath.Join(dir, "vmlinuz")); err != nil {
+		t.Fatal(err)
+	}
+	driver := func() *vm.Driver {
+		d, err := vm.New(vm.Config{Data: t.TempDir(), NATSURL: "nats://127.0.0.1:1", Kernel: filepath.Join(dir, "vmlinuz")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if err := driver().Unnetworked(); err == nil || !strings.Contains(err.Error(), "no network") {
+		t.Fatalf("no modules: %v, want the guest has no network", err)
+	}
+	mods := filepath.Join(dir, "modules-6.1.0-test")
+	if err := os.Mkdir(mods, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"virtio_ring", "virtio", "virtio_mmio", "failover", "net_failover", "virtio_net"}
+	for _, m := range names[:5] {
+		if err := os.WriteFile(filepath.Join(mods, m+".ko"), []byte("a module"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := driver().Unnetworked(); err == nil {
+		t.Fatal("without virtio_net.ko: no error, want the guest has no network")
+	}
+	if err := os.WriteFile(filepath.Join(mods, "virtio_net.ko"), []byte("a module"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := driver().Unnetworked(); err != nil {
+		t.Fatalf("with every module: %v", err)
+	}
 }

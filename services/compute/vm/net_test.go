@@ -5,8 +5,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"strings"
 	"testing"
@@ -19,6 +21,11 @@ import (
 
 // webServer serves a page naming the guest on port 8080 with busybox httpd.
 var webServer = []string{"sh", "-c", "mkdir -p /www && echo hello from the guest > /www/index.html && exec httpd -f -p 8080 -h /www"}
+
+// probingWebServer first tries to reach port $HOSTPORT of the host (the
+// user-mode network's 10.0.2.2 is the host's loopback unless restricted)
+// and says on its console whether it did, then serves as webServer.
+var probingWebServer = []string{"sh", "-c", "if nc -w 3 10.0.2.2 $HOSTPORT </dev/null; then echo host reached; else echo host unreachable; fi; " + webServer[2]}
 
 // get asks port 8080 of s's guest, through d's Dial, for its page.
 func get(ctx context.Context, d *vm.Driver, s compute.Spec) (string, error) {
@@ -37,14 +44,28 @@ func get(ctx context.Context, d *vm.Driver, s compute.Spec) (string, error) {
 	return string(b), err
 }
 
-// TestDial: one guest serving HTTP on port 8080 is reached through Dial;
+// TestDial: one guest serving HTTP on port 8080 is reached through Dial,
+// and it could not reach the host (restrict=on);
 // a port nothing listens on in it is refused; after a suspend and a resume
 // (a new QEMU, with none of the old one's forwards) it is reached again;
 // and after it moved to another node, through that node's driver.
 func TestDial(t *testing.T) {
 	g := drivertest.NewGateway(t)
 	n1, _ := newDriver(t, g, nil)
-	s := spec("n1", webServer...)
+	host, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		if c, err := host.Accept(); err == nil {
+			accepted <- struct{}{}
+			c.Close()
+		}
+	}()
+	s := spec("n1", probingWebServer...)
+	s.Env = map[string]string{"HOSTPORT": strconv.Itoa(host.Addr().(*net.TCPAddr).Port)}
 	start(t, n1, g, s, 1)
 	const want = "hello from the guest"
 	// httpd listens a moment after the guest said it is ready.
@@ -63,6 +84,20 @@ func TestDial(t *testing.T) {
 		}
 	}
 	t.Run("reached", func(t *testing.T) { reached(t, n1, s) })
+	t.Run("the host is not reached from the guest", func(t *testing.T) {
+		b, err := n1.Logs(ctx(t), s, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), "host unreachable") {
+			t.Fatalf("the guest's console: %q, want host unreachable", b)
+		}
+		select {
+		case <-accepted:
+			t.Fatal("the guest connected to the host's loopback")
+		default:
+		}
+	})
 	t.Run("again, on the same forward", func(t *testing.T) {
 		for range 3 {
 			got, err := get(ctx(t), n1, s)

@@ -139,15 +139,17 @@ func (mo *monitor) answered(ctx context.Context, qemu, hp int, c *net.TCPConn) e
 		return err
 	}
 	for {
-		if closed, err := peerClosed(raw); err != nil || closed {
-			return errors.Join(errors.New("the guest refused the connection: nothing listens on the port"), err)
-		}
 		state, err := mo.slirpState(qemu, hp, local)
 		if err != nil {
 			return err
 		}
 		if state != "" && state != "SYN_SENT" {
 			return nil
+		}
+		// Closed and never seen past SYN_SENT: the guest refused it (or
+		// accepted and closed it within a poll, which this cannot tell).
+		if closed, err := peerClosed(raw); err != nil || closed {
+			return errors.Join(errors.New("the guest refused the connection: nothing listens on the port"), err)
 		}
 		select {
 		case <-ctx.Done():

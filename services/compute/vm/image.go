@@ -90,9 +90,8 @@ func modulesDir(kernel string) string {
 
 // images builds guest initramfs images and keeps them under dir, named by
 // their content: the base (busybox, /init and the network modules),
-// compressed once per busybox,
-// followed by a small uncompressed archive of the sandbox's /torpor/run
-// (the kernel takes concatenated archives).
+// compressed once per busybox, followed by a small uncompressed archive of
+// the sandbox's /torpor/run (the kernel takes concatenated archives).
 type images struct {
 	dir     string
 	busybox string

@@ -10,7 +10,6 @@ import (
 
 	"github.com/torpor/torpor/events"
 	torpor "github.com/torpor/torpor/sdk/go"
-	"github.com/torpor/torpor/services/compute"
 	"github.com/torpor/torpor/services/compute/vm"
 )
 
@@ -22,7 +21,7 @@ const vmWakePort = 8080
 // HTTP (busybox httpd in the guest), suspended and then woken by a request
 // through its forward, 5 times (each wake is a resume of the guest, the
 // boot before them seconds under TCG). Missing says why it could not run:
-// the vm driver's parts are not here, or the vm driver forwards no ports.
+// the vm driver's parts are not here, or the guest's network modules.
 func RunVMWake(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*Wake, error) {
 	cfg, err := cfg.resolved()
 	if err != nil {
@@ -42,8 +41,8 @@ func RunVMWake(ctx context.Context, cfg Config, start Starter, progress io.Write
 		w.Rounds, w.Missing = 0, err.Error()
 		return w, nil
 	}
-	if _, ok := any(probe).(compute.Dialer); !ok {
-		w.Rounds, w.Missing = 0, "the vm driver forwards no ports: it is no compute.Dialer, its guests have no network device"
+	if err := probe.Unnetworked(); err != nil {
+		w.Rounds, w.Missing = 0, err.Error()
 		return w, nil
 	}
 	w.Accel, _ = probe.Accelerator(ctx)

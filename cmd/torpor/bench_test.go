@@ -149,7 +149,8 @@ func BenchmarkWake(b *testing.B) {
 
 // BenchmarkVMWake runs the vm wake-on-traffic row of `torpor bench`: a
 // suspended vm sandbox woken by a GET through its forward. It skips where
-// the row cannot run (the vm driver's parts missing, or no vm forwards).
+// the row cannot run (the vm driver's parts missing, or the guest's network
+// modules: Driver.Unnetworked).
 //
 //	go test -run XXX -bench VMWake -benchtime 1x ./cmd/torpor
 func BenchmarkVMWake(b *testing.B) {

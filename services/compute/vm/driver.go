@@ -138,7 +138,7 @@ func New(cfg Config) (*Driver, error) {
 		return nil, fmt.Errorf("vm driver: %w", err)
 	}
 	d := &Driver{cfg: cfg, root: root}
-	d.images = images{dir: filepath.Join(root, "images"), busybox: cfg.Busybox}
+	d.images = images{dir: filepath.Join(root, "images"), busybox: cfg.Busybox, modules: modulesDir(cfg.Kernel)}
 	return d, nil
 }
 

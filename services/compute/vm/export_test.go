@@ -48,3 +48,19 @@ func InterruptSuspend(ctx context.Context, d *Driver, spec compute.Spec, recorde
 	_, err = mo.run("migrate", map[string]any{"uri": "exec:cat > " + shellPath(filepath.Join(dir, ".snap-interrupted.tmp"))})
 	return "", err
 }
+
+// UserNet is what HMP info usernet says of spec's running QEMU: its
+// user-mode network's forwards and connections.
+func UserNet(ctx context.Context, d *Driver, spec compute.Spec) (string, error) {
+	dir, _, unlock, err := d.open(spec.SandboxID)
+	defer unlock()
+	if err != nil {
+		return "", err
+	}
+	mo, err := dial(ctx, filepath.Join(dir, qmpSocket))
+	if err != nil {
+		return "", err
+	}
+	defer mo.close()
+	return mo.hmp("info usernet")
+}

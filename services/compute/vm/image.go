@@ -29,9 +29,11 @@ const (
 )
 
 // initScript is the guest's /init: mount what a busybox userland needs,
-// say ready, run the workload (/torpor/run, made per sandbox), say its exit
+// load the network modules the image carries and bring up eth0 (QEMU's
+// user-mode network: a static address, no DHCP client to wait for), say
+// ready, run the workload (/torpor/run, made per sandbox), say its exit
 // code, and end the VM (reboot=t with -no-reboot: QEMU exits).
-const initScript = `#!/bin/busybox sh
+var initScript = `#!/bin/busybox sh
 /bin/busybox mkdir -p /proc /sys /dev /tmp /root /sbin /usr/bin /usr/sbin
 /bin/busybox --install -s
 mount -t devtmpfs dev /dev
@@ -41,6 +43,14 @@ mount -t tmpfs tmp /tmp
 hostname torpor
 stty -F /dev/ttyS0 -onlcr 2>/dev/null
 stty -F /dev/ttyS1 -onlcr 2>/dev/null
+ip link set lo up
+for m in ` + strings.Join(netModules, " ") + `; do
+	[ -f /lib/modules/$m.ko ] && insmod /lib/modules/$m.ko
+done
+if ip link set eth0 up 2>/dev/null; then
+	ip addr add ` + guestAddr + `/24 dev eth0
+	ip route add default via ` + guestGateway + `
+fi
 echo ` + lineReady + ` >/dev/ttyS1
 cd /root
 /bin/sh /torpor/run </dev/null >/dev/ttyS0 2>&1
@@ -49,17 +59,50 @@ sync
 reboot -f
 `
 
+// The guest's network: QEMU's user-mode network (slirp) at its default
+// addressing, the guest at 10.0.2.15, the host side at 10.0.2.2. The
+// address is static: QEMU's forwards into the guest go to 10.0.2.15 by
+// default, and a DHCP exchange would only add time to each boot.
+const (
+	guestAddr    = "10.0.2.15"
+	guestGateway = "10.0.2.2"
+)
+
+// netModules are the kernel modules the guest needs for its virtio-net
+// device on microvm's virtio-mmio transport, each after those it depends on
+// (their modinfo "depends="): Debian's cloud kernel builds virtio as
+// modules only. deploy/vm-kernel puts them in modules-<version> next to the
+// kernel; the driver puts them in the guest's /lib/modules and its init
+// loads them with busybox's insmod (no depmod, no modprobe: the order is
+// this list's).
+var netModules = []string{"virtio_ring", "virtio", "virtio_mmio", "failover", "net_failover", "virtio_net"}
+
+// modulesDir is where deploy/vm-kernel puts the network modules of kernel:
+// modules-<version> next to the file it names (after symlinks), whose name
+// is vmlinuz-<version>.
+func modulesDir(kernel string) string {
+	real, err := filepath.EvalSymlinks(kernel)
+	if err != nil {
+		real = kernel
+	}
+	return filepath.Join(filepath.Dir(real), "modules-"+strings.TrimPrefix(filepath.Base(real), "vmlinuz-"))
+}
+
 // images builds guest initramfs images and keeps them under dir, named by
-// their content: the base (busybox and /init), compressed once per busybox,
-// followed by a small uncompressed archive of the sandbox's /torpor/run
-// (the kernel takes concatenated archives).
+// their content: the base (busybox, /init and the network modules),
+// compressed once per busybox, followed by a small uncompressed archive of
+// the sandbox's /torpor/run (the kernel takes concatenated archives).
 type images struct {
 	dir     string
 	busybox string
+	// modules holds netModules as NAME.ko; without them all (a kernel
+	// deploy/vm-kernel did not put there) the guest has no network.
+	modules string
 
 	mu      sync.Mutex
 	base    []byte
 	applets map[string]bool
+	net     bool // the base carries netModules
 }
 
 // load reads busybox and makes the base archive, once.
@@ -81,19 +124,31 @@ func (im *images) load() error {
 	for _, a := range strings.Fields(string(out)) {
 		applets[a] = true
 	}
-	var buf bytes.Buffer
-	gz, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
-	w := cpio.NewWriter(gz)
-	for _, f := range []struct {
+	type file struct {
 		name string
 		mode cpio.FileMode
 		data []byte
-	}{
+	}
+	files := []file{
 		{"bin", cpio.TypeDir | 0o755, nil},
 		{"dev", cpio.TypeDir | 0o755, nil},
 		{"bin/busybox", cpio.TypeReg | 0o755, bb},
 		{"init", cpio.TypeReg | 0o755, []byte(initScript)},
-	} {
+	}
+	mods := []file{{"lib", cpio.TypeDir | 0o755, nil}, {"lib/modules", cpio.TypeDir | 0o755, nil}}
+	for _, m := range netModules {
+		b, err := os.ReadFile(filepath.Join(im.modules, m+".ko"))
+		if err != nil {
+			mods = nil
+			break
+		}
+		mods = append(mods, file{"lib/modules/" + m + ".ko", cpio.TypeReg | 0o644, b})
+	}
+	files = append(files, mods...)
+	var buf bytes.Buffer
+	gz, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	w := cpio.NewWriter(gz)
+	for _, f := range files {
 		if err := writeFile(w, f.name, f.mode, f.data); err != nil {
 			return err
 		}
@@ -104,7 +159,7 @@ func (im *images) load() error {
 	if err := gz.Close(); err != nil {
 		return err
 	}
-	im.base, im.applets = buf.Bytes(), applets
+	im.base, im.applets, im.net = buf.Bytes(), applets, mods != nil
 	return nil
 }
 

@@ -38,7 +38,8 @@ type machine struct {
 // its memory in m.RAM (shared, so a suspend need not write it and a restore
 // maps it back), the console (ttyS0) appended to m.Console, the guest's
 // init speaking on ttyS1 (QEMU's stdout), and two monitors. incoming: wait
-// for a migration stream (migrate-incoming) instead of booting.
+// for a migration stream (migrate-incoming) instead of booting. The guest
+// has a virtio-net device on QEMU's user-mode network (net.go).
 func (m machine) args(incoming bool) []string {
 	a := []string{
 		"-M", "microvm,memory-backend=mem",
@@ -54,6 +55,11 @@ func (m machine) args(incoming bool) []string {
 		"-serial", "chardev:con",
 		"-chardev", "stdio,id=ctl,signal=off",
 		"-device", "isa-serial,chardev=ctl,iobase=0x2f8,irq=3",
+		// The guest's network (net.go): user-mode, isolated from the host
+		// and the outside (restrict=on), reached only through the host
+		// forwards Dial adds; none at boot.
+		"-netdev", "user,id=" + netdev + ",restrict=on",
+		"-device", "virtio-net-device,netdev=" + netdev,
 		// Relative to QEMU's directory (the sandbox's, where both sockets
 		// live): a socket's path is at most 107 bytes, a data directory's
 		// may be longer.

@@ -57,6 +57,20 @@ var vmCommand = []string{"sh", "-c", "while :; do sleep 0.05; done"}
 // directory of its own, on the service's NATS.
 const vmOther = "bench-n2"
 
+// vmProbe is a vm driver on dir that starts nothing, to ask it what it
+// lacks (missing, "" when it has all it needs) and which accelerator it
+// would use.
+func vmProbe(dir string) (probe *vm.Driver, missing string, err error) {
+	probe, err = vm.New(vm.Config{Data: dir, NATSURL: "nats://127.0.0.1:1"})
+	if err != nil {
+		return nil, "", err
+	}
+	if err := probe.Missing(); err != nil {
+		return probe, err.Error(), nil
+	}
+	return probe, "", nil
+}
+
 // RunVM measures the VM section on a fresh service (fsync interval) that
 // drives a second node (vmOther), so that every call goes through
 // compute.Routed, as on any service with --remote-nodes. The sandboxes are
@@ -76,13 +90,10 @@ func RunVM(ctx context.Context, cfg Config, start Starter, progress io.Writer) (
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	probe, err := vm.New(vm.Config{Data: dir, NATSURL: "nats://127.0.0.1:1"})
-	if err != nil {
-		return nil, err
-	}
-	if err := probe.Missing(); err != nil {
-		r.Missing = err.Error()
-		return r, nil
+	probe, missing, err := vmProbe(dir)
+	if err != nil || missing != "" {
+		r.Missing = missing
+		return r, err
 	}
 	r.Accel, _ = probe.Accelerator(ctx)
 	svc, err := start(ctx, dir, "interval", vmOther)

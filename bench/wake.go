@@ -86,20 +86,29 @@ func RunWake(ctx context.Context, cfg Config, start Starter, progress io.Writer)
 		return nil, fmt.Errorf("wake: %w", err)
 	}
 	fmt.Fprintf(progress, "bench: wake: a process sandbox suspended and woken through its forward %d times\n", w.Rounds)
+	if w.Latency, err = wakeRounds(ctx, c, id, addr, w.Rounds); err != nil {
+		return nil, fmt.Errorf("wake: %w", err)
+	}
+	return w, nil
+}
+
+// wakeRounds suspends sandbox id and wakes it with a GET through its
+// forward at addr, rounds times, and returns the wakes' latencies
+// (wakeOnce's).
+func wakeRounds(ctx context.Context, c *torpor.Client, id, addr string, rounds int) (Percentiles, error) {
 	step := waitStep(c)
 	var lats []time.Duration
-	for range w.Rounds {
+	for range rounds {
 		if err := step(ctx, "suspend", id, events.PhaseSuspended); err != nil {
-			return nil, fmt.Errorf("wake: %w (the sandbox's last event: %s)", err, lastEvent(ctx, c, id))
+			return Percentiles{}, fmt.Errorf("%w (the sandbox's last event: %s)", err, lastEvent(ctx, c, id))
 		}
 		took, err := wakeOnce(addr)
 		if err != nil {
-			return nil, fmt.Errorf("wake: %w (the sandbox's last event: %s)", err, lastEvent(ctx, c, id))
+			return Percentiles{}, fmt.Errorf("%w (the sandbox's last event: %s)", err, lastEvent(ctx, c, id))
 		}
 		lats = append(lats, took)
 	}
-	w.Latency = percentilesOf(lats)
-	return w, nil
+	return percentilesOf(lats), nil
 }
 
 // wakeOnce sends a GET through the forward at addr and returns the time

@@ -8,9 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/torpor/torpor/events"
 	torpor "github.com/torpor/torpor/sdk/go"
-	"github.com/torpor/torpor/services/compute/vm"
 )
 
 // vmWakePort is the port the woken guest serves HTTP on, inside the guest.
@@ -33,13 +31,10 @@ func RunVMWake(ctx context.Context, cfg Config, start Starter, progress io.Write
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	probe, err := vm.New(vm.Config{Data: dir, NATSURL: "nats://127.0.0.1:1"})
-	if err != nil {
-		return nil, err
-	}
-	if err := probe.Missing(); err != nil {
-		w.Rounds, w.Missing = 0, err.Error()
-		return w, nil
+	probe, missing, err := vmProbe(dir)
+	if err != nil || missing != "" {
+		w.Rounds, w.Missing = 0, missing
+		return w, err
 	}
 	if err := probe.Unnetworked(); err != nil {
 		w.Rounds, w.Missing = 0, err.Error()
@@ -73,18 +68,8 @@ func RunVMWake(ctx context.Context, cfg Config, start Starter, progress io.Write
 		}
 	}
 	fmt.Fprintf(progress, "bench: wake: a vm sandbox (%s) suspended and woken through its forward %d times\n", w.Accel, w.Rounds)
-	step := waitStep(c)
-	var lats []time.Duration
-	for range w.Rounds {
-		if err := step(ctx, "suspend", id, events.PhaseSuspended); err != nil {
-			return nil, fmt.Errorf("wake vm: %w (the sandbox's last event: %s)", err, lastEvent(ctx, c, id))
-		}
-		took, err := wakeOnce(addr)
-		if err != nil {
-			return nil, fmt.Errorf("wake vm: %w (the sandbox's last event: %s)", err, lastEvent(ctx, c, id))
-		}
-		lats = append(lats, took)
+	if w.Latency, err = wakeRounds(ctx, c, id, addr, w.Rounds); err != nil {
+		return nil, fmt.Errorf("wake vm: %w", err)
 	}
-	w.Latency = percentilesOf(lats)
 	return w, nil
 }

@@ -93,14 +93,17 @@ type CopyLimits struct {
 	// last writes in a crash takes them from its origin again, from its
 	// own last sequence on. A copy keeps the persistence it was made with.
 	Async bool
-	// Origins are the origins' last sequences (TORPOR_EVENTS,
-	// KV_torpor_phases) as the service found them at its start, before
-	// it wrote anything: a copy past its origin copied writes the origin
-	// lost in a crash (the view's bucket is async) and would skip the
-	// origin's new writes at those sequences (a mirror takes only
-	// sequences past its own), so it is deleted and made again, and
-	// copies the origin anew. Nil checks nothing.
-	Origins map[string]uint64
+	// OriginLast reads an origin's last sequence now (stream
+	// TORPOR_EVENTS or KV_torpor_phases): a copy past its origin copied
+	// writes the origin lost in a crash (the view's bucket is async) and
+	// would skip the origin's new writes at those sequences (a mirror
+	// takes only sequences past its own), so it is deleted and made
+	// again, and copies the origin anew. The copy is read first and its
+	// origin after: an origin only grows, so a copy caught up with writes
+	// made meanwhile (another serve on the bus) is never taken for one
+	// past it, as it was when the origins were read once at the start.
+	// Nil checks nothing.
+	OriginLast func(ctx context.Context, stream string) (uint64, error)
 }
 
 // Copies makes (or updates) the clients' account's copies of the event
@@ -141,7 +144,7 @@ func Copies(ctx context.Context, js jetstream.JetStream, lim CopyLimits) error {
 		}},
 	}
 	for _, sc := range []jetstream.StreamConfig{phases, evs} {
-		if err := makeCopy(ctx, js, sc, lim.Async && replicas == 1, lim.Origins); err != nil {
+		if err := makeCopy(ctx, js, sc, lim.Async && replicas == 1, lim.OriginLast); err != nil {
 			return fmt.Errorf("the clients' copy of %s: %w", sc.Name, err)
 		}
 	}
@@ -150,8 +153,8 @@ func Copies(ctx context.Context, js jetstream.JetStream, lim CopyLimits) error {
 
 // makeCopy makes or updates the copy sc, async when new and async is
 // asked, else with the persistence it has, after deleting it when it is
-// past its origin (CopyLimits.Origins).
-func makeCopy(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig, async bool, origins map[string]uint64) error {
+// past its origin (CopyLimits.OriginLast).
+func makeCopy(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig, async bool, originLast func(context.Context, string) (uint64, error)) error {
 	s, err := js.Stream(ctx, sc.Name)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
@@ -159,11 +162,17 @@ func makeCopy(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamCo
 		return err
 	default:
 		info := s.CachedInfo()
-		if last, ok := origins[sc.Mirror.Name]; ok && info.State.LastSeq > last {
-			if err := js.DeleteStream(ctx, sc.Name); err != nil {
-				return fmt.Errorf("delete it, past its origin (%d > %d): %w", info.State.LastSeq, last, err)
+		if originLast != nil {
+			last, err := originLast(ctx, sc.Mirror.Name)
+			if err != nil {
+				return fmt.Errorf("its origin: %w", err)
 			}
-			break
+			if info.State.LastSeq > last {
+				if err := js.DeleteStream(ctx, sc.Name); err != nil {
+					return fmt.Errorf("delete it, past its origin (%d > %d): %w", info.State.LastSeq, last, err)
+				}
+				break
+			}
 		}
 		async = info.Config.PersistMode == jetstream.AsyncPersistMode
 	}

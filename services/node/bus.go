@@ -78,30 +78,22 @@ func (a *Node) makeCopies(ctx context.Context, url, ca string, maxLog int64, rep
 	if maxLog == 0 {
 		maxLog = jsstore.DefaultMaxBytes
 	}
-	origins, err := a.origins(ctx)
-	if err != nil {
-		return err
-	}
 	return busauth.Copies(ctx, js, busauth.CopyLimits{Events: maxLog, Phases: kvview.DefaultMaxBytes, Replicas: replicas,
-		Async: a.ns != nil, Origins: origins})
+		Async: a.ns != nil, OriginLast: a.originLast})
 }
 
-// origins are the last sequences of the streams the clients' account
-// copies, read before the service writes them (busauth.CopyLimits).
-func (a *Node) origins(ctx context.Context) (map[string]uint64, error) {
+// originLast is the last sequence of stream, an origin of the clients'
+// account's copies (busauth.CopyLimits.OriginLast).
+func (a *Node) originLast(ctx context.Context, stream string) (uint64, error) {
 	js, err := jetstream.New(a.nc)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	out := map[string]uint64{}
-	for _, name := range []string{busauth.EventStream, "KV_" + busauth.PhaseBucket} {
-		s, err := js.Stream(ctx, name)
-		if err != nil {
-			return nil, fmt.Errorf("stream %s: %w", name, err)
-		}
-		out[name] = s.CachedInfo().State.LastSeq
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", stream, err)
 	}
-	return out, nil
+	return s.CachedInfo().State.LastSeq, nil
 }
 
 // revocationPoll is how often the embedded server's service looks for new

@@ -105,9 +105,11 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 		if err := r.recordOrDrop(ctx, s, consumed); err != nil {
 			return err
 		}
-		if err := r.recordOrDrop(ctx, s, &events.Resumed{Generation: gen, Outcome: events.OutcomeRestored}); err != nil {
+		resumed := restoredAt(gen, res)
+		if err := r.recordOrDrop(ctx, s, resumed); err != nil {
 			return err
 		}
+		r.resumeLatency(s, resumed)
 		if moving {
 			r.leave(ctx, s, from, in.RestoreRef)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/torpor/torpor/events"
 )
@@ -104,6 +105,12 @@ type Resume struct {
 // on failure alike: a failure with Consumed set is past the point of no return.
 type ResumeResult struct {
 	Consumed bool `json:"consumed"`
+	// RestoreStartedAt, RunningAt and LoadedAt are the driver's clock at
+	// the stages of a successful restore, as events.Resumed carries them
+	// (README "Resume latency"); zero where the driver does not say.
+	RestoreStartedAt time.Time `json:"restore_started_at,omitzero"`
+	RunningAt        time.Time `json:"running_at,omitzero"`
+	LoadedAt         time.Time `json:"loaded_at,omitzero"`
 }
 
 // Driver runs sandboxes on one node. Every effect is idempotent per (sandbox,

@@ -675,6 +675,7 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 	id, gen, ref := req.Spec.SandboxID, req.Generation, req.RestoreRef
 	none := compute.ResumeResult{}
 	consumed := compute.ResumeResult{Consumed: true}
+	began := time.Now() // the restore started (README "Resume latency")
 	dir, st, unlock, err := d.open(id)
 	defer unlock()
 	if err != nil {
@@ -770,6 +771,7 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 		err = errors.Join(err, save(dir, st), d.end(ctx, dir, st))
 		return consumed, fmt.Errorf("resume %s generation %d: the restored guest died: %w", id, gen, err)
 	}
+	consumed.RestoreStartedAt, consumed.RunningAt = began, time.Now() // cont answered: the guest runs
 	_ = os.Remove(filepath.Join(dir, s.State))
 	if s.Exported != "" && d.cfg.Snapshots != nil {
 		if o, err := parseObjectRef(s.Exported); err == nil {

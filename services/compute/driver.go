@@ -55,6 +55,12 @@ type Capabilities struct {
 	// RetainedSize: Observe says what a held state keeps
 	// (Observation.RetainedBytes), so the view can show it.
 	RetainedSize bool `json:"retained_size,omitempty"`
+	// Accelerator is what the driver runs its sandboxes under where it has
+	// a choice (vm: kvm or tcg), AcceleratorWhy why (vm: a KVM probe that
+	// booted, one that did not within its bound and fell back to TCG, no
+	// /dev/kvm, configured; or not probed yet).
+	Accelerator    string `json:"accelerator,omitempty"`
+	AcceleratorWhy string `json:"accelerator_why,omitempty"`
 }
 
 // Spec is everything a driver knows about a sandbox; every call carries it,

@@ -398,6 +398,9 @@ func (r *Report) Print(w io.Writer) {
 			if len(v.MoveStages) > 0 {
 				fmt.Fprintln(w, stageLine(fmt.Sprintf("vm resume latency, on another node (%s)", v.Accel), v.MoveStages))
 			}
+			if v.AccelWhy != "" {
+				fmt.Fprintf(w, "vm accelerator of every vm row: %s (%s)\n", v.Accel, v.AccelWhy)
+			}
 			fmt.Fprintf(w, "vm snapshot bytes per MiB of guest memory: same node %.0f (device state only; the RAM stays in the node's file), movable %.0f (compressed, in torpor_snapshots)\n",
 				float64(v.StateBytes)/float64(v.MemoryMiB), float64(v.MovableBytes)/float64(v.MemoryMiB))
 		}

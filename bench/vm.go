@@ -52,6 +52,9 @@ type VM struct {
 	MemoryMiB    int   `json:"memory_mib"`
 	// Missing says why the section could not run here.
 	Missing string `json:"missing,omitempty"`
+	// AccelWhy is why the rows ran under Accel (the vm driver's KVM
+	// probe: booted, or did not within its bound and fell back to TCG).
+	AccelWhy string `json:"accel_why,omitempty"`
 }
 
 // vmCommand is the workload of the bench's VM sandboxes.
@@ -100,7 +103,7 @@ func RunVM(ctx context.Context, cfg Config, start Starter, progress io.Writer) (
 		r.Missing = missing
 		return r, err
 	}
-	r.Accel, _ = probe.Accelerator(ctx)
+	r.Accel, r.AccelWhy = probe.Accelerator(ctx)
 	svc, err := start(ctx, dir, "interval", vmOther)
 	if err != nil {
 		return nil, err

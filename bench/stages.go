@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -29,48 +28,10 @@ type StageRow struct {
 const notLazy = "not lazy here"
 
 // resumeStages reads the newest resume in history h: each stage's time
-// from the command accepted, for the stages h holds (ready: the attach of
-// the resumed generation; restore_started, running, loaded: the times
-// sandbox.resumed carries).
+// from the command accepted (events.ResumeStages).
 func resumeStages(h []events.HistoryEntry) (map[string]time.Duration, error) {
-	at := -1
-	for i, e := range h {
-		if e.Type == events.TypeResumeRequested {
-			at = i
-		}
-	}
-	if at < 0 {
-		return nil, fmt.Errorf("no %s in the history", events.TypeResumeRequested)
-	}
-	accepted := h[at].Time
-	var req events.ResumeRequested
-	if err := json.Unmarshal(h[at].Data, &req); err != nil {
-		return nil, fmt.Errorf("%s: %w", events.TypeResumeRequested, err)
-	}
-	out := map[string]time.Duration{}
-	for _, e := range h[at+1:] {
-		switch e.Type {
-		case events.TypeResumed:
-			var r events.Resumed
-			if err := json.Unmarshal(e.Data, &r); err != nil {
-				return nil, fmt.Errorf("%s: %w", events.TypeResumed, err)
-			}
-			for stage, t := range map[string]time.Time{metrics.StageRestoreStarted: r.RestoreStartedAt, metrics.StageRunning: r.RunningAt, metrics.StageLoaded: r.LoadedAt} {
-				if !t.IsZero() {
-					out[stage] = t.Sub(accepted)
-				}
-			}
-		case events.TypeSupervisorAttached:
-			var a events.SupervisorAttached
-			if err := json.Unmarshal(e.Data, &a); err != nil {
-				return nil, fmt.Errorf("%s: %w", events.TypeSupervisorAttached, err)
-			}
-			if _, ok := out[metrics.StageReady]; !ok && a.Generation == req.Generation {
-				out[metrics.StageReady] = e.Time.Sub(accepted)
-			}
-		}
-	}
-	return out, nil
+	_, st, err := events.ResumeStages(h)
+	return st, err
 }
 
 // stageSamples are the stages of many resumes, by stage.

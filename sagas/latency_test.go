@@ -3,6 +3,7 @@ package sagas_test
 import (
 	"context"
 	"math"
+	"reflect"
 	"testing"
 	"time"
 
@@ -113,4 +114,12 @@ func matches(m *dto.Metric, labels map[string]string) bool {
 		}
 	}
 	return n == len(labels)
+}
+
+// TestResumeStagesOneDefinition: the metric's stages are the ones the
+// bench and torpor top read from a history (events.ResumeStages).
+func TestResumeStagesOneDefinition(t *testing.T) {
+	if !reflect.DeepEqual(metrics.ResumeStages, events.ResumeStageNames) {
+		t.Errorf("metrics' stages %v, events' %v: want the same", metrics.ResumeStages, events.ResumeStageNames)
+	}
 }

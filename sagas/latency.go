@@ -1,6 +1,9 @@
 package sagas
 
 import (
+	"context"
+	"errors"
+
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/internal/metrics"
 	"github.com/torpor/torpor/services/compute"
@@ -17,6 +20,21 @@ func restoredAt(gen int64, res compute.ResumeResult) *events.Resumed {
 		RunningAt:        res.RunningAt,
 		LoadedAt:         res.LoadedAt,
 	}
+}
+
+// recordResumed records e, s's restore, as recordOrDrop does, and once it
+// is in the log (not dropped) observes its resume latency.
+func (r *Runner) recordResumed(ctx context.Context, s *step, e *events.Resumed) error {
+	err := r.record(ctx, s, e)
+	switch {
+	case errors.Is(err, errRefused):
+		s.log.Info().Err(err).Str("step", "record").Msg("sandbox moved on; outcome dropped")
+		return nil
+	case err != nil:
+		return err
+	}
+	r.resumeLatency(s, e)
+	return nil
 }
 
 // resumeLatency observes the stages of s's resume that e, its recorded

@@ -105,11 +105,9 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 		if err := r.recordOrDrop(ctx, s, consumed); err != nil {
 			return err
 		}
-		resumed := restoredAt(gen, res)
-		if err := r.recordOrDrop(ctx, s, resumed); err != nil {
+		if err := r.recordResumed(ctx, s, restoredAt(gen, res)); err != nil {
 			return err
 		}
-		r.resumeLatency(s, resumed)
 		if moving {
 			r.leave(ctx, s, from, in.RestoreRef)
 		}

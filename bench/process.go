@@ -25,6 +25,9 @@ type Process struct {
 	Rounds    int         `json:"rounds"`
 	Suspend   Percentiles `json:"suspend_to_suspended_ms"`
 	Resume    Percentiles `json:"resume_to_ready_ms"`
+	// ResumeStages are the resumes' latency by stage (README "Resume
+	// latency"), from the command accepted.
+	ResumeStages []StageRow `json:"resume_stages,omitempty"`
 }
 
 // FreezerRow is one freezer's freeze and thaw of a process group, in ms.
@@ -93,11 +96,13 @@ func RunProcess(ctx context.Context, cfg Config, start Starter, progress io.Writ
 		return nil, fmt.Errorf("process: %w", err)
 	}
 	fmt.Fprintf(progress, "bench: process: %d sandboxes suspended and resumed %d times each through the pipeline\n", sandboxes, rounds)
-	lats, err := suspendResumeRounds(ctx, c, ids, rounds)
+	stages := stageSamples{}
+	lats, err := suspendResumeRounds(ctx, c, ids, rounds, stages)
 	if err != nil {
 		return nil, fmt.Errorf("process: %w", err)
 	}
 	p.Suspend, p.Resume = percentilesOf(lats[0]), percentilesOf(lats[1])
+	p.ResumeStages = stages.rows()
 	return p, nil
 }
 
@@ -138,8 +143,9 @@ func createEach(ctx context.Context, c *torpor.Client, r torpor.CreateRequest, n
 
 // suspendResumeRounds suspends and resumes each of ids rounds times, one
 // command at a time, each waited for through the pipeline, and returns the
-// suspend→suspended and the resume→ready times.
-func suspendResumeRounds(ctx context.Context, c *torpor.Client, ids []string, rounds int) ([][]time.Duration, error) {
+// suspend→suspended and the resume→ready times; each resume's stages go
+// to stages (read from the history after the resume's time is taken).
+func suspendResumeRounds(ctx context.Context, c *torpor.Client, ids []string, rounds int, stages stageSamples) ([][]time.Duration, error) {
 	step := waitStep(c)
 	lats := make([][]time.Duration, len(suspendResume)) // by move
 	for range rounds {
@@ -150,6 +156,11 @@ func suspendResumeRounds(ctx context.Context, c *torpor.Client, ids []string, ro
 					return nil, fmt.Errorf("%w (the sandbox's last event: %s)", err, lastEvent(ctx, c, id))
 				}
 				lats[i] = append(lats[i], time.Since(t0))
+				if mv.verb == "resume" {
+					if err := stages.add(ctx, c, id); err != nil {
+						return nil, err
+					}
+				}
 			}
 		}
 	}

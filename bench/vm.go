@@ -34,6 +34,11 @@ type VM struct {
 	Moves    int         `json:"moves"`
 	MoveNode string      `json:"move_node,omitempty"`
 	Move     Percentiles `json:"move_resume_to_ready_ms"`
+	// ResumeStages and MoveStages are the same-node resumes' and the
+	// moves' latency by stage (README "Resume latency"), from the command
+	// accepted.
+	ResumeStages []StageRow `json:"resume_stages,omitempty"`
+	MoveStages   []StageRow `json:"move_resume_stages,omitempty"`
 	// The p50s of each run (--runs) of the rounds and of the moves: the
 	// samples split in as many blocks, in the order they ran.
 	SuspendP50Runs []float64 `json:"suspend_p50_ms_runs,omitempty"`
@@ -47,6 +52,9 @@ type VM struct {
 	MemoryMiB    int   `json:"memory_mib"`
 	// Missing says why the section could not run here.
 	Missing string `json:"missing,omitempty"`
+	// AccelWhy is why the rows ran under Accel (the vm driver's KVM
+	// probe: booted, or did not within its bound and fell back to TCG).
+	AccelWhy string `json:"accel_why,omitempty"`
 }
 
 // vmCommand is the workload of the bench's VM sandboxes.
@@ -95,7 +103,7 @@ func RunVM(ctx context.Context, cfg Config, start Starter, progress io.Writer) (
 		r.Missing = missing
 		return r, err
 	}
-	r.Accel, _ = probe.Accelerator(ctx)
+	r.Accel, r.AccelWhy = probe.Accelerator(ctx)
 	svc, err := start(ctx, dir, "interval", vmOther)
 	if err != nil {
 		return nil, err
@@ -111,17 +119,19 @@ func RunVM(ctx context.Context, cfg Config, start Starter, progress io.Writer) (
 		return nil, fmt.Errorf("vm: %w", err)
 	}
 	r.Boot = percentilesOf(boots)
-	lats, err := suspendResumeRounds(ctx, c, ids, rounds)
+	stages, moveStages := stageSamples{}, stageSamples{}
+	lats, err := suspendResumeRounds(ctx, c, ids, rounds, stages)
 	if err != nil {
 		return nil, fmt.Errorf("vm: %w", err)
 	}
 	r.SuspendP50Runs, r.ResumeP50Runs = blockP50s(lats[0], max(1, cfg.Runs)), blockP50s(lats[1], max(1, cfg.Runs))
 	r.Suspend, r.Resume = percentilesOf(lats[0]), percentilesOf(lats[1])
 	fmt.Fprintf(progress, "bench: vm: each moved to %s and back, %d resumes on the other node\n", vmOther, moves)
-	moved, err := moveRounds(ctx, c, ids, moves)
+	moved, err := moveRounds(ctx, c, ids, moves, moveStages)
 	if err != nil {
 		return nil, fmt.Errorf("vm: %w", err)
 	}
+	r.ResumeStages, r.MoveStages = stages.rows(), moveStages.rows()
 	r.MoveP50Runs = blockP50s(moved, max(1, cfg.Runs))
 	r.Moves, r.Move = len(moved), percentilesOf(moved)
 	if err := r.snapshotBytes(ctx, svc, c, dir, ids[0]); err != nil {
@@ -132,9 +142,9 @@ func RunVM(ctx context.Context, cfg Config, start Starter, progress io.Writer) (
 
 // moveRounds suspends each of ids and resumes it on the other node, moves
 // times each (to vmOther, then back to the service's own, and so on), and
-// gives each resume's time to ready. Each sandbox ends on the node it began
-// on when moves is even.
-func moveRounds(ctx context.Context, c *torpor.Client, ids []string, moves int) ([]time.Duration, error) {
+// gives each resume's time to ready, its stages to stages. Each sandbox
+// ends on the node it began on when moves is even.
+func moveRounds(ctx context.Context, c *torpor.Client, ids []string, moves int, stages stageSamples) ([]time.Duration, error) {
 	step := waitStep(c)
 	nodes := [2]string{vmOther, "local"}
 	var lats []time.Duration
@@ -153,6 +163,9 @@ func moveRounds(ctx context.Context, c *torpor.Client, ids []string, moves int) 
 				return nil, fmt.Errorf("resume %s --node %s: %v, the view %+v (the sandbox's last event: %s)", id, nodes[i%2], err, v, lastEvent(ctx, c, id))
 			}
 			lats = append(lats, time.Since(t0))
+			if err := stages.add(ctx, c, id); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return lats, nil

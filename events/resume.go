@@ -1,5 +1,7 @@
 package events
 
+import "time"
+
 // ResumeRequested: a resume command was accepted (intent). It mints
 // Generation, the generation the restored workload runs under.
 type ResumeRequested struct {
@@ -51,6 +53,15 @@ type ResumeFailed struct {
 type Resumed struct {
 	Generation int64  `json:"generation"`
 	Outcome    string `json:"outcome"`
+	// RestoreStartedAt, RunningAt and LoadedAt are the driver's clock at
+	// the stages of a restore (README "Resume latency"): the restore began
+	// (the driver took the call), the guest runs again (vm: QEMU answered
+	// the cont after the incoming snapshot; process: the thaw is done), and
+	// for a lazy restore its memory is all loaded. Each is left out where
+	// the driver does not say it (no driver restores lazily yet).
+	RestoreStartedAt time.Time `json:"restore_started_at,omitzero"`
+	RunningAt        time.Time `json:"running_at,omitzero"`
+	LoadedAt         time.Time `json:"loaded_at,omitzero"`
 }
 
 // Event type names of this family (CONTRACT §3): stable, never renamed.

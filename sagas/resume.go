@@ -105,7 +105,7 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 		if err := r.recordOrDrop(ctx, s, consumed); err != nil {
 			return err
 		}
-		if err := r.recordOrDrop(ctx, s, &events.Resumed{Generation: gen, Outcome: events.OutcomeRestored}); err != nil {
+		if err := r.recordResumed(ctx, s, restoredAt(gen, res)); err != nil {
 			return err
 		}
 		if moving {

@@ -201,6 +201,9 @@ func TestMetrics(t *testing.T) {
 		{"torpor_driver_call_duration_seconds", map[string]string{"driver": "sim", "op": "start", "code": "OK"}, 2, false},
 		{"torpor_driver_call_duration_seconds", map[string]string{"driver": "sim", "op": "resume", "code": "OK"}, 1, false},
 		{"torpor_driver_call_duration_seconds", map[string]string{"driver": "sim", "op": "observe", "code": "OK"}, 1, false},
+		// The resume's ready stage (README "Resume latency"): one resume,
+		// one attach of its generation; the sim says no driver stage.
+		{"torpor_resume_latency_seconds", map[string]string{"driver": "sim", "stage": "ready"}, 1, true},
 		{"torpor_projection_lag_events", map[string]string{"view": "kv"}, 0, false},
 		{"torpor_parked_events_total", map[string]string{"view": "kv"}, 1, false},
 		{"torpor_foreign_messages_total", nil, 1, false},

@@ -71,6 +71,7 @@ func (f *clientFlags) topCmd() *cobra.Command {
 			if !terminal(out) || !terminal(cmd.InOrStdin()) {
 				return topSnapshot(cmd, c, m, out)
 			}
+			m.client = c // reads a resume's latency (topresume.go)
 			return runTop(cmd, c, m)
 		},
 	}
@@ -144,6 +145,9 @@ type topModel struct {
 	width    int
 	err      error
 	snapshot bool // printed once, not live
+	// client reads the history of a sandbox a resume made ready, for its
+	// resume latency (topresume.go); nil: none read.
+	client *torpor.Client
 }
 
 // transition is a phase change top saw.
@@ -151,6 +155,8 @@ type transition struct {
 	at       time.Time
 	from, to events.Phase
 	v        events.View
+	// resume is what the transition's resume took, by stage (topresume.go).
+	resume string
 }
 
 type (
@@ -178,7 +184,11 @@ func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.now = time.Time(msg)
 		return m, tick()
 	case viewMsg:
+		prev := m.views[msg.ID]
 		m.see(events.View(msg))
+		return m, m.resumeLatency(prev, events.View(msg))
+	case resumeMsg:
+		m.resumed(msg)
 	case errMsg:
 		m.err = msg.err
 		return m, tea.Quit
@@ -277,7 +287,7 @@ func (m *topModel) View() string {
 			if from == "" {
 				from = "(new)"
 			}
-			fmt.Fprintf(&b, "  %s  %-20s %s → %s%s  seq %d\n", t.at.Format(time.TimeOnly), ref(t.v), from, t.to, why(t.v), t.v.Seq)
+			fmt.Fprintf(&b, "  %s  %-20s %s → %s%s  seq %d%s\n", t.at.Format(time.TimeOnly), ref(t.v), from, t.to, why(t.v), t.v.Seq, t.resume)
 		}
 	}
 	if m.err != nil {

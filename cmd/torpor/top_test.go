@@ -167,6 +167,18 @@ func TestTop(t *testing.T) {
 	}
 	s.expect(`(?m)^suspended\s+1\s*$`)
 	s.expect(`topped\s+(ready|suspending) → suspended`)
+	// Resumed while it runs: the transition into ready says what the
+	// resume took, from the command accepted (README "Resume latency"; the
+	// sim says no driver stage, its attach is ready).
+	if _, err := c.Resume(ctx, v.ID, torpor.ResumeOptions{}, ""); err != nil {
+		t.Fatal(err)
+	}
+	s.expect(`topped\s+(suspended|starting) → ready.*resume →ready \d`)
+	mustWait(t, c, v.ID, events.PhaseReady)
+	if _, err := c.Lifecycle(ctx, "suspend", v.ID, false, ""); err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, c, v.ID, events.PhaseSuspended)
 	if strings.Contains(s.screen(), "elsewhere") {
 		t.Errorf("top -l screen=top showed a sandbox without the label:\n%s", s.screen())
 	}

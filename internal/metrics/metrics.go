@@ -57,6 +57,8 @@ type Set struct {
 	activity    *counters
 	// idles counts the idle timeouts recorded (issue 27).
 	idles *counters
+	// resumeStages is resume latency by stage (issue 29, resume.go).
+	resumeStages *observers
 }
 
 // New returns a Set with its collectors registered, the Go runtime's and
@@ -119,6 +121,7 @@ func New() *Set {
 	s.idles = newCounters(s.reg, prometheus.CounterOpts{
 		Name: "idle_timeouts_total", Help: "Idle timeouts recorded (a ready sandbox with no activity for its idle policy's after), by the action started: suspend or stop.",
 	}, "action")
+	s.resumeStages = newResumeStages(s.reg)
 	return s
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/torpor/torpor/events"
 )
@@ -54,6 +55,12 @@ type Capabilities struct {
 	// RetainedSize: Observe says what a held state keeps
 	// (Observation.RetainedBytes), so the view can show it.
 	RetainedSize bool `json:"retained_size,omitempty"`
+	// Accelerator is what the driver runs its sandboxes under where it has
+	// a choice (vm: kvm or tcg), AcceleratorWhy why (vm: a KVM probe that
+	// booted, one that did not within its bound and fell back to TCG, no
+	// /dev/kvm, configured; or not probed yet).
+	Accelerator    string `json:"accelerator,omitempty"`
+	AcceleratorWhy string `json:"accelerator_why,omitempty"`
 }
 
 // Spec is everything a driver knows about a sandbox; every call carries it,
@@ -104,6 +111,12 @@ type Resume struct {
 // on failure alike: a failure with Consumed set is past the point of no return.
 type ResumeResult struct {
 	Consumed bool `json:"consumed"`
+	// RestoreStartedAt, RunningAt and LoadedAt are the driver's clock at
+	// the stages of a successful restore, as events.Resumed carries them
+	// (README "Resume latency"); zero where the driver does not say.
+	RestoreStartedAt time.Time `json:"restore_started_at,omitzero"`
+	RunningAt        time.Time `json:"running_at,omitzero"`
+	LoadedAt         time.Time `json:"loaded_at,omitzero"`
 }
 
 // Driver runs sandboxes on one node. Every effect is idempotent per (sandbox,

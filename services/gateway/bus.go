@@ -416,10 +416,12 @@ func (s *Service) report(ctx context.Context, id string, r compute.Report) error
 // moved on (the resume failed, or its deadline passed).
 func (s *Service) recordReport(ctx context.Context, id, actor string, e events.Event) error {
 	gen := e.(report).SpeaksFor()
+	var ready func() // the resume latency's ready stage, once recorded (latency.go)
 	gate := func(sb *Sandbox) error {
 		if why := awaits(sb, gen); why != "" {
 			return early(events.Errorf(events.CodeAborted, "sandbox %s: %s; report it again", id, why))
 		}
+		ready = s.resumeReady(sb, e)
 		return nil
 	}
 	hold := time.NewTimer(s.cfg.ReportHold)
@@ -427,6 +429,9 @@ func (s *Service) recordReport(ctx context.Context, id, actor string, e events.E
 	poll := 2 * time.Millisecond
 	for {
 		err := s.record(ctx, events.Envelope{SandboxID: id}, actor, gate, e)
+		if err == nil && ready != nil {
+			ready()
+		}
 		if !errors.Is(err, errEarly) {
 			return err
 		}

@@ -115,7 +115,7 @@ func RunDriver(ctx context.Context, cfg DriverConfig, out io.Writer, log zerolog
 		_ = nc.FlushTimeout(2 * time.Second)
 		nc.Close()
 	}()
-	drivers, closeDrivers, err := buildDrivers(cfg, nc)
+	drivers, closeDrivers, err := buildDrivers(cfg, nc, log)
 	defer closeDrivers()
 	if err != nil {
 		return err
@@ -141,7 +141,7 @@ func RunDriver(ctx context.Context, cfg DriverConfig, out io.Writer, log zerolog
 // buildDrivers makes the drivers cfg names, as serve makes them: the sim
 // reports for its sandboxes on nc, the process driver's supervisors dial
 // cfg's NATS. The returned close releases what they hold, also on error.
-func buildDrivers(cfg DriverConfig, nc *nats.Conn) (compute.Registry, func(), error) {
+func buildDrivers(cfg DriverConfig, nc *nats.Conn, log zerolog.Logger) (compute.Registry, func(), error) {
 	drivers := compute.Registry{}
 	var closers []func()
 	closeAll := func() {
@@ -166,7 +166,7 @@ func buildDrivers(cfg DriverConfig, nc *nats.Conn) (compute.Registry, func(), er
 			// restart on the same --data finds them.
 			d, err = process.New(process.Config{Data: cfg.Data, NATSURL: cfg.NATSURL, NATSCA: cfg.NATSCA, Binary: cfg.Torpor, Heartbeat: cfg.Heartbeat, Path: os.Getenv("PATH"), RunAs: cfg.RunAs})
 		case "vm":
-			d, err = vmDriver(cfg, nc)
+			d, err = vmDriver(cfg, nc, log)
 		}
 		if err != nil {
 			return nil, closeAll, fmt.Errorf("driver %s: %w", name, err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/services/compute"
@@ -17,7 +18,7 @@ import (
 // be able to run here (QEMU, the kernel, busybox), or the verb refuses to
 // start (FAILED_PRECONDITION, naming what is missing). torpor serve adds it
 // whatever the node has, and refuses each vm create instead.
-func vmDriver(cfg DriverConfig, nc *nats.Conn) (compute.Driver, error) {
+func vmDriver(cfg DriverConfig, nc *nats.Conn, log zerolog.Logger) (compute.Driver, error) {
 	// What the node lacks first: it says more than a missing object store.
 	probe, err := vm.New(vm.Config{Data: cfg.Data, NATSURL: cfg.NATSURL, NATSCA: cfg.NATSCA, Binary: cfg.Torpor, Kernel: cfg.VMKernel, Heartbeat: cfg.Heartbeat})
 	if err != nil {
@@ -26,7 +27,7 @@ func vmDriver(cfg DriverConfig, nc *nats.Conn) (compute.Driver, error) {
 	if err := probe.Missing(); err != nil {
 		return nil, err
 	}
-	d, err := newVM(nc, 0, cfg.Data, cfg.NATSURL, cfg.NATSCA, cfg.Torpor, cfg.VMKernel, cfg.Heartbeat)
+	d, err := newVM(nc, 0, cfg.Data, cfg.NATSURL, cfg.NATSCA, cfg.Torpor, cfg.VMKernel, cfg.Heartbeat, log)
 	if err != nil {
 		return nil, err
 	}
@@ -41,7 +42,7 @@ func vmDriver(cfg DriverConfig, nc *nats.Conn) (compute.Driver, error) {
 // JetStream: made if missing with replicas copies when replicas is set (the
 // service), else bound (a driver node, replicas 0, whose user may not make
 // streams).
-func newVM(nc *nats.Conn, replicas int, data, url, ca, binary, kernel string, heartbeat time.Duration) (*vm.Driver, error) {
+func newVM(nc *nats.Conn, replicas int, data, url, ca, binary, kernel string, heartbeat time.Duration, log zerolog.Logger) (*vm.Driver, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
@@ -65,5 +66,5 @@ func newVM(nc *nats.Conn, replicas int, data, url, ca, binary, kernel string, he
 	if err != nil {
 		return nil, err
 	}
-	return vm.New(vm.Config{Data: data, NATSURL: url, NATSCA: ca, Binary: binary, Kernel: kernel, Heartbeat: heartbeat, Snapshots: store})
+	return vm.New(vm.Config{Data: data, NATSURL: url, NATSCA: ca, Binary: binary, Kernel: kernel, Heartbeat: heartbeat, Snapshots: store, Log: log})
 }

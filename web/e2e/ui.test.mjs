@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 
 const { app } = await import('../ui/state.js');
 const { lateness, since } = await import('../ui/list.js');
-const { outcome, detail, idlePolicy, expiry } = await import('../ui/sandbox.js');
+const { outcome, detail, idlePolicy, expiry, resumeLatency } = await import('../ui/sandbox.js');
 const { time } = await import('../ui/dom.js');
 
 test('a transient phase is judged against the deadline, from phase_since', () => {
@@ -62,6 +62,26 @@ test('the timeline says where activity came from', () => {
   ]) {
     assert.equal(detail(e), want, JSON.stringify(e));
   }
+});
+
+test('the timeline says resume latency as the metric defines it, from the command accepted', () => {
+  const resume = { at: '2026-12-06T12:00:00.000Z', generation: 3 };
+  for (const [e, want] of [
+    [{ type: 'sandbox.resumed', time: '2026-12-06T12:00:00.400Z', data: { generation: 3, outcome: 'restored', restore_started_at: '2026-12-06T12:00:00.015Z', running_at: '2026-12-06T12:00:00.240Z' } },
+      '→restore_started 15 ms · →running 240 ms'],
+    [{ type: 'sandbox.resumed', time: '2026-12-06T12:00:00.400Z', data: { generation: 3, outcome: 'restored', restore_started_at: '2026-12-06T12:00:00.015Z', running_at: '2026-12-06T12:00:00.240Z', loaded_at: '2026-12-06T12:00:01.000Z' } },
+      '→restore_started 15 ms · →running 240 ms · →loaded 1000 ms'],
+    // A driver that says no stage (sim), a fallback's cold start.
+    [{ type: 'sandbox.resumed', time: '2026-12-06T12:00:00.400Z', data: { generation: 3, outcome: 'restored' } }, ''],
+    [{ type: 'sandbox.resumed', time: '2026-12-06T12:00:00.400Z', data: { generation: 4, outcome: 'cold_start_fallback' } }, ''],
+    // ready: the resumed generation's attach, at its own time.
+    [{ type: 'supervisor.attached', time: '2026-12-06T12:00:00.312Z', data: { generation: 3 } }, '→ready 312 ms'],
+    [{ type: 'supervisor.attached', time: '2026-12-06T12:00:00.312Z', data: { generation: 2 } }, ''],
+    [{ type: 'sandbox.retained_state_consumed', time: '2026-12-06T12:00:00.100Z', data: { generation: 3 } }, ''],
+  ]) {
+    assert.equal(resumeLatency(e, resume), want, JSON.stringify(e));
+  }
+  assert.equal(resumeLatency({ type: 'supervisor.attached', time: '2026-12-06T12:00:00.312Z', data: { generation: 3 } }, null), '', 'no resume before it');
 });
 
 test('the sandbox page says what its idle policy does', () => {

@@ -38,6 +38,26 @@ export function detail(e) {
   return parts.join(' · ');
 }
 
+// resumeLatency is what an event of a timeline says of resume latency
+// (README "Resume latency", the metric's and the bench's one definition):
+// the stages it ends, each from the resume command accepted. resume is
+// the newest sandbox.resume_requested before e ({ at: its time,
+// generation }); sandbox.resumed{restored} ends restore_started, running
+// (and loaded, for a lazy restore) at the times it carries, the resumed
+// generation's supervisor.attached ends ready at its own time; '' for
+// any other event.
+export function resumeLatency(e, resume) {
+  if (!resume) return '';
+  const d = e.data || {};
+  const ms = (t) => `${Math.max(0, Date.parse(t) - Date.parse(resume.at))} ms`;
+  if (e.type === 'sandbox.resumed' && d.outcome === 'restored') {
+    return [['restore_started', d.restore_started_at], ['running', d.running_at], ['loaded', d.loaded_at]]
+      .filter(([, t]) => t).map(([stage, t]) => `→${stage} ${ms(t)}`).join(' · ');
+  }
+  if (e.type === 'supervisor.attached' && d.generation === resume.generation) return `→ready ${ms(e.time)}`;
+  return '';
+}
+
 // idlePolicy says what a view's idle policy does (README "Idle and wake"),
 // '' when it has none.
 export function idlePolicy(p) {
@@ -174,12 +194,16 @@ export class SandboxView {
       if (!this.lastSeq) this.timelineBody.replaceChildren();
       for (const e of items) {
         this.lastSeq = Math.max(this.lastSeq, e.seq);
+        if (e.type === 'sandbox.resume_requested') this.resume = { at: e.time, generation: (e.data || {}).generation };
+        const lat = resumeLatency(e, this.resume);
+        if (lat && e.type === 'supervisor.attached') this.resume = null; // ready ends it
+        const more = [detail(e), lat].filter(Boolean).join(' · ');
         const o = outcome(e);
         const gen = e.data && e.data.generation !== undefined ? String(e.data.generation) : '';
         this.timelineBody.append(h('tr', { class: `event ${o ? `has-outcome outcome-row-${o}` : ''}`, 'data-type': e.type, 'data-seq': e.seq },
           h('td', { class: 'num' }, String(e.seq)),
           h('td', { class: 'time' }, h('time', { datetime: e.time }, time(e.time))),
-          h('th', { scope: 'row', class: 'type' }, e.type.replace(/^sandbox\./, ''), detail(e) ? h('span', { class: 'muted detail' }, ` ${detail(e)}`) : ''),
+          h('th', { scope: 'row', class: 'type' }, e.type.replace(/^sandbox\./, ''), more ? h('span', { class: 'muted detail' }, ` ${more}`) : ''),
           h('td', { class: 'actor' }, e.actor || ''),
           h('td', { class: 'command' }, e.command_id ? h('code', { title: e.command_id }, e.command_id.slice(0, 8)) : ''),
           h('td', {}, e.phase ? phaseBadge(e.phase) : ''),

@@ -577,6 +577,7 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 	id, gen, ref := req.Spec.SandboxID, req.Generation, req.RestoreRef
 	none := compute.ResumeResult{}
 	consumed := compute.ResumeResult{Consumed: true}
+	began := time.Now() // the restore started (README "Resume latency")
 	dir, st, unlock, err := d.open(id)
 	defer unlock()
 	if err != nil {
@@ -621,6 +622,7 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 	if err := d.restore(ctx, dir, st, req); err != nil {
 		return consumed, fmt.Errorf("resume %s generation %d: %w", id, gen, err)
 	}
+	consumed.RestoreStartedAt, consumed.RunningAt = began, time.Now() // the thaw is done: the group runs
 	return consumed, nil
 }
 

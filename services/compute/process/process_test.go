@@ -124,9 +124,16 @@ func TestCounterFreezesAndResumes(t *testing.T) {
 			}
 			observe(t, d, b, compute.StateRunning, 1)
 
+			called := time.Now()
 			res, err := d.Resume(ctx(t), compute.Resume{Spec: a, Generation: 2, Credential: cred(2), RestoreRef: ref})
+			answered := time.Now()
 			if err != nil || !res.Consumed {
 				t.Fatalf("resume: %+v, %v", res, err)
+			}
+			// The stages of the restore (README "Resume latency"): began
+			// after the call, the thaw done before the answer, in order.
+			if res.RestoreStartedAt.Before(called) || res.RunningAt.Before(res.RestoreStartedAt) || res.RunningAt.After(answered) {
+				t.Errorf("restore started %s, running %s; want both within the call [%s, %s], in order", res.RestoreStartedAt, res.RunningAt, called, answered)
 			}
 			g.Await(t, a.SandboxID, compute.ReportAttached, 2)
 			if pid, n := ca.reach(t, frozenAt+1); pid != pidA || n > frozenAt+10 {

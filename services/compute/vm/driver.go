@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/services/compute"
@@ -73,6 +74,10 @@ type Config struct {
 	// Accel forces an accelerator (AccelKVM, AccelTCG); empty probes KVM
 	// once and falls back to TCG.
 	Accel string
+	// Log is where the driver says which accelerator its VMs get and why
+	// (once, at the first boot; a KVM that did not boot in time, a
+	// warning); the zero Logger says nothing.
+	Log zerolog.Logger
 	// Heartbeat is how often supervisors heartbeat; default 5s.
 	Heartbeat time.Duration
 	// Snapshots is the object store (torpor_snapshots) snapshots move
@@ -169,7 +174,9 @@ func (d *Driver) Missing() error {
 // Capabilities: suspend to a snapshot; resume on another node where the
 // node has an object store to move snapshots through.
 func (d *Driver) Capabilities(map[string]string) compute.Capabilities {
-	return compute.Capabilities{Suspend: true, ResumeElsewhere: d.cfg.Snapshots != nil, Retains: "the microVM's memory and devices, in a snapshot", RetainedSize: true}
+	caps := compute.Capabilities{Suspend: true, ResumeElsewhere: d.cfg.Snapshots != nil, Retains: "the microVM's memory and devices, in a snapshot", RetainedSize: true}
+	caps.Accelerator, caps.AcceleratorWhy = d.accelKnown()
+	return caps
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -231,7 +238,7 @@ func (d *Driver) Accelerator(ctx context.Context) (string, string) {
 			m.Initrd = img
 		}
 	}
-	return d.accel.pick(ctx, d.cfg.Accel, m, filepath.Join(d.root, ".probe"))
+	return d.accel.pick(ctx, d.cfg.Accel, m, filepath.Join(d.root, ".probe"), d.cfg.Log)
 }
 
 // dir is sandbox id's directory, or an error for an id that is no file name.
@@ -675,6 +682,7 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 	id, gen, ref := req.Spec.SandboxID, req.Generation, req.RestoreRef
 	none := compute.ResumeResult{}
 	consumed := compute.ResumeResult{Consumed: true}
+	began := time.Now() // the restore started (README "Resume latency")
 	dir, st, unlock, err := d.open(id)
 	defer unlock()
 	if err != nil {
@@ -770,6 +778,7 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 		err = errors.Join(err, save(dir, st), d.end(ctx, dir, st))
 		return consumed, fmt.Errorf("resume %s generation %d: the restored guest died: %w", id, gen, err)
 	}
+	consumed.RestoreStartedAt, consumed.RunningAt = began, time.Now() // cont answered: the guest runs
 	_ = os.Remove(filepath.Join(dir, s.State))
 	if s.Exported != "" && d.cfg.Snapshots != nil {
 		if o, err := parseObjectRef(s.Exported); err == nil {

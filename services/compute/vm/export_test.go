@@ -64,3 +64,10 @@ func UserNet(ctx context.Context, d *Driver, spec compute.Spec) (string, error) 
 	defer mo.close()
 	return mo.hmp("info usernet")
 }
+
+// ProbeTimeout is the bound of the KVM probe.
+const ProbeTimeout = probeTimeout
+
+// ForgetProbe forgets the process's KVM probe, so that the next driver
+// without a forced accelerator probes again.
+func ForgetProbe() { probed = kvmProbe{} }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-qemu/qmp"
+	"github.com/rs/zerolog"
 )
 
 // machine is one sandbox's VM as QEMU is asked to run it; a restore runs
@@ -215,11 +216,14 @@ const (
 
 // accel picks the accelerator: KVM where /dev/kvm opens and a probe guest
 // boots under it in time (on some hosts a KVM boot hangs before the kernel
-// prints anything), else TCG; and why.
+// prints anything), else TCG; and why. The probe itself is the process's
+// (probed, accel.go): a driver that forces none takes its answer.
 type accel struct {
 	once sync.Once
+	mu   sync.Mutex
 	kind string
 	why  string
+	set  bool // kind and why are the answer (known)
 }
 
 // probeTimeout bounds the KVM probe: a guest that boots at all under KVM
@@ -227,25 +231,20 @@ type accel struct {
 const probeTimeout = 4 * time.Second
 
 // pick probes once, booting m (its RAM, console and sockets in dir) under
-// KVM.
-func (a *accel) pick(ctx context.Context, forced string, m machine, dir string) (string, string) {
+// KVM, and logs the answer on log.
+func (a *accel) pick(ctx context.Context, forced string, m machine, dir string, log zerolog.Logger) (string, string) {
 	a.once.Do(func() {
-		if forced != "" {
-			a.kind, a.why = forced, "configured"
-			return
+		kind, why := forced, "configured"
+		if forced == "" {
+			kind, why = probed.pick(ctx, m, dir)
 		}
-		f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
-		if err != nil {
-			a.kind, a.why = AccelTCG, "no KVM: "+err.Error()
-			return
-		}
-		f.Close()
-		if err := probeKVM(ctx, m, dir); err != nil {
-			a.kind, a.why = AccelTCG, "KVM probe failed: "+err.Error()
-			return
-		}
-		a.kind, a.why = AccelKVM, "KVM probe booted"
+		a.mu.Lock()
+		a.kind, a.why, a.set = kind, why, true
+		a.mu.Unlock()
+		logAccel(log, kind, why)
 	})
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	return a.kind, a.why
 }
 

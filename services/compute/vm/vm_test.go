@@ -202,9 +202,16 @@ func TestCounterContinues(t *testing.T) {
 	if n := lastCount(t, d, s); n != at {
 		t.Fatalf("the suspended guest counted on: %d, then %d", at, n)
 	}
+	called := time.Now()
 	res, err := d.Resume(ctx(t), compute.Resume{Spec: s, Generation: 2, Credential: drivertest.Cred(2), RestoreRef: ref})
+	answered := time.Now()
 	if err != nil || !res.Consumed {
 		t.Fatalf("resume: %+v, %v", res, err)
+	}
+	// The stages of the restore (README "Resume latency"): began after the
+	// call, the cont answered before the answer, in order.
+	if res.RestoreStartedAt.Before(called) || res.RunningAt.Before(res.RestoreStartedAt) || res.RunningAt.After(answered) {
+		t.Errorf("restore started %s, running %s; want both within the call [%s, %s], in order", res.RestoreStartedAt, res.RunningAt, called, answered)
 	}
 	g.Await(t, s.SandboxID, compute.ReportAttached, 2)
 	eventually(t, "the guest counts on", func() bool { return lastCount(t, d, s) > at+3 })

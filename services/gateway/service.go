@@ -634,18 +634,22 @@ func dedupOf(cause events.Envelope) string {
 // reloads and decides again. dedup, when set, derives the message ids so that a
 // retried command lands once. The caller holds the sandbox's lock.
 func (s *Service) append(ctx context.Context, id string, verify bool, meta events.Meta, dedup string, decide func(*Sandbox) ([]events.Event, error)) (*Sandbox, error) {
-	sb, cached, err := s.load(ctx, id)
+	sb, _, err := s.load(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	return s.appendFrom(ctx, sb, verify && cached, meta, dedup, decide)
+	// A state read from the log is verified as a cached one is: the read
+	// of a replicated log may be served by a replica behind it (Head is
+	// the leader's word).
+	return s.appendFrom(ctx, sb, verify, meta, dedup, decide)
 }
 
 // appendFrom is append from the state sb, which may be stale: a stale state
 // costs a conflict and a reload, never a wrong append. A decision that
 // appends nothing (an idempotent repeat, a refusal by decide or by the
-// table) meets no concurrency check, so when verify is set, sb came from
-// the cache and another instance may have moved the sandbox: it is decided
+// table) meets no concurrency check, so when verify is set (sb came from
+// the cache, and another instance may have moved the sandbox since, or
+// from a read a replica behind the log may have served) it is decided
 // again on the state at the subject's head before it is answered.
 func (s *Service) appendFrom(ctx context.Context, sb *Sandbox, verify bool, meta events.Meta, dedup string, decide func(*Sandbox) ([]events.Event, error)) (*Sandbox, error) {
 	id := sb.ID

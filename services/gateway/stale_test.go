@@ -203,3 +203,70 @@ func TestReportWaitsForItsCause(t *testing.T) {
 		t.Fatalf("log %v: want the consumption once", n)
 	}
 }
+
+// laggingStore is a store whose first Load of a sandbox from its start
+// leaves out the last behind events, as a replica catching up serves it (a
+// read of a replicated log may be answered by a follower); its Head is
+// the leader's word, and later loads are whole.
+type laggingStore struct {
+	events.Store
+	behind int
+	mu     sync.Mutex
+	lagged map[string]bool
+}
+
+func (s *laggingStore) Load(ctx context.Context, id string, after uint64) ([]events.Envelope, error) {
+	envs, err := s.Store.Load(ctx, id, after)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil || after != 0 || s.lagged[id] || len(envs) <= s.behind {
+		return envs, err
+	}
+	s.lagged[id] = true
+	return envs[:len(envs)-s.behind], nil
+}
+
+// TestRefusalOfAFreshReadAtTheHead: a command refused on a state read from
+// the log, not the cache, is decided again at the subject's head before
+// the refusal is answered: the read may have been served by a replica
+// behind the log (TestClusterFaults saw a stop refused "starting" after
+// the sandbox was ready). Here an instance that never saw the sandbox
+// reads it ready where the log has it suspended: its resume is taken, and
+// a command wrong at the head too is still refused.
+func TestRefusalOfAFreshReadAtTheHead(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		verb  string
+		code  events.Code
+		phase events.Phase
+	}{
+		{VerbResume, "", events.PhaseStarting},
+		{VerbStop, events.CodeFailedPrecondition, events.PhaseSuspended},
+	} {
+		t.Run(tc.verb, func(t *testing.T) {
+			r := newRig(t)
+			a := r.service(t)
+			v := readySandbox(t, a)
+			command(VerbSuspend)(t, a, v.ID)
+			if err := a.Record(ctx, events.Envelope{SandboxID: v.ID}, "test", &events.Suspended{Generation: 1, RestoreRef: "ref-1"}); err != nil {
+				t.Fatal(err)
+			}
+			lagging := &laggingStore{Store: r.store, behind: 2, lagged: map[string]bool{}}
+			b, err := NewService(lagging, r.names, fakeDrivers{}, r.creds, Config{}, zerolog.Nop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = b.Handle(ctx, Command{Verb: tc.verb, ID: v.ID})
+			if got := events.CodeOf(err); got != tc.code {
+				t.Fatalf("%s through an instance whose read lagged: %v (code %q), want code %q", tc.verb, err, got, tc.code)
+			}
+			if !lagging.lagged[v.ID] {
+				t.Fatal("the read did not lag: the test tests nothing")
+			}
+			sb, err := r.service(t).Sandbox(ctx, v.ID)
+			if err != nil || sb.Phase != tc.phase {
+				t.Fatalf("after the %s: %+v, %v; want %s", tc.verb, sb, err, tc.phase)
+			}
+		})
+	}
+}

@@ -476,6 +476,7 @@ func (d *Driver) Suspend(ctx context.Context, t compute.Target) (string, error) 
 		}
 		return "", fmt.Errorf("suspend %s generation %d: %w", id, gen, err)
 	}
+	s.Compat = d.compatOf(ctx, st, t.Spec, s) // what a node restoring it needs (check.go)
 	// The suspension first: the supervisor that sees QEMU end reads it,
 	// and reports no exit.
 	st.Suspension = s

@@ -178,3 +178,24 @@ func TestMoveTargetRefuses(t *testing.T) {
 		t.Errorf("view %+v: want suspended on %s", v, node)
 	}
 }
+
+// TestResumeAsksBeforeItsFirstTryOnly: the target is asked before the
+// first resume is sent, not again while resumes go unanswered (one may
+// have reached it, and restored).
+func TestResumeAsksBeforeItsFirstTryOnly(t *testing.T) {
+	h := newHarness(t, sagas.Config{Nodes: []string{"n2"}})
+	sb, ref := h.suspended(nil)
+	m := newMover(h)
+	m.setDown("n2", true)
+	a := &asker{answer: func(compute.Spec, string) error { return nil }}
+	h.run(&checkingMover{mover: m, asker: a})
+	in := sb.when(&events.ResumeRequested{Generation: 2, RestoreRef: ref, Node: "n2"})
+	h.store.waitUntil(t, "two resumes sent to n2", func() bool { return m.tried("resume n2") >= 2 })
+	m.setDown("n2", false)
+	sb.then(sb.outcome(in, 2),
+		&events.RetainedStateConsumed{Generation: 2, RestoreRef: ref, Node: "n2", Via: "moved:" + ref},
+		&events.Resumed{Generation: 2, Outcome: events.OutcomeRestored})
+	if got, want := a.asked(), []string{"n2 moved:" + ref}; !slices.Equal(got, want) {
+		t.Errorf("asked %v, want %v (once, before the first resume)", got, want)
+	}
+}

@@ -77,6 +77,7 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 	}
 	var res compute.ResumeResult
 	fresh := consumedBy(s) == nil // nothing consumed yet: the target is asked first (check.go)
+	sent := false
 	reached := func(error) {}
 	if moving {
 		reached = r.aim(s)
@@ -96,11 +97,12 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 			}
 			req.RestoreRef = consumed.Via
 		}
-		if fresh {
+		if fresh && !sent {
 			if err := r.checkTarget(ctx, s, req.Spec, req.RestoreRef); err != nil {
 				return err
 			}
 		}
+		sent = true // a resume may reach the target: it is not asked again
 		res, err = s.suspender.Resume(ctx, req)
 		reached(err)
 		return err

@@ -15,7 +15,9 @@ type Checker interface {
 	// ref (or cannot tell: the resume then says), else an error wrapping
 	// ErrRejected (FAILED_PRECONDITION) whose message says why: the
 	// snapshot's machine type missing from the node's QEMU, too little
-	// free memory or disk, say. It changes nothing.
+	// free memory or disk, say. It changes nothing. A reference the node
+	// consumed already (a resume whose answer was lost) is nil: the
+	// resume, asked again, answers as it did.
 	CanRestore(ctx context.Context, spec Spec, ref string) error
 }
 

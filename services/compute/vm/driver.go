@@ -138,6 +138,7 @@ func New(cfg Config) (*Driver, error) {
 		return nil, fmt.Errorf("vm driver: %w", err)
 	}
 	d := &Driver{cfg: cfg, root: root}
+	go warmQEMU(cfg.QEMU) // check.go: the first suspend does not wait for QEMU's answers
 	d.images = images{dir: filepath.Join(root, "images"), busybox: cfg.Busybox, modules: modulesDir(cfg.Kernel)}
 	return d, nil
 }

@@ -46,7 +46,17 @@ type RetainedStateInvalidated struct {
 type ResumeFailed struct {
 	Generation int64  `json:"generation"`
 	Message    string `json:"message,omitempty"`
+	// Node and Reason (issue 29): the node that was asked and why it
+	// refused, ReasonCannotRestore when the target said before anything
+	// was consumed that it cannot restore this state (Message says what it
+	// lacks); empty for any other failure.
+	Node   string `json:"node,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
+
+// ReasonCannotRestore is a resume's failure before anything was consumed
+// because its target said it cannot restore the state (issue 29).
+const ReasonCannotRestore = "CannotRestore"
 
 // Resumed: the driver restored (or, after a fallback, cold-started) the
 // workload under Generation. Outcome is restored or cold_start_fallback.

@@ -208,6 +208,9 @@ func (v *View) Apply(env Envelope) (bool, error) {
 		}
 	case *ResumeFailed:
 		v.LastOutcome = OutcomeRestoreFailed
+		if e.Reason != "" {
+			v.Reason = e.Reason // the target refused: why it is suspended again
+		}
 	case *Resumed:
 		v.Generation, v.LastOutcome = e.Generation, e.Outcome
 	case *Exited:

@@ -17,6 +17,8 @@ import (
 //                                (this saga is their one writer: the resumed generation's supervisor records only its
 //                                attach, which the gateway holds until sandbox.resumed is in the log; at a passed
 //                                deadline the runner records them as the driver observed, deadline.go)
+//     (first, a driver that is a compute.Checker is asked whether the target can restore ref: a refusal records
+//     sandbox.resume_failed{generation, node, reason CannotRestore, message}, nothing consumed, never asked again: check.go)
 //     failed, not consumed     → record sandbox.resume_failed{generation}   (suspended again, retryable; the gateway turns it
 //                                into the failure after the consumption when the log holds the consumption)
 //     the reference unknown    → as failed after consuming: the driver holds nothing behind it (consumed by an earlier
@@ -74,6 +76,8 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 		s.log = s.log.With().Str("from", from.Node).Str("to", in.Node).Logger()
 	}
 	var res compute.ResumeResult
+	fresh := consumedBy(s) == nil // nothing consumed yet: the target is asked first (check.go)
+	sent := false
 	reached := func(error) {}
 	if moving {
 		reached = r.aim(s)
@@ -93,6 +97,12 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 			}
 			req.RestoreRef = consumed.Via
 		}
+		if fresh && !sent {
+			if err := r.checkTarget(ctx, s, req.Spec, req.RestoreRef); err != nil {
+				return err
+			}
+		}
+		sent = true // a resume may reach the target: it is not asked again
 		res, err = s.suspender.Resume(ctx, req)
 		reached(err)
 		return err
@@ -114,6 +124,15 @@ func (r *Runner) resume(ctx context.Context, s *step, in *events.ResumeRequested
 		return nil
 	case errors.Is(err, errStopping):
 		return err
+	case errors.As(err, new(*refusal)):
+		// The target cannot restore it: nothing consumed, the state held;
+		// suspended again, the history saying why (check.go).
+		s.log.Info().Err(err).Str("step", "check").Msg("the target refused the restore; retained state kept")
+		if err := r.recordOrDrop(ctx, s, &events.ResumeFailed{Generation: gen, Message: err.Error(), Node: req.Spec.Node, Reason: events.ReasonCannotRestore}); err != nil {
+			return err
+		}
+		r.forgetRefusal(s)
+		return nil
 	case errors.Is(err, errDeadline):
 		s.log.Warn().Err(err).Str("step", "resume").Msg("deadline passed; the phase's deadline settles it")
 		return nil

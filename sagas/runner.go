@@ -103,6 +103,9 @@ type Runner struct {
 	// another node it is driving (reach, resume.go); dropped when the
 	// sandbox leaves the transient phase.
 	reached map[string]*reach
+	// refusals are the targets' refusals of resumes not yet recorded, by
+	// intent id (check.go).
+	refusals map[string]*refusal
 	// timers are the armed timers, per sandbox and kind (timer.go): the
 	// deadline of the transient phase a sandbox is in, its ttl, its
 	// retention, its idle policy.
@@ -178,6 +181,8 @@ func New(src Source, pos Position, rec Recorder, drv Drivers, creds *compute.Cre
 		freed:  make(chan struct{}),
 
 		reached: map[string]*reach{},
+
+		refusals: map[string]*refusal{},
 	}, nil
 }
 

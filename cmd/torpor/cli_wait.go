@@ -114,7 +114,7 @@ func waitSettled(ctx context.Context, c *torpor.Client, verb, id string, target 
 	if won.err != nil {
 		v = lastView(ctx, c, id) // the terminal view the server's wait saw
 	}
-	return v, events.Errorf(events.CodeFailedPrecondition, "%s %s: it ended %s, not %s%s", verb, refOr(v, id), dash(string(v.Phase)), target, why(v))
+	return v, events.Errorf(events.CodeFailedPrecondition, "%s %s: it ended %s, not %s%s%s", verb, refOr(v, id), dash(string(v.Phase)), target, why(v), refusal(ctx, c, v))
 }
 
 // send is a command sent with ?wait=true for at most timeout (the SDK's
@@ -149,7 +149,7 @@ func outcome(ctx context.Context, c *torpor.Client, verb string, target events.P
 	case err == nil && v.Phase == target:
 		return v, nil
 	case err == nil:
-		return v, events.Errorf(events.CodeFailedPrecondition, "%s %s: it ended %s, not %s%s", verb, ref(v), dash(string(v.Phase)), target, why(v))
+		return v, events.Errorf(events.CodeFailedPrecondition, "%s %s: it ended %s, not %s%s%s", verb, ref(v), dash(string(v.Phase)), target, why(v), refusal(ctx, c, v))
 	case ctx.Err() != nil:
 		return v, events.Errorf(events.CodeAborted, "%s: the wait was interrupted; a command that was accepted goes on", verb)
 	case events.CodeOf(err) != events.CodeDeadlineExceeded || v.ID == "":

@@ -10,6 +10,7 @@
 package check
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -86,6 +87,7 @@ const (
 	RuleStay     = "stay"     // a transient stay longer than the deadline
 	RuleCleanup  = "cleanup"  // a deadline's clean-up never done
 	RuleExpiry   = "expiry"   // a ttl expiry not at its time (moved by the stays in suspended when it pauses), or the views' expires_at not it
+	RuleRefusal  = "refusal"  // issue 29: a target's refusal of a resume from another node than the resume's target, or the views not saying it
 )
 
 // The deadline's clean-up of the driver, as the sagas are to record it
@@ -145,7 +147,10 @@ type sandbox struct {
 	ttlAt     time.Time
 	ttlPauses bool
 	pausedAt  time.Time
-	out       []Violation
+	// node is the sandbox's node (created's, then a consumption's on
+	// another), target the node the open resume runs on (issue 29).
+	node, target string
+	out          []Violation
 }
 
 func (s *sandbox) fail(seq uint64, inv int, rule, format string, args ...any) {
@@ -368,6 +373,7 @@ func (s *sandbox) effects(seq uint64, env events.Envelope, e events.Event, to ev
 	switch e := e.(type) {
 	case *events.Created:
 		s.gen, s.top = e.Generation, e.Generation
+		s.node = e.Node
 	case *events.StartRequested:
 		s.mint(seq, env.Type, e.Generation)
 		s.exit = nil // a new run
@@ -376,10 +382,12 @@ func (s *sandbox) effects(seq uint64, env events.Envelope, e events.Event, to ev
 			s.fail(seq, RetainedStateOnce, RuleRetained, "resume of reference %q, which is not held", e.RestoreRef)
 		}
 		s.mint(seq, env.Type, e.Generation)
+		s.target = cmp.Or(e.Node, s.node)
 	case *events.Suspended:
 		s.ref, s.refGen = e.RestoreRef, e.Generation // on a dead one: views says so
 	case *events.RetainedStateConsumed:
 		s.dead[e.RestoreRef] = true
+		s.node = cmp.Or(e.Node, s.node)
 	case *events.RetainedStateDiscarded:
 		s.dead[e.RestoreRef] = true
 	case *events.RetainedStateInvalidated:
@@ -390,6 +398,7 @@ func (s *sandbox) effects(seq uint64, env events.Envelope, e events.Event, to ev
 			// owns the retained state (issue 24, hole 5).
 			s.gen = s.refGen
 		}
+		s.refusal(seq, e)
 	case *events.Exited:
 		if code, ok := s.exited[e.Generation]; ok {
 			s.fail(seq, ExitKept, RuleExit, "a second exit of generation %d (code %d after %d)", e.Generation, e.Code, code)
@@ -399,6 +408,22 @@ func (s *sandbox) effects(seq uint64, env events.Envelope, e events.Event, to ev
 			code := e.Code
 			s.exit = &code
 		}
+	}
+}
+
+// refusal judges a resume's failure that says its target refused (issue
+// 29): only the node the resume ran on refuses it, and the views show the
+// refusal's reason. (That nothing was consumed before it is the table's:
+// a failure after the consumption is never suspended again.)
+func (s *sandbox) refusal(seq uint64, e *events.ResumeFailed) {
+	if e.Reason != events.ReasonCannotRestore {
+		return
+	}
+	if e.Node != s.target {
+		s.fail(seq, Lifecycle, RuleRefusal, "a refusal by node %q of a resume on node %q", e.Node, s.target)
+	}
+	if s.view.Reason != e.Reason {
+		s.fail(seq, Lifecycle, RuleRefusal, "the views show reason %q after a refusal (%s)", s.view.Reason, e.Reason)
 	}
 }
 

@@ -40,6 +40,7 @@ func build(t *testing.T, steps ...step) []events.Envelope {
 
 var (
 	created   = step{&events.Created{Name: "a", Driver: "sim", Generation: 1}, "provisioning", "c1"}
+	createdN1 = step{&events.Created{Name: "a", Driver: "vm", Node: "n1", Generation: 1}, "provisioning", "c1"}
 	attached1 = step{&events.SupervisorAttached{Generation: 1}, "ready", ""}
 	suspend1  = step{&events.SuspendRequested{Generation: 1}, "suspending", "c2"}
 	suspended = step{&events.Suspended{Generation: 1, RestoreRef: "r1"}, "suspended", "c2"}
@@ -125,6 +126,19 @@ func TestCleanLogs(t *testing.T) {
 			{&events.Active{Source: events.ActiveTouch, At: t0}, "stopped", "c6"}},
 		"a deadline ends provisioning in error": {created,
 			{&events.DeadlinePassed{Phase: "provisioning"}, "error", "c1"}},
+		// Issue 29: a target that cannot restore says so before anything
+		// is consumed; the same resume elsewhere, then on a third node.
+		"targets refuse a resume, then one restores": {createdN1, attached1, suspend1, suspended, resume2,
+			{&events.ResumeFailed{Generation: 2, Node: "n1", Reason: events.ReasonCannotRestore, Message: "too little memory"}, "suspended", "c3"},
+			{&events.ResumeRequested{Generation: 3, RestoreRef: "r1", Node: "n2"}, "starting", "c4"},
+			{&events.ResumeFailed{Generation: 3, Node: "n2", Reason: events.ReasonCannotRestore, Message: "no machine type microvm"}, "suspended", "c4"},
+			{&events.ResumeRequested{Generation: 4, RestoreRef: "r1", Node: "n3"}, "starting", "c5"},
+			{&events.RetainedStateConsumed{Generation: 4, RestoreRef: "r1", Node: "n3", Via: "r1@n3"}, "starting", "c5"},
+			{&events.SupervisorAttached{Generation: 4}, "ready", ""},
+			{&events.SuspendRequested{Generation: 4}, "suspending", "c6"},
+			{&events.Suspended{Generation: 4, RestoreRef: "r4"}, "suspended", "c6"},
+			{&events.ResumeRequested{Generation: 5, RestoreRef: "r4"}, "starting", "c7"},
+			{&events.ResumeFailed{Generation: 5, Node: "n3", Reason: events.ReasonCannotRestore, Message: "too little disk"}, "suspended", "c7"}},
 	}
 	for name, steps := range logs {
 		t.Run(name, func(t *testing.T) {
@@ -211,6 +225,14 @@ func TestViolations(t *testing.T) {
 			resumedReady}, check.CommandsOnce, 9, check.RuleOutcome},
 		{"the retained state consumed twice", []step{created, attached1, suspend1, suspended, resume2, consumed2, consumed2},
 			check.CommandsOnce, 7, check.RuleOutcome},
+		// Issue 29: only the resume's target refuses it.
+		{"a refusal by another node than the target", []step{createdN1, attached1, suspend1, suspended,
+			{&events.ResumeRequested{Generation: 2, RestoreRef: "r1", Node: "n2"}, "starting", "c3"},
+			{&events.ResumeFailed{Generation: 2, Node: "n1", Reason: events.ReasonCannotRestore}, "suspended", "c3"}},
+			check.Lifecycle, 6, check.RuleRefusal},
+		{"a refusal by another node than the sandbox's", []step{createdN1, attached1, suspend1, suspended, resume2,
+			{&events.ResumeFailed{Generation: 2, Node: "n2", Reason: events.ReasonCannotRestore}, "suspended", "c3"}},
+			check.Lifecycle, 6, check.RuleRefusal},
 		{"a start answered twice", []step{created,
 			{&events.Started{Generation: 1}, "provisioning", "c1"},
 			{&events.StartFailed{Generation: 1}, "error", "c1"}}, check.CommandsOnce, 3, check.RuleOutcome},

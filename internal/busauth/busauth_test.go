@@ -170,6 +170,10 @@ func actions() []action {
 		{name: "join the queue group torpor (reports)", sub: true, queue: "torpor", subject: "torpor.supervisor.*"},
 		{name: "call another node's driver", subject: "torpor.driver.n2.start"},
 		{name: "serve another node's driver", sub: true, subject: "torpor.driver.n2.>"},
+		// Issue 29: whether a node can restore a snapshot is the service's
+		// question to that node's driver alone.
+		{name: "ask another node whether it can restore", subject: "torpor.driver.n2.check"},
+		{name: "answer for another node whether it can restore", sub: true, subject: "torpor.driver.n2.check"},
 		{name: "write the view", subject: "$KV." + busauth.PhaseBucket + "." + sandboxA, unmoved: func(t *testing.T, b *bus) {
 			kv, _ := b.js.KeyValue(t.Context(), busauth.PhaseBucket)
 			e, err := kv.Get(t.Context(), sandboxA)
@@ -351,6 +355,22 @@ func TestRolesAllowed(t *testing.T) {
 		svc := b.conn(t, nil, busauth.Grant{Role: busauth.Service})
 		msg, err := svc.Request("torpor.driver.n1.start", []byte("{}"), 5*time.Second)
 		if err != nil || string(msg.Data) != "started" {
+			t.Errorf("got %v %v, want the driver's answer", msg, err)
+		}
+	})
+	t.Run("driver answers its node's check", func(t *testing.T) {
+		// Issue 29: the service asks the target node's driver, before a
+		// resume consumes anything, whether it can restore the snapshot.
+		drv := b.conn(t, nil, busauth.Grant{Role: busauth.Driver, Node: "n1"})
+		if _, err := drv.QueueSubscribe("torpor.driver.n1.check", "torpor-driver", func(m *nats.Msg) { _ = m.Respond([]byte("can restore")) }); err != nil {
+			t.Fatal(err)
+		}
+		if err := drv.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		svc := b.conn(t, nil, busauth.Grant{Role: busauth.Service})
+		msg, err := svc.Request("torpor.driver.n1.check", []byte("{}"), 5*time.Second)
+		if err != nil || string(msg.Data) != "can restore" {
 			t.Errorf("got %v %v, want the driver's answer", msg, err)
 		}
 	})
@@ -730,5 +750,43 @@ func TestClientInboxesApart(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantRefused(t, errs, subject)
+	}
+}
+
+// TestCheckAskedByTheServiceOnly (issue 29): no role but the service asks
+// node n1's driver whether it can restore a snapshot, and no driver but
+// n1's answers it: the nats-server refuses the others.
+func TestCheckAskedByTheServiceOnly(t *testing.T) {
+	b := startBus(t)
+	const subject = "torpor.driver.n1.check"
+	for _, tc := range []struct {
+		name   string
+		grants []busauth.Grant
+		sub    bool
+	}{
+		{"producer asks", []busauth.Grant{{Role: busauth.Producer}}, false},
+		{"dashboard asks", []busauth.Grant{{Role: busauth.Dashboard}}, false},
+		{"supervisor asks", []busauth.Grant{{Role: busauth.Supervisor, Sandbox: sandboxA}}, false},
+		{"driver n2 asks", []busauth.Grant{{Role: busauth.Driver, Node: "n2"}}, false},
+		{"driver n2 answers", []busauth.Grant{{Role: busauth.Driver, Node: "n2"}}, true},
+		{"producer answers", []busauth.Grant{{Role: busauth.Producer}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := make(chan error, 4)
+			nc := b.conn(t, errs, tc.grants...)
+			var err error
+			if tc.sub {
+				_, err = nc.QueueSubscribe(subject, "torpor-driver", func(*nats.Msg) {})
+			} else {
+				err = nc.Publish(subject, []byte(`{"driver":"vm","spec":{"sandbox_id":"a","node":"n1"},"ref":"r"}`))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			wantRefused(t, errs, subject)
+		})
 	}
 }

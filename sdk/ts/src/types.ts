@@ -45,6 +45,7 @@ export type Reason =
   | "ComputeResourceMissing"
   | "StartFailed"
   | "Expired"
+  | "CannotRestore"
   | (string & {});
 
 /** The phase view of one sandbox (CONTRACT §6). */

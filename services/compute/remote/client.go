@@ -22,6 +22,7 @@ var (
 	_ compute.SpecValidator = (*Client)(nil)
 	_ compute.Exporter      = (*Client)(nil)
 	_ compute.Dialer        = (*Client)(nil)
+	_ compute.Checker       = (*Client)(nil)
 )
 
 // How long a Client waits for an answer by default: LongTimeout for the
@@ -244,4 +245,15 @@ func (c *Client) Logs(ctx context.Context, spec compute.Spec, tail int) ([]byte,
 // Dial refuses: forwards to a sandbox on another node are not built.
 func (c *Client) Dial(ctx context.Context, spec compute.Spec, port int) (net.Conn, error) {
 	return nil, fmt.Errorf("port %d of %s: driver %s on node %s: forwards to another node are not built: %w", port, spec.SandboxID, c.driver, c.node, compute.ErrUnimplemented)
+}
+
+// CanRestore asks the node whether it can restore the retained state
+// behind ref (compute.Checker). A node whose driver is no Checker, or
+// that does not know the operation (an older torpor driver), answers
+// UNIMPLEMENTED: compute.Routed then takes it as not asked. It waits as
+// long as the calls that change a workload: a vm node may first probe its
+// accelerator.
+func (c *Client) CanRestore(ctx context.Context, spec compute.Spec, ref string) error {
+	_, err := c.call(ctx, OpCheck, Request{Spec: &spec, Ref: ref})
+	return err
 }

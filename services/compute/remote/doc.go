@@ -8,7 +8,7 @@
 //
 // Operation op of node N is a request on torpor.driver.N.op, op one of
 // capabilities, validate, start, stop, delete, suspend, resume, discard,
-// export, observe, logs. Serve registers a NATS micro service named
+// export, observe, logs, check. Serve registers a NATS micro service named
 // torpor-driver (`nats micro ls` lists it, its metadata names the node and
 // its drivers) with an endpoint per operation, each in the queue group
 // torpor-driver: several processes may serve the same node (a restart
@@ -37,6 +37,7 @@
 //	export        {"driver":"sim","spec":{…},"ref":"…"}
 //	observe       {"driver":"sim","spec":{…}}
 //	logs          {"driver":"sim","spec":{…},"tail":100}
+//	check         {"driver":"vm","spec":{…},"ref":"…"}   (issue 29: can the node restore ref? {} or a rejected error)
 //
 // "timeout_ms" bounds the driver call on the server (the Client sends the
 // time it will wait for the answer); without it the call gets

@@ -33,10 +33,13 @@ const (
 	OpExport       = "export"
 	OpObserve      = "observe"
 	OpLogs         = "logs"
+	// OpCheck asks whether the node can restore a retained state (issue
+	// 29, compute.Checker): spec and ref, answered by an error alone.
+	OpCheck = "check"
 )
 
 // Ops lists every operation, in the order of the contract.
-var Ops = []string{OpCapabilities, OpValidate, OpStart, OpStop, OpDelete, OpSuspend, OpResume, OpDiscard, OpExport, OpObserve, OpLogs}
+var Ops = []string{OpCapabilities, OpValidate, OpStart, OpStop, OpDelete, OpSuspend, OpResume, OpDiscard, OpExport, OpObserve, OpLogs, OpCheck}
 
 // Server-side bounds of a driver call: DefaultTimeout for a request that
 // names none, and never more than MaxTimeout, so that no call outlives the

@@ -381,6 +381,15 @@ func call(ctx context.Context, op string, req Request, d compute.Driver, lacks f
 		}
 		b, err := l.Logs(ctx, *req.Spec, req.Tail)
 		return Reply{Logs: b}, err
+	case OpCheck:
+		if err := needSpec(); err != nil {
+			return Reply{}, err
+		}
+		ch, ok := d.(compute.Checker)
+		if !ok {
+			return Reply{}, lacks("cannot say whether it can restore a retained state")
+		}
+		return Reply{}, ch.CanRestore(ctx, *req.Spec, req.Ref)
 	}
 	return Reply{}, events.Errorf(events.CodeUnimplemented, "no operation %q: %w", op, compute.ErrUnimplemented)
 }

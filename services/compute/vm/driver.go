@@ -143,6 +143,7 @@ func New(cfg Config) (*Driver, error) {
 		return nil, fmt.Errorf("vm driver: %w", err)
 	}
 	d := &Driver{cfg: cfg, root: root}
+	go warmQEMU(cfg.QEMU) // check.go: the first suspend does not wait for QEMU's answers
 	d.images = images{dir: filepath.Join(root, "images"), busybox: cfg.Busybox, modules: modulesDir(cfg.Kernel)}
 	return d, nil
 }
@@ -483,6 +484,7 @@ func (d *Driver) Suspend(ctx context.Context, t compute.Target) (string, error) 
 		}
 		return "", fmt.Errorf("suspend %s generation %d: %w", id, gen, err)
 	}
+	s.Compat = d.compatOf(ctx, st, t.Spec, s) // what a node restoring it needs (check.go)
 	// The suspension first: the supervisor that sees QEMU end reads it,
 	// and reports no exit.
 	st.Suspension = s

@@ -96,6 +96,7 @@ func (d *Driver) Export(ctx context.Context, spec compute.Spec, ref string) (str
 	h := sha256.New()
 	go func() { pw.CloseWithError(writeSnapshot(pw, h, dir, s)) }()
 	meta := jetstream.ObjectMeta{Name: name, Description: "torpor vm snapshot of " + id, Opts: &jetstream.ObjectMetaOptions{ChunkSize: objectChunk}}
+	meta.Metadata = compatMeta(s.Compat) // what a node restoring it needs (check.go)
 	if _, err := d.cfg.Snapshots.Put(ctx, meta, pr); err != nil {
 		pr.CloseWithError(err)
 		return "", fmt.Errorf("export %s: %w", id, err)

@@ -65,6 +65,9 @@ type suspension struct {
 	// Exported is the reference of the snapshot in the object store, once
 	// a resume on another node asked for it.
 	Exported string `json:"exported,omitempty"`
+	// Compat is what the snapshot needs of a node that restores it
+	// (check.go), recorded at suspend; nil for a snapshot made before.
+	Compat *compat `json:"compat,omitempty"`
 }
 
 // consumption is the resume of Ref under Generation; Failed when the

@@ -78,6 +78,10 @@ type Config struct {
 	// Snapshots is the object store (torpor_snapshots) snapshots move
 	// through between nodes; nil: this node's snapshots cannot move.
 	Snapshots jetstream.ObjectStore
+	// ExportAhead: a suspension puts its movable snapshot into Snapshots
+	// in the background once it is recorded (a node with peers: a resume
+	// on another node then only fetches it; ahead.go).
+	ExportAhead bool
 
 	// afterCont is a test's hook, called with QEMU's pid once a restored
 	// guest was continued; beforeCont one that makes Resume return its
@@ -85,6 +89,10 @@ type Config struct {
 	// driver died there.
 	afterCont  func(pid int)
 	beforeCont func() error
+	// beforeExport is a test's hook an export calls once the snapshot's
+	// files are open, before it writes anything (it holds the export under
+	// way).
+	beforeExport func()
 }
 
 // Driver is the vm driver: each sandbox is a QEMU microVM. Like the process
@@ -97,6 +105,7 @@ type Driver struct {
 	accel  accel
 
 	locks supervisor.Locks
+	ahead exports
 }
 
 // New returns a vm driver over cfg. What it needs on the node (QEMU, the
@@ -490,6 +499,7 @@ func (d *Driver) Suspend(ctx context.Context, t compute.Target) (string, error) 
 	if err := d.end(ctx, dir, st); err != nil {
 		return "", fmt.Errorf("suspend %s generation %d: %w", id, gen, err)
 	}
+	d.exportAhead(id, dir, s)
 	return s.Ref, nil
 }
 
@@ -648,6 +658,7 @@ func allocated(path string) (int64, error) {
 
 // removeSnapshot removes the files of s and its object, if it was exported.
 func (d *Driver) removeSnapshot(ctx context.Context, dir string, s *suspension) {
+	d.dropExport(ctx, filepath.Base(dir))
 	if s.State != "" {
 		_ = os.Remove(filepath.Join(dir, s.State))
 	}
@@ -658,6 +669,10 @@ func (d *Driver) removeSnapshot(ctx context.Context, dir string, s *suspension) 
 		if o, err := parseObjectRef(s.Exported); err == nil {
 			_ = d.cfg.Snapshots.Delete(ctx, o.name)
 		}
+	}
+	if s.State != "" && d.cfg.Snapshots != nil {
+		// An export ahead a restarted driver never recorded.
+		_ = d.cfg.Snapshots.Delete(ctx, objectName(filepath.Base(dir), s))
 	}
 }
 
@@ -713,6 +728,9 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 		held, ok := st.held()
 		if !ok || held != ref {
 			return none, fmt.Errorf("resume %s: %w: %q", id, compute.ErrUnknownRef, ref)
+		}
+		if err := d.stopExport(ctx, id, dir, st); err != nil {
+			return none, fmt.Errorf("resume %s: %w", id, err)
 		}
 		s = st.Suspension
 		if digest, _, err := syncDigest(filepath.Join(dir, s.State)); err != nil || digest != s.Digest {
@@ -884,7 +902,7 @@ func (d *Driver) Discard(ctx context.Context, spec compute.Spec, ref string) err
 	if st == nil || st.Suspension == nil || st.Suspension.Ref != ref {
 		return nil
 	}
-	moved := st.Suspension.Exported != ""
+	moved := st.Suspension.Moving
 	if st.Suspension.Held {
 		d.removeSnapshot(ctx, dir, st.Suspension)
 		st.Suspension.Held = false
@@ -918,6 +936,7 @@ func (d *Driver) Delete(ctx context.Context, spec compute.Spec) error {
 			return fmt.Errorf("delete %s: %w", id, err)
 		}
 	}
+	d.dropExport(ctx, id)
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}

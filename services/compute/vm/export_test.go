@@ -64,3 +64,21 @@ func UserNet(ctx context.Context, d *Driver, spec compute.Spec) (string, error) 
 	defer mo.close()
 	return mo.hmp("info usernet")
 }
+
+// SetBeforeExport sets the hook an export calls before it writes anything.
+func SetBeforeExport(c *Config, f func()) { c.beforeExport = f }
+
+// ExportsUnderWay is how many exports of d run or wait to be recorded.
+func ExportsUnderWay(d *Driver) int {
+	d.ahead.mu.Lock()
+	defer d.ahead.mu.Unlock()
+	n := 0
+	for _, e := range d.ahead.m {
+		select {
+		case <-e.done:
+		default:
+			n++
+		}
+	}
+	return n
+}

@@ -68,7 +68,8 @@ func (o objectRef) String() string { return objectPrefix + o.name + ":" + o.dige
 // Export puts the snapshot behind ref into the object store, compressed
 // (an idle guest's RAM is mostly zeros, and only its non-zero blocks are
 // written), and returns the reference that names the object and its
-// digest. The snapshot stays held on this node until it is restored
+// digest. An export ahead of it under way (ahead.go) is waited for, not
+// begun again. The snapshot stays held on this node until it is restored
 // elsewhere and discarded here. A repeat returns the same reference.
 func (d *Driver) Export(ctx context.Context, spec compute.Spec, ref string) (string, error) {
 	id := spec.SandboxID
@@ -80,10 +81,19 @@ func (d *Driver) Export(ctx context.Context, spec compute.Spec, ref string) (str
 	if err != nil {
 		return "", fmt.Errorf("export %s: %w", id, err)
 	}
+	if err := d.settleExport(ctx, id, dir, st); err != nil {
+		return "", fmt.Errorf("export %s: %w", id, err)
+	}
 	if st == nil || st.Suspension == nil || st.Suspension.Ref != ref || !st.Suspension.Held {
 		return "", fmt.Errorf("export %s: %w: %q", id, compute.ErrUnknownRef, ref)
 	}
 	s := st.Suspension
+	if !s.Moving {
+		s.Moving = true
+		if err := save(dir, st); err != nil {
+			return "", fmt.Errorf("export %s: %w", id, err)
+		}
+	}
 	if s.Exported != "" {
 		if o, err := parseObjectRef(s.Exported); err == nil {
 			if _, err := d.cfg.Snapshots.GetInfo(ctx, o.name); err == nil {
@@ -91,25 +101,26 @@ func (d *Driver) Export(ctx context.Context, spec compute.Spec, ref string) (str
 			}
 		}
 	}
-	name := id + "/" + strings.TrimSuffix(s.State, ".state")
-	pr, pw := io.Pipe()
-	h := sha256.New()
-	go func() { pw.CloseWithError(writeSnapshot(pw, h, dir, s)) }()
-	meta := jetstream.ObjectMeta{Name: name, Description: "torpor vm snapshot of " + id, Opts: &jetstream.ObjectMetaOptions{ChunkSize: objectChunk}}
-	if _, err := d.cfg.Snapshots.Put(ctx, meta, pr); err != nil {
-		pr.CloseWithError(err)
+	e := d.startExport(id, dir, s)
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		return "", fmt.Errorf("export %s: %w", id, ctx.Err())
+	}
+	if e.err != nil {
+		_ = d.settleExport(ctx, id, dir, st)
+		return "", fmt.Errorf("export %s: %w", id, e.err)
+	}
+	if err := d.settleExport(ctx, id, dir, st); err != nil {
 		return "", fmt.Errorf("export %s: %w", id, err)
 	}
-	s.Exported = objectRef{name: name, digest: hex.EncodeToString(h.Sum(nil))}.String()
-	if err := save(dir, st); err != nil {
-		return "", fmt.Errorf("export %s: %w", id, err)
-	}
-	return s.Exported, nil
+	return e.via, nil
 }
 
 // writeSnapshot writes the movable stream of s (in dir) to w, compressed,
-// with its uncompressed bytes into h.
-func writeSnapshot(w io.Writer, h hash.Hash, dir string, s *suspension) error {
+// with its uncompressed bytes into h; opened, if set, is called once the
+// snapshot's files are open, before anything is written.
+func writeSnapshot(w io.Writer, h hash.Hash, dir string, s *suspension, opened func()) error {
 	// The object store makes a chunk of each Read of what it puts: the
 	// compressor's small writes are gathered into whole chunks first, or a
 	// snapshot is thousands of tiny messages (and the store's publisher
@@ -129,6 +140,9 @@ func writeSnapshot(w io.Writer, h hash.Hash, dir string, s *suspension) error {
 	fi, err := ram.Stat()
 	if err != nil {
 		return err
+	}
+	if opened != nil {
+		opened()
 	}
 	hdr, _ := json.Marshal(objectHeader{Version: 1, State: s.State, StateSize: int64(len(state)), RAMSize: fi.Size()})
 	out.Write(append(hdr, '\n'))

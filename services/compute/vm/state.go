@@ -63,8 +63,11 @@ type suspension struct {
 	// RAM file's allocated bytes.
 	Size int64 `json:"size"`
 	// Exported is the reference of the snapshot in the object store, once
-	// a resume on another node asked for it.
+	// a resume on another node asked for it, or it was exported ahead
+	// (ahead.go).
 	Exported string `json:"exported,omitempty"`
+	// Moving: a resume on another node asked for it (Export).
+	Moving bool `json:"moving,omitempty"`
 }
 
 // consumption is the resume of Ref under Generation; Failed when the

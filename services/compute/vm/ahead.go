@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -27,10 +28,13 @@ import (
 // after the last chunk, so a reader never sees a partial one, and the
 // reference carries the digest of the whole stream.
 type exporting struct {
-	ref    string // the suspension's reference
-	start  time.Time
-	done   chan struct{}
-	cancel func() // stops the Put; the partial object is purged
+	ref     string // the suspension's reference
+	start   time.Time
+	done    chan struct{}
+	stopped chan struct{} // closed by cancel
+	now     chan struct{} // closed: no more delay (begin)
+	begin   sync.Once
+	cancel  func()        // stops the Put; the partial object is purged, a whole one deleted
 	// Set before done is closed:
 	via   string // the object's reference
 	bytes int64  // the object's size
@@ -54,29 +58,60 @@ func objectName(id string, s *suspension) string {
 }
 
 // startExport starts the export of the held snapshot s of sandbox id (in
-// dir) unless one of it runs, and returns it. The caller holds the
-// sandbox's lock.
-func (d *Driver) startExport(id, dir string, s *suspension) *exporting {
+// dir), after delay, unless one of it runs, and returns it. The caller
+// holds the sandbox's lock.
+func (d *Driver) startExport(id, dir string, s *suspension, delay time.Duration) *exporting {
 	d.ahead.mu.Lock()
 	defer d.ahead.mu.Unlock()
 	if e := d.ahead.m[id]; e != nil && e.ref == s.Ref {
+		if delay == 0 {
+			e.begin.Do(func() { close(e.now) })
+		}
 		return e
 	}
 	if d.ahead.m == nil {
 		d.ahead.m = map[string]*exporting{}
 	}
 	pr, pw := io.Pipe()
-	e := &exporting{ref: s.Ref, start: time.Now(), done: make(chan struct{}), cancel: func() { pw.CloseWithError(errExportStopped) }}
+	e := &exporting{ref: s.Ref, start: time.Now(), done: make(chan struct{}), stopped: make(chan struct{}), now: make(chan struct{})}
+	var once sync.Once
+	e.cancel = func() {
+		once.Do(func() {
+			close(e.stopped)
+			pw.CloseWithError(errExportStopped)
+		})
+	}
 	d.ahead.m[id] = e
 	snap := *s // the goroutine reads the files only: the lock's holder may change s
 	go func() {
 		defer close(e.done)
+		if delay > 0 {
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-e.now:
+				t.Stop()
+			case <-e.stopped:
+				t.Stop()
+				e.err = errExportStopped
+				return
+			}
+		}
 		// The Put's own bound: the store answers each chunk, a stopped one
 		// is purged on a context that still lives.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		e.via, e.bytes, e.err = d.put(ctx, id, dir, &snap, pr, pw)
 		e.took = time.Since(e.start)
+		select {
+		case <-e.stopped:
+			// Stopped as it finished: nobody records it, it goes.
+			if o, err := parseObjectRef(e.via); e.err == nil && err == nil {
+				_ = d.cfg.Snapshots.Delete(ctx, o.name)
+			}
+			e.err = errExportStopped
+		default:
+		}
 	}()
 	return e
 }
@@ -144,26 +179,37 @@ func (d *Driver) awaitExport(ctx context.Context, id, dir string, st *state) err
 	return d.settleExport(ctx, id, dir, st)
 }
 
-// stopExport stops the export of sandbox id under way, if any (its partial
-// object is purged), waits until it ended, and settles it: called under
-// the sandbox's lock before its snapshot is consumed or removed here.
+// stopExport stops the export of sandbox id under way, if any, without
+// waiting for it (its partial object is purged, one it finishes as it is
+// stopped deleted), and records one that finished: called under the
+// sandbox's lock before its snapshot is consumed here.
 func (d *Driver) stopExport(ctx context.Context, id, dir string, st *state) error {
 	d.ahead.mu.Lock()
 	e := d.ahead.m[id]
-	d.ahead.mu.Unlock()
-	if e == nil {
-		return nil
+	if e != nil {
+		select {
+		case <-e.done:
+			e = nil // finished: settled below
+		default:
+			e.cancel()
+			delete(d.ahead.m, id)
+		}
 	}
-	e.cancel()
-	<-e.done
+	d.ahead.mu.Unlock()
 	return d.settleExport(ctx, id, dir, st)
 }
+
+// DefaultExportDelay is how long an export ahead waits after the suspend
+// answered (Config.ExportDelay): the suspension is recorded meanwhile, and
+// a resume on the same node that follows at once stops an export that has
+// not begun, not one that loads the bus and the cores.
+const DefaultExportDelay = 250 * time.Millisecond
 
 // exportAhead starts the export of the suspension just recorded (Suspend,
 // under the sandbox's lock), on a node with peers.
 func (d *Driver) exportAhead(id, dir string, s *suspension) {
 	if d.cfg.ExportAhead && d.cfg.Snapshots != nil {
-		d.startExport(id, dir, s)
+		d.startExport(id, dir, s, cmp.Or(d.cfg.ExportDelay, DefaultExportDelay))
 	}
 }
 
@@ -203,9 +249,9 @@ func (d *Driver) Movable(ctx context.Context, spec compute.Spec, ref string) (vi
 	return st.Suspension.Exported, int64(info.Size), 0, nil
 }
 
-// dropExport stops the export of sandbox id under way, if any, waits
-// until it ended, and deletes what it made: under the sandbox's lock,
-// before its snapshot is removed here.
+// dropExport stops the export of sandbox id under way, if any, without
+// waiting for it, and deletes what a finished one made: under the
+// sandbox's lock, before its snapshot is removed here.
 func (d *Driver) dropExport(ctx context.Context, id string) {
 	d.ahead.mu.Lock()
 	e := d.ahead.m[id]
@@ -215,8 +261,11 @@ func (d *Driver) dropExport(ctx context.Context, id string) {
 		return
 	}
 	e.cancel()
-	<-e.done
-	if o, err := parseObjectRef(e.via); e.err == nil && err == nil {
-		_ = d.cfg.Snapshots.Delete(ctx, o.name)
+	select {
+	case <-e.done:
+		if o, err := parseObjectRef(e.via); e.err == nil && err == nil {
+			_ = d.cfg.Snapshots.Delete(ctx, o.name)
+		}
+	default:
 	}
 }

@@ -82,6 +82,9 @@ type Config struct {
 	// in the background once it is recorded (a node with peers: a resume
 	// on another node then only fetches it; ahead.go).
 	ExportAhead bool
+	// ExportDelay is how long after a suspend its export ahead begins;
+	// 0: DefaultExportDelay.
+	ExportDelay time.Duration
 
 	// afterCont is a test's hook, called with QEMU's pid once a restored
 	// guest was continued; beforeCont one that makes Resume return its

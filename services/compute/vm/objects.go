@@ -101,7 +101,7 @@ func (d *Driver) Export(ctx context.Context, spec compute.Spec, ref string) (str
 			}
 		}
 	}
-	e := d.startExport(id, dir, s)
+	e := d.startExport(id, dir, s, 0)
 	select {
 	case <-e.done:
 	case <-ctx.Done():
@@ -278,7 +278,10 @@ func readSnapshot(r io.Reader, dir string, s *suspension, digest string) error {
 		return err
 	}
 	s.Size = hdr.StateSize
-	return ram.Sync()
+	// The RAM file is not synced: the guest's memory is no more durable
+	// than on a resume on the same node (the object stays in the store
+	// until the guest runs here).
+	return nil
 }
 
 // deleteObjects deletes every snapshot object of sandbox id.

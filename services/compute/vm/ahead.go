@@ -34,7 +34,7 @@ type exporting struct {
 	stopped chan struct{} // closed by cancel
 	now     chan struct{} // closed: no more delay (begin)
 	begin   sync.Once
-	cancel  func()        // stops the Put; the partial object is purged, a whole one deleted
+	cancel  func() // stops the Put; the partial object is purged, a whole one deleted
 	// Set before done is closed:
 	via   string // the object's reference
 	bytes int64  // the object's size

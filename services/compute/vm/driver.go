@@ -717,10 +717,14 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 		}
 	}
 	var s *suspension
+	var fetched func() error // the rest of a streamed fetch (streamed.go)
 	if o, err := parseObjectRef(ref); err == nil {
-		if s, err = d.fetch(ctx, dir, st, req, o); err != nil {
+		var rest func() error
+		if s, rest, err = d.fetchStreamed(ctx, dir, req, o); err != nil {
 			return none, fmt.Errorf("resume %s generation %d: %w", id, gen, err)
 		}
+		defer rest() // the fetch ends before Resume does, whatever happens
+		fetched = rest
 		if st == nil {
 			st = &state{}
 		}
@@ -761,7 +765,7 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 	if err := supervisor.WriteJSON(filepath.Join(dir, machineFile), m); err != nil {
 		return none, fmt.Errorf("resume %s: %w", id, err)
 	}
-	sup, qemu, err := d.restoreIncoming(ctx, dir, id, gen, req.Credential, req.BusCreds, s)
+	sup, qemu, err := d.restoreIncoming(ctx, dir, id, gen, req.Credential, req.BusCreds, s, fetched)
 	if err != nil {
 		if sup.Alive() {
 			_ = syscall.Kill(sup.Pid, syscall.SIGKILL)
@@ -820,8 +824,9 @@ func (d *Driver) endAttempt(ctx context.Context, dir string, gen int64) error {
 }
 
 // restoreIncoming starts a restoring supervisor and feeds its QEMU the
-// snapshot's device state, up to a guest that is paused and whole.
-func (d *Driver) restoreIncoming(ctx context.Context, dir, id string, gen int64, cred, busCreds string, s *suspension) (sup, qemu supervisor.Proc, err error) {
+// snapshot's device state, up to a guest that is paused and whole; with
+// fetched, once fetched says the snapshot is all there (a streamed fetch).
+func (d *Driver) restoreIncoming(ctx context.Context, dir, id string, gen int64, cred, busCreds string, s *suspension, fetched func() error) (sup, qemu supervisor.Proc, err error) {
 	_ = os.Remove(filepath.Join(dir, runFile))
 	sup, err = d.spawn(ctx, dir, id, gen, cred, busCreds, true)
 	if err != nil {
@@ -839,6 +844,13 @@ func (d *Driver) restoreIncoming(ctx context.Context, dir, id string, gen int64,
 	defer mo.close()
 	if err := mo.ignoreShared(); err != nil {
 		return sup, qemu, err
+	}
+	if fetched != nil {
+		// QEMU started while the snapshot came: all of it is here, and
+		// matches its digest, before any of it is taken.
+		if err := fetched(); err != nil {
+			return sup, qemu, err
+		}
 	}
 	if _, err := mo.run("migrate-incoming", map[string]any{"uri": "exec:cat " + shellPath(filepath.Join(dir, s.State))}); err != nil {
 		return sup, qemu, err

@@ -189,34 +189,20 @@ func allZero(b []byte) bool {
 // before anything is restored. An object that is not there is
 // ErrUnknownRef (consumed, discarded, or never made).
 func (d *Driver) fetch(ctx context.Context, dir string, st *state, req compute.Resume, o objectRef) (*suspension, error) {
-	if d.cfg.Snapshots == nil {
-		return nil, fmt.Errorf("%w: this node has no object store for snapshots", compute.ErrUnimplemented)
-	}
-	r, err := d.cfg.Snapshots.Get(ctx, o.name)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, fmt.Errorf("%w: %s: no such snapshot object", compute.ErrUnknownRef, o)
-	}
+	s, rest, err := d.fetchStreamed(ctx, dir, req, o)
 	if err != nil {
 		return nil, err
 	}
-	defer r.Close()
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := rest(); err != nil {
 		return nil, err
-	}
-	s := &suspension{Generation: req.Generation - 1, Ref: o.String(), Held: true, RAM: fmt.Sprintf("ram-%d", req.Generation), Digest: o.digest}
-	if err := readSnapshot(r, dir, s, o.digest); err != nil {
-		_ = os.Remove(filepath.Join(dir, s.RAM))
-		if s.State != "" {
-			_ = os.Remove(filepath.Join(dir, s.State))
-		}
-		return nil, fmt.Errorf("snapshot %s: %w: not restored", o, err)
 	}
 	return s, nil
 }
 
 // readSnapshot reads a movable stream from r into dir (s.State, s.RAM) and
-// checks its digest.
-func readSnapshot(r io.Reader, dir string, s *suspension, digest string) error {
+// checks its digest; laidOut, if set, is called once the RAM file has its
+// size and s.State its name, before any of the memory is written.
+func readSnapshot(r io.Reader, dir string, s *suspension, digest string, laidOut func()) error {
 	gz, err := gzip.NewReader(r)
 	if err != nil {
 		return err
@@ -243,6 +229,9 @@ func readSnapshot(r io.Reader, dir string, s *suspension, digest string) error {
 	defer ram.Close()
 	if err := ram.Truncate(hdr.RAMSize); err != nil {
 		return err
+	}
+	if laidOut != nil {
+		laidOut()
 	}
 	buf := make([]byte, blockSize)
 	var frame [12]byte

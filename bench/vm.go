@@ -15,7 +15,6 @@ import (
 
 	"github.com/torpor/torpor/events"
 	torpor "github.com/torpor/torpor/sdk/go"
-	"github.com/torpor/torpor/services/compute"
 	"github.com/torpor/torpor/services/compute/vm"
 )
 
@@ -136,7 +135,7 @@ func RunVM(ctx context.Context, cfg Config, start Starter, progress io.Writer) (
 	}
 	r.MoveP50Runs = blockP50s(moved, max(1, cfg.Runs))
 	r.Moves, r.Move, r.ExportAhead = len(moved), percentilesOf(moved), percentilesOf(ahead)
-	if err := r.snapshotBytes(ctx, svc, c, dir, ids[0]); err != nil {
+	if err := r.snapshotBytes(ctx, svc, c, dir, ids[0], movable); err != nil {
 		return nil, fmt.Errorf("vm: snapshot bytes: %w", err)
 	}
 	return r, nil
@@ -217,10 +216,10 @@ func movableIn(svc Service) (func(context.Context, string) error, func(), error)
 }
 
 // snapshotBytes suspends sandbox id once more and reads what its snapshot
-// keeps: the device state file on the node, and the object an export to the
-// store makes (by a driver of its own on the service's data and NATS; the
-// sandbox is resumed after, on its node, from the same snapshot).
-func (r *VM) snapshotBytes(ctx context.Context, svc Service, c *torpor.Client, dir, id string) error {
+// keeps: the device state file on the node, and the object its export
+// ahead puts in the store (the sandbox is resumed after, on its node, from
+// the same snapshot).
+func (r *VM) snapshotBytes(ctx context.Context, svc Service, c *torpor.Client, dir, id string, movable func(context.Context, string) error) error {
 	if _, err := c.Lifecycle(ctx, "suspend", id, false, ""); err != nil {
 		return err
 	}
@@ -246,17 +245,7 @@ func (r *VM) snapshotBytes(ctx context.Context, svc Service, c *torpor.Client, d
 	if err != nil {
 		return err
 	}
-	d, err := vm.New(vm.Config{Data: dir, NATSURL: svc.NATSURL(), Snapshots: store})
-	if err != nil {
-		return err
-	}
-	spec := compute.Spec{SandboxID: id, Node: "local"}
-	o, err := d.Observe(ctx, spec)
-	if err != nil {
-		return err
-	}
-	_, err = d.Export(ctx, spec, o.RestoreRef)
-	if err != nil {
+	if err := movable(ctx, id); err != nil { // exported ahead by the service
 		return err
 	}
 	infos, err := store.List(ctx)

@@ -390,7 +390,7 @@ func (r *Report) Print(w io.Writer) {
 		} else {
 			fmt.Fprintf(w, "vm sandboxes (%s, %d MiB) through the pipeline (%d × %d rounds, over HTTP with the SDK's wait): boot→ready p50 %.0f max %.0f ms; suspend→suspended p50 %.2f p90 %.2f p99 %.2f max %.2f ms; resume→ready p50 %.2f p90 %.2f p99 %.2f max %.2f ms\n",
 				v.Accel, v.MemoryMiB, v.Sandboxes, v.Rounds, v.Boot.P50, v.Boot.Max, v.Suspend.P50, v.Suspend.P90, v.Suspend.P99, v.Suspend.Max, v.Resume.P50, v.Resume.P90, v.Resume.P99, v.Resume.Max)
-			fmt.Fprintf(w, "vm resume on another node (%d resumes, to %s and back; the export to torpor_snapshots, the fetch and restore included): resume→ready p50 %.0f p90 %.0f max %.0f ms\n",
+			fmt.Fprintf(w, "vm resume on another node (%d resumes, to %s and back; the snapshot exported ahead, the fetch and restore included): resume→ready p50 %.0f p90 %.0f max %.0f ms\n",
 				v.Moves, v.MoveNode, v.Move.P50, v.Move.P90, v.Move.Max)
 			if len(v.ResumeStages) > 0 {
 				fmt.Fprintln(w, stageLine(fmt.Sprintf("vm resume latency, same node (%s)", v.Accel), v.ResumeStages))
@@ -400,6 +400,10 @@ func (r *Report) Print(w io.Writer) {
 			}
 			if v.AccelWhy != "" {
 				fmt.Fprintf(w, "vm accelerator of every vm row: %s (%s)\n", v.Accel, v.AccelWhy)
+			}
+			if v.ExportAhead.P50 > 0 {
+				fmt.Fprintf(w, "vm export ahead (after each suspension, in the background; waited for before each resume on another node and not counted in it): suspended→movable p50 %.0f p90 %.0f max %.0f ms\n",
+					v.ExportAhead.P50, v.ExportAhead.P90, v.ExportAhead.Max)
 			}
 			fmt.Fprintf(w, "vm snapshot bytes per MiB of guest memory: same node %.0f (device state only; the RAM stays in the node's file), movable %.0f (compressed, in torpor_snapshots)\n",
 				float64(v.StateBytes)/float64(v.MemoryMiB), float64(v.MovableBytes)/float64(v.MemoryMiB))

@@ -2,10 +2,12 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -13,7 +15,6 @@ import (
 
 	"github.com/torpor/torpor/events"
 	torpor "github.com/torpor/torpor/sdk/go"
-	"github.com/torpor/torpor/services/compute"
 	"github.com/torpor/torpor/services/compute/vm"
 )
 
@@ -29,8 +30,8 @@ type VM struct {
 	Suspend   Percentiles `json:"suspend_to_suspended_ms"`
 	Resume    Percentiles `json:"resume_to_ready_ms"`
 	// Moves resumes went to another node (to MoveNode and back, turn about);
-	// Move is each one's resume→ready: the export to torpor_snapshots on the
-	// node the sandbox is on, the fetch and restore on the other.
+	// Move is each one's resume→ready: the fetch from torpor_snapshots and
+	// the restore on the other node (the snapshot was exported ahead).
 	Moves    int         `json:"moves"`
 	MoveNode string      `json:"move_node,omitempty"`
 	Move     Percentiles `json:"move_resume_to_ready_ms"`
@@ -39,6 +40,11 @@ type VM struct {
 	// accepted.
 	ResumeStages []StageRow `json:"resume_stages,omitempty"`
 	MoveStages   []StageRow `json:"move_resume_stages,omitempty"`
+	// ExportAhead is each move's suspended→movable: the snapshot exported
+	// to torpor_snapshots in the background after the suspension (a node
+	// with peers), waited for before the resume is sent and not counted in
+	// Move.
+	ExportAhead Percentiles `json:"export_ahead_ms"`
 	// The p50s of each run (--runs) of the rounds and of the moves: the
 	// samples split in as many blocks, in the order they ran.
 	SuspendP50Runs []float64 `json:"suspend_p50_ms_runs,omitempty"`
@@ -127,14 +133,19 @@ func RunVM(ctx context.Context, cfg Config, start Starter, progress io.Writer) (
 	r.SuspendP50Runs, r.ResumeP50Runs = blockP50s(lats[0], max(1, cfg.Runs)), blockP50s(lats[1], max(1, cfg.Runs))
 	r.Suspend, r.Resume = percentilesOf(lats[0]), percentilesOf(lats[1])
 	fmt.Fprintf(progress, "bench: vm: each moved to %s and back, %d resumes on the other node\n", vmOther, moves)
-	moved, err := moveRounds(ctx, c, ids, moves, moveStages)
+	movable, closeStore, err := movableIn(svc)
+	if err != nil {
+		return nil, fmt.Errorf("vm: %w", err)
+	}
+	defer closeStore()
+	moved, ahead, err := moveRounds(ctx, c, ids, moves, moveStages, movable)
 	if err != nil {
 		return nil, fmt.Errorf("vm: %w", err)
 	}
 	r.ResumeStages, r.MoveStages = stages.rows(), moveStages.rows()
 	r.MoveP50Runs = blockP50s(moved, max(1, cfg.Runs))
-	r.Moves, r.Move = len(moved), percentilesOf(moved)
-	if err := r.snapshotBytes(ctx, svc, c, dir, ids[0]); err != nil {
+	r.Moves, r.Move, r.ExportAhead = len(moved), percentilesOf(moved), percentilesOf(ahead)
+	if err := r.snapshotBytes(ctx, svc, c, dir, ids[0], movable); err != nil {
 		return nil, fmt.Errorf("vm: snapshot bytes: %w", err)
 	}
 	return r, nil
@@ -142,40 +153,87 @@ func RunVM(ctx context.Context, cfg Config, start Starter, progress io.Writer) (
 
 // moveRounds suspends each of ids and resumes it on the other node, moves
 // times each (to vmOther, then back to the service's own, and so on), and
-// gives each resume's time to ready, its stages to stages. Each sandbox
-// ends on the node it began on when moves is even.
-func moveRounds(ctx context.Context, c *torpor.Client, ids []string, moves int, stages stageSamples) ([]time.Duration, error) {
+// gives each resume's time to ready, its stages to stages, and each
+// suspension's to movable (its snapshot whole in torpor_snapshots, exported
+// ahead), waited for before the resume. Each sandbox ends on the node it
+// began on when moves is even.
+func moveRounds(ctx context.Context, c *torpor.Client, ids []string, moves int, stages stageSamples, movable func(context.Context, string) error) (lats, ahead []time.Duration, err error) {
 	step := waitStep(c)
 	nodes := [2]string{vmOther, "local"}
-	var lats []time.Duration
 	for i := range moves {
 		for _, id := range ids {
 			if err := step(ctx, "suspend", id, events.PhaseSuspended); err != nil {
-				return nil, fmt.Errorf("%w (the sandbox's last event: %s)", err, lastEvent(ctx, c, id))
+				return nil, nil, fmt.Errorf("%w (the sandbox's last event: %s)", err, lastEvent(ctx, c, id))
 			}
+			t := time.Now()
+			if err := movable(ctx, id); err != nil {
+				return nil, nil, fmt.Errorf("%s: the snapshot exported ahead: %w", id, err)
+			}
+			ahead = append(ahead, time.Since(t))
 			t0 := time.Now()
 			acc, err := c.Resume(ctx, id, torpor.ResumeOptions{Node: nodes[i%2]}, "")
 			if err != nil {
-				return nil, fmt.Errorf("resume %s --node %s: %w", id, nodes[i%2], err)
+				return nil, nil, fmt.Errorf("resume %s --node %s: %w", id, nodes[i%2], err)
 			}
 			v, err := c.WaitAfter(ctx, id, events.PhaseReady, acc.Seq, time.Minute)
 			if err != nil || v.Node != nodes[i%2] {
-				return nil, fmt.Errorf("resume %s --node %s: %v, the view %+v (the sandbox's last event: %s)", id, nodes[i%2], err, v, lastEvent(ctx, c, id))
+				return nil, nil, fmt.Errorf("resume %s --node %s: %v, the view %+v (the sandbox's last event: %s)", id, nodes[i%2], err, v, lastEvent(ctx, c, id))
 			}
 			lats = append(lats, time.Since(t0))
 			if err := stages.add(ctx, c, id); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 	}
-	return lats, nil
+	return lats, ahead, nil
+}
+
+// movableIn is what waits, on svc's torpor_snapshots, until a sandbox's
+// snapshot is there whole (the store lists an object only once its last
+// chunk is in): a move's resume then only fetches it.
+func movableIn(svc Service) (func(context.Context, string) error, func(), error) {
+	nc, err := nats.Connect(svc.NATSURL(), svc.NATSOptions()...)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	store, err := js.ObjectStore(context.Background(), vm.SnapshotBucket)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	movable := func(ctx context.Context, id string) error {
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		for {
+			infos, err := store.List(ctx)
+			if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
+				return err
+			}
+			for _, info := range infos {
+				if strings.HasPrefix(info.Name, id+"/") {
+					return nil
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	return movable, nc.Close, nil
 }
 
 // snapshotBytes suspends sandbox id once more and reads what its snapshot
-// keeps: the device state file on the node, and the object an export to the
-// store makes (by a driver of its own on the service's data and NATS; the
-// sandbox is resumed after, on its node, from the same snapshot).
-func (r *VM) snapshotBytes(ctx context.Context, svc Service, c *torpor.Client, dir, id string) error {
+// keeps: the device state file on the node, and the object its export
+// ahead puts in the store (the sandbox is resumed after, on its node, from
+// the same snapshot).
+func (r *VM) snapshotBytes(ctx context.Context, svc Service, c *torpor.Client, dir, id string, movable func(context.Context, string) error) error {
 	if _, err := c.Lifecycle(ctx, "suspend", id, false, ""); err != nil {
 		return err
 	}
@@ -201,17 +259,7 @@ func (r *VM) snapshotBytes(ctx context.Context, svc Service, c *torpor.Client, d
 	if err != nil {
 		return err
 	}
-	d, err := vm.New(vm.Config{Data: dir, NATSURL: svc.NATSURL(), Snapshots: store})
-	if err != nil {
-		return err
-	}
-	spec := compute.Spec{SandboxID: id, Node: "local"}
-	o, err := d.Observe(ctx, spec)
-	if err != nil {
-		return err
-	}
-	_, err = d.Export(ctx, spec, o.RestoreRef)
-	if err != nil {
+	if err := movable(ctx, id); err != nil { // exported ahead by the service
 		return err
 	}
 	infos, err := store.List(ctx)

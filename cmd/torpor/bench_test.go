@@ -647,6 +647,9 @@ func TestBenchVM(t *testing.T) {
 	if r.Moves != 2 || r.Move.P50 <= 0 || r.MoveNode == "" {
 		t.Fatalf("resumes on another node: %d, p50 %v ms, to %q", r.Moves, r.Move.P50, r.MoveNode)
 	}
+	if r.ExportAhead.P50 <= 0 {
+		t.Fatalf("the snapshots exported ahead of the moves: %+v", r.ExportAhead)
+	}
 	if r.StateBytes <= 0 || r.MovableBytes <= 0 || r.MovableBytes > int64(r.MemoryMiB)<<20 {
 		t.Fatalf("snapshot bytes: state %d, movable %d for %d MiB", r.StateBytes, r.MovableBytes, r.MemoryMiB)
 	}

@@ -27,7 +27,9 @@ func vmDriver(cfg DriverConfig, nc *nats.Conn, log zerolog.Logger) (compute.Driv
 	if err := probe.Missing(); err != nil {
 		return nil, err
 	}
-	d, err := newVM(nc, 0, cfg.Data, cfg.NATSURL, cfg.NATSCA, cfg.Torpor, cfg.VMKernel, cfg.Heartbeat, log)
+	// A driver node has a peer (the service that drives it): its
+	// suspensions are exported ahead.
+	d, err := newVM(nc, 0, cfg.Data, cfg.NATSURL, cfg.NATSCA, cfg.Torpor, cfg.VMKernel, cfg.Heartbeat, true, log)
 	if err != nil {
 		return nil, err
 	}
@@ -41,8 +43,9 @@ func vmDriver(cfg DriverConfig, nc *nats.Conn, log zerolog.Logger) (compute.Driv
 // snapshots moving through the torpor_snapshots object store on nc's
 // JetStream: made if missing with replicas copies when replicas is set (the
 // service), else bound (a driver node, replicas 0, whose user may not make
-// streams).
-func newVM(nc *nats.Conn, replicas int, data, url, ca, binary, kernel string, heartbeat time.Duration, log zerolog.Logger) (*vm.Driver, error) {
+// streams). With ahead (a node with peers) each suspension's snapshot is
+// exported to the store in the background (vm.Config.ExportAhead).
+func newVM(nc *nats.Conn, replicas int, data, url, ca, binary, kernel string, heartbeat time.Duration, ahead bool, log zerolog.Logger) (*vm.Driver, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
@@ -66,5 +69,5 @@ func newVM(nc *nats.Conn, replicas int, data, url, ca, binary, kernel string, he
 	if err != nil {
 		return nil, err
 	}
-	return vm.New(vm.Config{Data: data, NATSURL: url, NATSCA: ca, Binary: binary, Kernel: kernel, Heartbeat: heartbeat, Snapshots: store, Log: log})
+	return vm.New(vm.Config{Data: data, NATSURL: url, NATSCA: ca, Binary: binary, Kernel: kernel, Heartbeat: heartbeat, Snapshots: store, ExportAhead: ahead, Log: log})
 }

@@ -83,6 +83,13 @@ type Config struct {
 	// Snapshots is the object store (torpor_snapshots) snapshots move
 	// through between nodes; nil: this node's snapshots cannot move.
 	Snapshots jetstream.ObjectStore
+	// ExportAhead: a suspension puts its movable snapshot into Snapshots
+	// in the background once it is recorded (a node with peers: a resume
+	// on another node then only fetches it; ahead.go).
+	ExportAhead bool
+	// ExportDelay is how long after a suspend its export ahead begins;
+	// 0: DefaultExportDelay.
+	ExportDelay time.Duration
 
 	// afterCont is a test's hook, called with QEMU's pid once a restored
 	// guest was continued; beforeCont one that makes Resume return its
@@ -90,6 +97,10 @@ type Config struct {
 	// driver died there.
 	afterCont  func(pid int)
 	beforeCont func() error
+	// beforeExport is a test's hook an export calls once the snapshot's
+	// files are open, before it writes anything (it holds the export under
+	// way).
+	beforeExport func()
 }
 
 // Driver is the vm driver: each sandbox is a QEMU microVM. Like the process
@@ -102,6 +113,7 @@ type Driver struct {
 	accel  accel
 
 	locks supervisor.Locks
+	ahead exports
 }
 
 // New returns a vm driver over cfg. What it needs on the node (QEMU, the
@@ -499,6 +511,7 @@ func (d *Driver) Suspend(ctx context.Context, t compute.Target) (string, error) 
 	if err := d.end(ctx, dir, st); err != nil {
 		return "", fmt.Errorf("suspend %s generation %d: %w", id, gen, err)
 	}
+	d.exportAhead(id, dir, s)
 	return s.Ref, nil
 }
 
@@ -657,6 +670,7 @@ func allocated(path string) (int64, error) {
 
 // removeSnapshot removes the files of s and its object, if it was exported.
 func (d *Driver) removeSnapshot(ctx context.Context, dir string, s *suspension) {
+	d.dropExport(ctx, filepath.Base(dir))
 	if s.State != "" {
 		_ = os.Remove(filepath.Join(dir, s.State))
 	}
@@ -667,6 +681,10 @@ func (d *Driver) removeSnapshot(ctx context.Context, dir string, s *suspension) 
 		if o, err := parseObjectRef(s.Exported); err == nil {
 			_ = d.cfg.Snapshots.Delete(ctx, o.name)
 		}
+	}
+	if s.State != "" && d.cfg.Snapshots != nil {
+		// An export ahead a restarted driver never recorded.
+		_ = d.cfg.Snapshots.Delete(ctx, objectName(filepath.Base(dir), s))
 	}
 }
 
@@ -709,10 +727,14 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 		}
 	}
 	var s *suspension
+	var fetched func() error // the rest of a streamed fetch (streamed.go)
 	if o, err := parseObjectRef(ref); err == nil {
-		if s, err = d.fetch(ctx, dir, st, req, o); err != nil {
+		var rest func() error
+		if s, rest, err = d.fetchStreamed(ctx, dir, req, o); err != nil {
 			return none, fmt.Errorf("resume %s generation %d: %w", id, gen, err)
 		}
+		defer rest() // the fetch ends before Resume does, whatever happens
+		fetched = rest
 		if st == nil {
 			st = &state{}
 		}
@@ -723,6 +745,9 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 		held, ok := st.held()
 		if !ok || held != ref {
 			return none, fmt.Errorf("resume %s: %w: %q", id, compute.ErrUnknownRef, ref)
+		}
+		if err := d.stopExport(ctx, id, dir, st); err != nil {
+			return none, fmt.Errorf("resume %s: %w", id, err)
 		}
 		s = st.Suspension
 		if digest, _, err := syncDigest(filepath.Join(dir, s.State)); err != nil || digest != s.Digest {
@@ -750,7 +775,7 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 	if err := supervisor.WriteJSON(filepath.Join(dir, machineFile), m); err != nil {
 		return none, fmt.Errorf("resume %s: %w", id, err)
 	}
-	sup, qemu, err := d.restoreIncoming(ctx, dir, id, gen, req.Credential, req.BusCreds, s)
+	sup, qemu, err := d.restoreIncoming(ctx, dir, id, gen, req.Credential, req.BusCreds, s, fetched)
 	if err != nil {
 		if sup.Alive() {
 			_ = syscall.Kill(sup.Pid, syscall.SIGKILL)
@@ -810,8 +835,9 @@ func (d *Driver) endAttempt(ctx context.Context, dir string, gen int64) error {
 }
 
 // restoreIncoming starts a restoring supervisor and feeds its QEMU the
-// snapshot's device state, up to a guest that is paused and whole.
-func (d *Driver) restoreIncoming(ctx context.Context, dir, id string, gen int64, cred, busCreds string, s *suspension) (sup, qemu supervisor.Proc, err error) {
+// snapshot's device state, up to a guest that is paused and whole; with
+// fetched, once fetched says the snapshot is all there (a streamed fetch).
+func (d *Driver) restoreIncoming(ctx context.Context, dir, id string, gen int64, cred, busCreds string, s *suspension, fetched func() error) (sup, qemu supervisor.Proc, err error) {
 	_ = os.Remove(filepath.Join(dir, runFile))
 	sup, err = d.spawn(ctx, dir, id, gen, cred, busCreds, true)
 	if err != nil {
@@ -829,6 +855,13 @@ func (d *Driver) restoreIncoming(ctx context.Context, dir, id string, gen int64,
 	defer mo.close()
 	if err := mo.ignoreShared(); err != nil {
 		return sup, qemu, err
+	}
+	if fetched != nil {
+		// QEMU started while the snapshot came: all of it is here, and
+		// matches its digest, before any of it is taken.
+		if err := fetched(); err != nil {
+			return sup, qemu, err
+		}
 	}
 	if _, err := mo.run("migrate-incoming", map[string]any{"uri": "exec:cat " + shellPath(filepath.Join(dir, s.State))}); err != nil {
 		return sup, qemu, err
@@ -895,7 +928,7 @@ func (d *Driver) Discard(ctx context.Context, spec compute.Spec, ref string) err
 	if st == nil || st.Suspension == nil || st.Suspension.Ref != ref {
 		return nil
 	}
-	moved := st.Suspension.Exported != ""
+	moved := st.Suspension.Moving
 	if st.Suspension.Held {
 		d.removeSnapshot(ctx, dir, st.Suspension)
 		st.Suspension.Held = false
@@ -929,6 +962,7 @@ func (d *Driver) Delete(ctx context.Context, spec compute.Spec) error {
 			return fmt.Errorf("delete %s: %w", id, err)
 		}
 	}
+	d.dropExport(ctx, id)
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}

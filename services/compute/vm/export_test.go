@@ -71,3 +71,21 @@ const ProbeTimeout = probeTimeout
 // ForgetProbe forgets the process's KVM probe, so that the next driver
 // without a forced accelerator probes again.
 func ForgetProbe() { probed = kvmProbe{} }
+
+// SetBeforeExport sets the hook an export calls before it writes anything.
+func SetBeforeExport(c *Config, f func()) { c.beforeExport = f }
+
+// ExportsUnderWay is how many exports of d run or wait to be recorded.
+func ExportsUnderWay(d *Driver) int {
+	d.ahead.mu.Lock()
+	defer d.ahead.mu.Unlock()
+	n := 0
+	for _, e := range d.ahead.m {
+		select {
+		case <-e.done:
+		default:
+			n++
+		}
+	}
+	return n
+}

@@ -68,7 +68,8 @@ func (o objectRef) String() string { return objectPrefix + o.name + ":" + o.dige
 // Export puts the snapshot behind ref into the object store, compressed
 // (an idle guest's RAM is mostly zeros, and only its non-zero blocks are
 // written), and returns the reference that names the object and its
-// digest. The snapshot stays held on this node until it is restored
+// digest. An export ahead of it under way (ahead.go) is waited for, not
+// begun again. The snapshot stays held on this node until it is restored
 // elsewhere and discarded here. A repeat returns the same reference.
 func (d *Driver) Export(ctx context.Context, spec compute.Spec, ref string) (string, error) {
 	id := spec.SandboxID
@@ -80,10 +81,19 @@ func (d *Driver) Export(ctx context.Context, spec compute.Spec, ref string) (str
 	if err != nil {
 		return "", fmt.Errorf("export %s: %w", id, err)
 	}
+	if err := d.settleExport(ctx, id, dir, st); err != nil {
+		return "", fmt.Errorf("export %s: %w", id, err)
+	}
 	if st == nil || st.Suspension == nil || st.Suspension.Ref != ref || !st.Suspension.Held {
 		return "", fmt.Errorf("export %s: %w: %q", id, compute.ErrUnknownRef, ref)
 	}
 	s := st.Suspension
+	if !s.Moving {
+		s.Moving = true
+		if err := save(dir, st); err != nil {
+			return "", fmt.Errorf("export %s: %w", id, err)
+		}
+	}
 	if s.Exported != "" {
 		if o, err := parseObjectRef(s.Exported); err == nil {
 			if _, err := d.cfg.Snapshots.GetInfo(ctx, o.name); err == nil {
@@ -91,26 +101,26 @@ func (d *Driver) Export(ctx context.Context, spec compute.Spec, ref string) (str
 			}
 		}
 	}
-	name := id + "/" + strings.TrimSuffix(s.State, ".state")
-	pr, pw := io.Pipe()
-	h := sha256.New()
-	go func() { pw.CloseWithError(writeSnapshot(pw, h, dir, s)) }()
-	meta := jetstream.ObjectMeta{Name: name, Description: "torpor vm snapshot of " + id, Opts: &jetstream.ObjectMetaOptions{ChunkSize: objectChunk}}
-	meta.Metadata = compatMeta(s.Compat) // what a node restoring it needs (check.go)
-	if _, err := d.cfg.Snapshots.Put(ctx, meta, pr); err != nil {
-		pr.CloseWithError(err)
+	e := d.startExport(id, dir, s, 0)
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		return "", fmt.Errorf("export %s: %w", id, ctx.Err())
+	}
+	if e.err != nil {
+		_ = d.settleExport(ctx, id, dir, st)
+		return "", fmt.Errorf("export %s: %w", id, e.err)
+	}
+	if err := d.settleExport(ctx, id, dir, st); err != nil {
 		return "", fmt.Errorf("export %s: %w", id, err)
 	}
-	s.Exported = objectRef{name: name, digest: hex.EncodeToString(h.Sum(nil))}.String()
-	if err := save(dir, st); err != nil {
-		return "", fmt.Errorf("export %s: %w", id, err)
-	}
-	return s.Exported, nil
+	return e.via, nil
 }
 
 // writeSnapshot writes the movable stream of s (in dir) to w, compressed,
-// with its uncompressed bytes into h.
-func writeSnapshot(w io.Writer, h hash.Hash, dir string, s *suspension) error {
+// with its uncompressed bytes into h; opened, if set, is called once the
+// snapshot's files are open, before anything is written.
+func writeSnapshot(w io.Writer, h hash.Hash, dir string, s *suspension, opened func()) error {
 	// The object store makes a chunk of each Read of what it puts: the
 	// compressor's small writes are gathered into whole chunks first, or a
 	// snapshot is thousands of tiny messages (and the store's publisher
@@ -130,6 +140,9 @@ func writeSnapshot(w io.Writer, h hash.Hash, dir string, s *suspension) error {
 	fi, err := ram.Stat()
 	if err != nil {
 		return err
+	}
+	if opened != nil {
+		opened()
 	}
 	hdr, _ := json.Marshal(objectHeader{Version: 1, State: s.State, StateSize: int64(len(state)), RAMSize: fi.Size()})
 	out.Write(append(hdr, '\n'))
@@ -176,34 +189,20 @@ func allZero(b []byte) bool {
 // before anything is restored. An object that is not there is
 // ErrUnknownRef (consumed, discarded, or never made).
 func (d *Driver) fetch(ctx context.Context, dir string, st *state, req compute.Resume, o objectRef) (*suspension, error) {
-	if d.cfg.Snapshots == nil {
-		return nil, fmt.Errorf("%w: this node has no object store for snapshots", compute.ErrUnimplemented)
-	}
-	r, err := d.cfg.Snapshots.Get(ctx, o.name)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, fmt.Errorf("%w: %s: no such snapshot object", compute.ErrUnknownRef, o)
-	}
+	s, rest, err := d.fetchStreamed(ctx, dir, req, o)
 	if err != nil {
 		return nil, err
 	}
-	defer r.Close()
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := rest(); err != nil {
 		return nil, err
-	}
-	s := &suspension{Generation: req.Generation - 1, Ref: o.String(), Held: true, RAM: fmt.Sprintf("ram-%d", req.Generation), Digest: o.digest}
-	if err := readSnapshot(r, dir, s, o.digest); err != nil {
-		_ = os.Remove(filepath.Join(dir, s.RAM))
-		if s.State != "" {
-			_ = os.Remove(filepath.Join(dir, s.State))
-		}
-		return nil, fmt.Errorf("snapshot %s: %w: not restored", o, err)
 	}
 	return s, nil
 }
 
 // readSnapshot reads a movable stream from r into dir (s.State, s.RAM) and
-// checks its digest.
-func readSnapshot(r io.Reader, dir string, s *suspension, digest string) error {
+// checks its digest; laidOut, if set, is called once the RAM file has its
+// size and s.State its name, before any of the memory is written.
+func readSnapshot(r io.Reader, dir string, s *suspension, digest string, laidOut func()) error {
 	gz, err := gzip.NewReader(r)
 	if err != nil {
 		return err
@@ -230,6 +229,9 @@ func readSnapshot(r io.Reader, dir string, s *suspension, digest string) error {
 	defer ram.Close()
 	if err := ram.Truncate(hdr.RAMSize); err != nil {
 		return err
+	}
+	if laidOut != nil {
+		laidOut()
 	}
 	buf := make([]byte, blockSize)
 	var frame [12]byte
@@ -265,7 +267,10 @@ func readSnapshot(r io.Reader, dir string, s *suspension, digest string) error {
 		return err
 	}
 	s.Size = hdr.StateSize
-	return ram.Sync()
+	// The RAM file is not synced: the guest's memory is no more durable
+	// than on a resume on the same node (the object stays in the store
+	// until the guest runs here).
+	return nil
 }
 
 // deleteObjects deletes every snapshot object of sandbox id.

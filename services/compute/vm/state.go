@@ -63,11 +63,14 @@ type suspension struct {
 	// RAM file's allocated bytes.
 	Size int64 `json:"size"`
 	// Exported is the reference of the snapshot in the object store, once
-	// a resume on another node asked for it.
+	// a resume on another node asked for it, or it was exported ahead
+	// (ahead.go).
 	Exported string `json:"exported,omitempty"`
 	// Compat is what the snapshot needs of a node that restores it
 	// (check.go), recorded at suspend; nil for a snapshot made before.
 	Compat *compat `json:"compat,omitempty"`
+	// Moving: a resume on another node asked for it (Export).
+	Moving bool `json:"moving,omitempty"`
 }
 
 // consumption is the resume of Ref under Generation; Failed when the

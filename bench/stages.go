@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/torpor/torpor/events"
-	"github.com/torpor/torpor/internal/metrics"
 	torpor "github.com/torpor/torpor/sdk/go"
 )
 
@@ -57,12 +56,12 @@ func (s stageSamples) add(ctx context.Context, c *torpor.Client, id string) erro
 // has none.
 func (s stageSamples) rows() []StageRow {
 	var out []StageRow
-	for _, stage := range metrics.ResumeStages {
+	for _, stage := range events.ResumeStageNames {
 		row := StageRow{Stage: stage}
 		switch ds := s[stage]; {
 		case len(ds) > 0:
 			row.Latency = percentilesOf(ds)
-		case stage == metrics.StageLoaded:
+		case stage == events.StageLoaded:
 			row.Missing = notLazy
 		default:
 			row.Missing = "the driver does not say"

@@ -5,7 +5,6 @@ import (
 	"errors"
 
 	"github.com/torpor/torpor/events"
-	"github.com/torpor/torpor/internal/metrics"
 	"github.com/torpor/torpor/services/compute"
 )
 
@@ -47,12 +46,12 @@ func (r *Runner) resumeLatency(s *step, e *events.Resumed) {
 		return
 	}
 	if !e.RestoreStartedAt.IsZero() {
-		r.cfg.Metrics.ResumeStage(s.created.Driver, metrics.StageRestoreStarted, e.RestoreStartedAt.Sub(accepted))
+		r.cfg.Metrics.ResumeStage(s.created.Driver, events.StageRestoreStarted, e.RestoreStartedAt.Sub(accepted))
 	}
 	if !e.RunningAt.IsZero() {
-		r.cfg.Metrics.ResumeStage(s.created.Driver, metrics.StageRunning, e.RunningAt.Sub(accepted))
+		r.cfg.Metrics.ResumeStage(s.created.Driver, events.StageRunning, e.RunningAt.Sub(accepted))
 	}
 	if !e.LoadedAt.IsZero() {
-		r.cfg.Metrics.ResumeStage(s.created.Driver, metrics.StageLoaded, e.LoadedAt.Sub(accepted))
+		r.cfg.Metrics.ResumeStage(s.created.Driver, events.StageLoaded, e.LoadedAt.Sub(accepted))
 	}
 }

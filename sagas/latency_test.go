@@ -3,7 +3,6 @@ package sagas_test
 import (
 	"context"
 	"math"
-	"reflect"
 	"testing"
 	"time"
 
@@ -55,9 +54,9 @@ func TestResumeLatencyFromTheRecordedTimes(t *testing.T) {
 		count uint64
 		sum   float64
 	}{
-		{metrics.StageRestoreStarted, 1, 0.015},
-		{metrics.StageRunning, 1, 0.240},
-		{metrics.StageLoaded, 0, 0},
+		{events.StageRestoreStarted, 1, 0.015},
+		{events.StageRunning, 1, 0.240},
+		{events.StageLoaded, 0, 0},
 	}
 	for _, c := range cases {
 		count, sum := histogram(t, set, "torpor_resume_latency_seconds", map[string]string{"driver": "sim", "stage": c.stage})
@@ -114,12 +113,4 @@ func matches(m *dto.Metric, labels map[string]string) bool {
 		}
 	}
 	return n == len(labels)
-}
-
-// TestResumeStagesOneDefinition: the metric's stages are the ones the
-// bench and torpor top read from a history (events.ResumeStages).
-func TestResumeStagesOneDefinition(t *testing.T) {
-	if !reflect.DeepEqual(metrics.ResumeStages, events.ResumeStageNames) {
-		t.Errorf("metrics' stages %v, events' %v: want the same", metrics.ResumeStages, events.ResumeStageNames)
-	}
 }

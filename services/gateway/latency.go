@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/torpor/torpor/events"
-	"github.com/torpor/torpor/internal/metrics"
 )
 
 // resumeReady is what observes the ready stage of a resume's latency
@@ -20,5 +19,5 @@ func (s *Service) resumeReady(sb *Sandbox, e events.Event) func() {
 		return nil
 	}
 	driver, accepted := sb.Spec.Driver, sb.Entered
-	return func() { s.cfg.Metrics.ResumeStage(driver, metrics.StageReady, time.Since(accepted)) }
+	return func() { s.cfg.Metrics.ResumeStage(driver, events.StageReady, time.Since(accepted)) }
 }

@@ -74,7 +74,7 @@ func readyStage(t *testing.T, set *metrics.Set) (uint64, float64) {
 			for _, p := range m.GetLabel() {
 				l[p.GetName()] = p.GetValue()
 			}
-			if l["driver"] == "sim" && l["stage"] == metrics.StageReady {
+			if l["driver"] == "sim" && l["stage"] == events.StageReady {
 				return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 			}
 		}

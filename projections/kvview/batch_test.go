@@ -383,48 +383,30 @@ func TestCheckpointEveryHoldsBackAndFlushes(t *testing.T) {
 // is made silent here by deleting it and catching its subjects with a
 // plain subscriber that answers nothing.
 func TestAPutNeverAnsweredEndsTheBatch(t *testing.T) {
-	srv := natstest.Start(t)
-	v, err := New(context.Background(), srv.JS, Config{Bucket: "silent", AckTimeout: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := newID(t)
-	applyBatch(t, v, env(t, id, 1, events.PhaseProvisioning, created(id, nil)))
-	if err := srv.JS.DeleteStream(context.Background(), "KV_silent"); err != nil {
-		t.Fatal(err)
-	}
-	sub, err := srv.Conn.SubscribeSync("$KV.silent.>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	err = v.ApplyBatch(ctx, []events.Envelope{env(t, id, 2, events.PhaseProvisioning, events.Started{Generation: 1})})
-	if code := events.CodeOf(err); code != events.CodeUnavailable || ctx.Err() != nil {
-		t.Fatalf("ApplyBatch on a silent stream: %v (code %s, caller's deadline passed: %v); want UNAVAILABLE before the caller's deadline", err, code, ctx.Err() != nil)
-	}
+	silentBatch(t, "silent", false, "$KV.silent.>")
 }
 
-// TestAReadNeverAnsweredEndsTheBatch: a read of the writer's whose answer
-// never comes (its server died under it) fails after AckTimeout,
-// UNAVAILABLE, also under a caller's long deadline (the hold timer's 30 s),
-// rather than holding the writer, and the view, until that deadline. The
-// bucket is made silent here by deleting its stream and catching its get
-// requests with a plain subscriber that answers nothing.
-func TestAReadNeverAnsweredEndsTheBatch(t *testing.T) {
+// silentBatch applies one event to a view on bucket, whose stream is then
+// deleted and whose subjects are caught by a plain subscriber that answers
+// nothing (forget: the next batch reads the view from the bucket), and
+// fails t unless the next batch fails UNAVAILABLE after the view's
+// AckTimeout, well before its caller's 20 s deadline.
+func silentBatch(t *testing.T, bucket string, forget bool, subjects ...string) {
+	t.Helper()
 	srv := natstest.Start(t)
-	v, err := New(context.Background(), srv.JS, Config{Bucket: "mute", AckTimeout: 100 * time.Millisecond})
+	v, err := New(context.Background(), srv.JS, Config{Bucket: bucket, AckTimeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := newID(t)
 	applyBatch(t, v, env(t, id, 1, events.PhaseProvisioning, created(id, nil)))
-	v.forget(id) // the next batch reads the view from the bucket
-	if err := srv.JS.DeleteStream(context.Background(), "KV_mute"); err != nil {
+	if forget {
+		v.forget(id)
+	}
+	if err := srv.JS.DeleteStream(context.Background(), "KV_"+bucket); err != nil {
 		t.Fatal(err)
 	}
-	for _, subj := range []string{"$JS.API.DIRECT.GET.KV_mute.>", "$JS.API.STREAM.MSG.GET.KV_mute"} {
+	for _, subj := range subjects {
 		sub, err := srv.Conn.SubscribeSync(subj)
 		if err != nil {
 			t.Fatal(err)
@@ -435,6 +417,16 @@ func TestAReadNeverAnsweredEndsTheBatch(t *testing.T) {
 	defer cancel()
 	err = v.ApplyBatch(ctx, []events.Envelope{env(t, id, 2, events.PhaseProvisioning, events.Started{Generation: 1})})
 	if code := events.CodeOf(err); code != events.CodeUnavailable || ctx.Err() != nil {
-		t.Fatalf("ApplyBatch reading a silent bucket: %v (code %s, caller's deadline passed: %v); want UNAVAILABLE before the caller's deadline", err, code, ctx.Err() != nil)
+		t.Fatalf("ApplyBatch on the silent bucket %s: %v (code %s, caller's deadline passed: %v); want UNAVAILABLE before the caller's deadline", bucket, err, code, ctx.Err() != nil)
 	}
+}
+
+// TestAReadNeverAnsweredEndsTheBatch: a read of the writer's whose answer
+// never comes (its server died under it) fails after AckTimeout,
+// UNAVAILABLE, also under a caller's long deadline (the hold timer's 30 s),
+// rather than holding the writer, and the view, until that deadline. The
+// bucket is made silent here by deleting its stream and catching its get
+// requests with a plain subscriber that answers nothing.
+func TestAReadNeverAnsweredEndsTheBatch(t *testing.T) {
+	silentBatch(t, "mute", true, "$JS.API.DIRECT.GET.KV_mute.>", "$JS.API.STREAM.MSG.GET.KV_mute")
 }

@@ -516,11 +516,23 @@ func TestTokenStreamLimits(t *testing.T) {
 	w2.Body.Close()
 
 	// One wait held open (for a phase the sandbox will not reach), a
-	// second refused.
+	// second refused. The sandbox is ready first, so that the probes (waits
+	// for ready) answer at once and never hold the place themselves; the
+	// held wait lasts long enough for a busy host to probe within it.
+	if _, err := c.Wait(ctx, v.ID, events.PhaseReady, waitFor); err != nil {
+		t.Fatal(err)
+	}
 	held := make(chan error, 1)
 	go func() {
-		_, err := c.Wait(ctx, v.ID, events.PhaseStopped, 3*time.Second)
-		held <- err
+		for {
+			// A probe in flight when the held wait arrives refuses it:
+			// it asks again until it holds the place.
+			_, err := c.Wait(ctx, v.ID, events.PhaseStopped, 8*time.Second)
+			if events.CodeOf(err) != events.CodeResourceExhausted {
+				held <- err
+				return
+			}
+		}
 	}()
 	eventually(t, "a second wait refused while one is held", func() bool {
 		_, code, _, _ := call(t, "GET", base+"/v1/sandboxes/"+v.ID+"/wait?phase=ready&timeout=1s", "", bearer(streams.Token))

@@ -350,13 +350,20 @@ func (c *cluster) load(t *testing.T, rng *rand.Rand, sandboxes int, during func(
 			if !ok {
 				return
 			}
+			// again, when set, ends a wait that finds the sandbox back in
+			// that phase: the command failed honestly and is sent again.
+			var again events.Phase
 			wait := func(p events.Phase) bool {
 				var err error
 				for ctx.Err() == nil {
 					// A node that dies under a wait cuts it: ask another.
 					// (The SDK retries a node that went away until the
 					// wait's time is up: DEADLINE_EXCEEDED.)
-					_, err = c.client(live()).Wait(ctx, v.ID, p, 10*time.Second)
+					var w events.View
+					w, err = c.client(live()).Wait(ctx, v.ID, p, 10*time.Second)
+					if again != "" && events.CodeOf(err) == events.CodeDeadlineExceeded && w.Phase == again {
+						return false
+					}
 					if code := events.CodeOf(err); err == nil || code != events.CodeUnavailable && code != events.CodeDeadlineExceeded {
 						break
 					}
@@ -386,17 +393,36 @@ func (c *cluster) load(t *testing.T, rng *rand.Rand, sandboxes int, during func(
 				if during != nil {
 					during(i, step) // step 0: the sandbox ready; 1: suspended
 				}
-				_, ok := send(verb, v.ID, func(cl *torpor.Client, key string) (events.View, error) {
-					if verb == "resume" {
-						return cl.Resume(ctx, v.ID, torpor.ResumeOptions{}, key)
-					}
-					return cl.Lifecycle(ctx, verb, v.ID, false, key)
-				})
-				if !ok {
-					return
-				}
 				want := map[string]events.Phase{"suspend": events.PhaseSuspended, "resume": events.PhaseReady, "stop": events.PhaseStopped, "start": events.PhaseReady, "delete": events.PhaseDeleted}[verb]
-				if !wait(want) {
+				// A resume may fail honestly under faults (its deadline
+				// passed while a server recovered; the state is still held
+				// and the sandbox suspended): as a user would, the load
+				// sends it again, up to three times.
+				tries := 1
+				if verb == "resume" {
+					tries = 3
+				}
+				done := false
+				for try := 0; try < tries && !done; try++ {
+					_, ok := send(verb, v.ID, func(cl *torpor.Client, key string) (events.View, error) {
+						if verb == "resume" {
+							return cl.Resume(ctx, v.ID, torpor.ResumeOptions{}, key)
+						}
+						return cl.Lifecycle(ctx, verb, v.ID, false, key)
+					})
+					if !ok {
+						return
+					}
+					again = ""
+					if verb == "resume" && try < tries-1 {
+						again = events.PhaseSuspended
+					}
+					done = wait(want)
+					if !done && again != "" {
+						t.Logf("sandbox %d: resume failed honestly (suspended again): sent again", i)
+					}
+				}
+				if !done {
 					return
 				}
 			}

@@ -23,6 +23,7 @@ var (
 	_ compute.Exporter      = (*Client)(nil)
 	_ compute.Dialer        = (*Client)(nil)
 	_ compute.Checker       = (*Client)(nil)
+	_ compute.ExportAwaiter = (*Client)(nil)
 )
 
 // How long a Client waits for an answer by default: LongTimeout for the
@@ -89,6 +90,8 @@ func (c *Client) timeout(op string) time.Duration {
 	switch op {
 	case OpCapabilities, OpValidate, OpObserve, OpLogs:
 		return c.short
+	case OpAwaitExport:
+		return MaxTimeout // an export takes what it takes: the caller's context bounds it
 	}
 	return c.long
 }
@@ -256,4 +259,15 @@ func (c *Client) Dial(ctx context.Context, spec compute.Spec, port int) (net.Con
 func (c *Client) CanRestore(ctx context.Context, spec compute.Spec, ref string) error {
 	_, err := c.call(ctx, OpCheck, Request{Spec: &spec, Ref: ref})
 	return err
+}
+
+// AwaitExport asks the node to wait for the export ahead of ref and to say
+// what it made (compute.ExportAwaiter). A node that does not know the
+// operation (an older torpor driver) answers UNIMPLEMENTED.
+func (c *Client) AwaitExport(ctx context.Context, spec compute.Spec, ref string) (string, int64, error) {
+	rep, err := c.call(ctx, OpAwaitExport, Request{Spec: &spec, Ref: ref})
+	if err != nil {
+		return "", 0, err
+	}
+	return rep.Ref, rep.Bytes, nil
 }

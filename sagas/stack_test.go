@@ -32,7 +32,7 @@ type stack struct {
 	sim   *sim.Driver
 
 	mu      sync.Mutex
-	changed chan struct{} // closed and replaced on every append
+	changed chan struct{}  // closed and replaced on every append
 	tried   map[string]int // the event types the sagas asked to record, answered
 }
 

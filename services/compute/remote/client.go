@@ -90,8 +90,6 @@ func (c *Client) timeout(op string) time.Duration {
 	switch op {
 	case OpCapabilities, OpValidate, OpObserve, OpLogs:
 		return c.short
-	case OpAwaitExport:
-		return MaxTimeout // an export takes what it takes: the caller's context bounds it
 	}
 	return c.long
 }
@@ -262,12 +260,30 @@ func (c *Client) CanRestore(ctx context.Context, spec compute.Spec, ref string) 
 }
 
 // AwaitExport asks the node to wait for the export ahead of ref and to say
-// what it made (compute.ExportAwaiter). A node that does not know the
-// operation (an older torpor driver) answers UNIMPLEMENTED.
+// what it made (compute.ExportAwaiter). Each call waits as long as the
+// calls that change a workload (so that a driver server that stops waits
+// no longer for it than for them); one that gets no answer in that time
+// (an export that takes longer, a node restarting) is made again, after
+// awaitBackoff, until ctx ends. A node that does not know the operation
+// (an older torpor driver) answers UNIMPLEMENTED.
 func (c *Client) AwaitExport(ctx context.Context, spec compute.Spec, ref string) (string, int64, error) {
-	rep, err := c.call(ctx, OpAwaitExport, Request{Spec: &spec, Ref: ref})
-	if err != nil {
-		return "", 0, err
+	for {
+		rep, err := c.call(ctx, OpAwaitExport, Request{Spec: &spec, Ref: ref})
+		if err == nil {
+			return rep.Ref, rep.Bytes, nil
+		}
+		if !errors.Is(err, compute.ErrUnavailable) || ctx.Err() != nil {
+			return "", 0, err
+		}
+		t := time.NewTimer(awaitBackoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return "", 0, err
+		}
 	}
-	return rep.Ref, rep.Bytes, nil
 }
+
+// awaitBackoff is the pause between two calls of an AwaitExport.
+const awaitBackoff = 250 * time.Millisecond

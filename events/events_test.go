@@ -50,6 +50,7 @@ var samples = []Event{
 	&Expired{Policy: ExpiryRetention, ExpiresAt: time.Date(2026, 11, 30, 11, 0, 0, 0, time.UTC), Action: OnExpiryStop, RestoreRef: "sim:x:1:abc"},
 	&Active{Source: ActiveForward, At: time.Date(2026, 11, 30, 10, 1, 58, 250_000_000, time.UTC)},
 	&IdleTimeout{Policy: IdlePolicy{After: "5m0s", Action: IdleSuspend, Fallback: IdleFallbackStop}, LastActiveAt: time.Date(2026, 11, 30, 9, 55, 0, 0, time.UTC), Action: IdleStop},
+	&RetainedStateExported{RestoreRef: "vm:n1:x:s1:abc", Via: "vmobj:x-1:abc", Bytes: 134217728},
 }
 
 // TestGoldenWireFormat guards the JSON of every event type in its envelope.

@@ -117,6 +117,9 @@ var Table = []Transition{
 	// Idle (idle.go): an idle timeout is a fact of ready; the intent
 	// appended with it moves the sandbox.
 	{PhaseReady, TypeIdleTimeout, PhaseReady},
+	// Export ahead (movable.go, issue 29): a fact of suspended, taken only
+	// while the state it names is held (Restore.Refuses).
+	{PhaseSuspended, TypeRetainedStateExported, PhaseSuspended},
 }
 
 type transitionKey struct {

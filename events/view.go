@@ -27,6 +27,16 @@ type Restore struct {
 	// ExpiresAt is when the held state's retention ends (its suspension
 	// plus the sandbox's retain_for); omitted when it is kept for ever.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// RestoreRef is the reference of the state held (added to CONTRACT
+	// §6's fields; the suspension's restore_ref, no secret), what a
+	// sandbox.retained_state_exported must name to be taken; empty when
+	// none is held, and in a view an older build stored.
+	RestoreRef string `json:"restore_ref,omitempty"`
+	// Movable says the held state was exported ahead (issue 29,
+	// sandbox.retained_state_exported): a resume on another node only
+	// fetches it, MovableBytes long. Cleared by whatever ends the hold.
+	Movable      bool  `json:"movable,omitempty"`
+	MovableBytes int64 `json:"movable_bytes,omitempty"`
 }
 
 // View is the phase view of one sandbox (CONTRACT §6): what the KV bucket
@@ -143,6 +153,11 @@ func (v *View) Apply(env Envelope) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("%w: sandbox %s seq %d: %w", ErrRefused, env.SandboxID, env.Seq, err)
 	}
+	if x, ok := e.(*RetainedStateExported); ok {
+		if why := v.Restore.Refuses(x); why != "" {
+			return false, fmt.Errorf("%w: sandbox %s seq %d: %s in %s: %s", ErrRefused, env.SandboxID, env.Seq, env.Type, v.Phase, why)
+		}
+	}
 	v.pauseExpiry(to, env.Time)
 	if to != v.Phase {
 		v.PhaseSince = env.Time
@@ -183,7 +198,7 @@ func (v *View) Apply(env Envelope) (bool, error) {
 			v.LastOutcome = OutcomeRestoreFailed
 		}
 	case *Suspended:
-		v.Restore = Restore{Held: true, Bytes: e.Bytes, ExpiresAt: RetentionEnd(env.Time, v.RetainFor)}
+		v.Restore = Restore{Held: true, Bytes: e.Bytes, ExpiresAt: RetentionEnd(env.Time, v.RetainFor), RestoreRef: e.RestoreRef}
 	case *SuspendRejected:
 		v.LastOutcome, v.Reason = OutcomeSuspendRejected, e.Reason
 		if e.Reason == ReasonDeadlineExceeded {
@@ -201,8 +216,10 @@ func (v *View) Apply(env Envelope) (bool, error) {
 		}
 	case *RetainedStateDiscarded:
 		v.Restore.Held, v.Restore.ExpiresAt = false, time.Time{}
+		v.Restore.unhold()
 	case *RetainedStateInvalidated:
 		v.Restore.Held, v.Restore.ExpiresAt = false, time.Time{}
+		v.Restore.unhold()
 		if e.Reason == ReasonExpired {
 			v.Reason = ReasonExpired
 		}
@@ -237,8 +254,15 @@ func (v *View) Apply(env Envelope) (bool, error) {
 		v.Forwards = kept
 	case *Deleted:
 		v.Forwards = nil
+	case *RetainedStateExported:
+		v.Restore.Movable, v.Restore.MovableBytes = true, e.Bytes
 	}
 	return true, nil
+}
+
+// unhold clears what r says of a held state that is held no more.
+func (r *Restore) unhold() {
+	r.RestoreRef, r.Movable, r.MovableBytes = "", false, 0
 }
 
 // pauseExpiry pauses the expiry of a sandbox whose ttl pauses while

@@ -32,7 +32,8 @@ type stack struct {
 	sim   *sim.Driver
 
 	mu      sync.Mutex
-	changed chan struct{} // closed and replaced on every append
+	changed chan struct{}  // closed and replaced on every append
+	tried   map[string]int // the event types the sagas asked to record, answered
 }
 
 // newStack starts a stack whose sagas run with deadline and reports, at
@@ -138,7 +139,16 @@ type recording struct{ s *stack }
 
 func (r recording) Record(ctx context.Context, cause events.Envelope, actor string, evs ...events.Event) error {
 	defer r.s.notify()
-	return r.s.svc.Record(ctx, cause, actor, evs...)
+	err := r.s.svc.Record(ctx, cause, actor, evs...)
+	r.s.mu.Lock()
+	if r.s.tried == nil {
+		r.s.tried = map[string]int{}
+	}
+	for _, e := range evs {
+		r.s.tried[e.Type()]++
+	}
+	r.s.mu.Unlock()
+	return err
 }
 
 // reporter sends the sim's supervisor reports to the gateway, as the bus

@@ -13,6 +13,8 @@ import (
 // Suspend saga:
 //   sandbox.suspend_requested{generation} → driver.Suspend(generation), called again until the driver answers
 //     ok               → record sandbox.suspended{restore_ref}   | compensation: driver.Discard(ref) if the record is refused (a racing exit won, or the deadline settled it)
+//                        then, when the driver exports ahead (movable.go), on a goroutine of its own: driver.AwaitExport(ref)
+//                          → record sandbox.retained_state_exported{restore_ref, via, bytes} if still suspended on ref, else nothing
 //     rejected         → record sandbox.suspend_rejected{SuspendRejected}
 //     unimplemented    → record sandbox.suspend_rejected{SuspendRejected}   (should not happen: the gateway refuses first)
 //     resource missing → record sandbox.resource_lost{generation}
@@ -63,6 +65,9 @@ func (r *Runner) suspend(ctx context.Context, s *step, in *events.SuspendRequest
 	switch {
 	case err == nil:
 		err := r.record(ctx, s, &events.Suspended{Generation: in.Generation, RestoreRef: ref, Bytes: r.retainedBytes(ctx, s, ref)})
+		if err == nil {
+			r.noteExport(ctx, s, ref) // issue 29: movable.go
+		}
 		if !errors.Is(err, errRefused) {
 			return err
 		}
@@ -182,6 +187,9 @@ func (r *Runner) takeLate(ctx context.Context, j *job) error {
 		return nil
 	}
 	err = r.record(ctx, s, &events.Suspended{Generation: l.gen, RestoreRef: l.ref, Bytes: r.retainedBytes(ctx, s, l.ref)})
+	if err == nil {
+		r.noteExport(ctx, s, l.ref) // issue 29: movable.go
+	}
 	if !errors.Is(err, errRefused) {
 		return err
 	}

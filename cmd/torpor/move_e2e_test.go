@@ -40,7 +40,8 @@ func vmCounts(t *testing.T, c *torpor.Client, id string) []int {
 // `torpor driver` processes (each its own data directory, one NATS) and n3,
 // whose driver is down. A VM sandbox created on n1 counts; suspended there
 // and resumed with node n2, it counts on on n2 from where it was, under
-// generation 2, the view names n2, n1 holds nothing of it and no snapshot
+// generation 2, the view names n2 (and, before the resume, said the state
+// was movable: exported ahead), n1 holds nothing of it and no snapshot
 // object is left. A resume to n3 waits for it until the deadline, which
 // leaves the sandbox suspended on n2 with its state held. Unknown nodes are
 // INVALID_ARGUMENT; the log passes the checker.
@@ -77,6 +78,12 @@ func TestVMMovesToAnotherNode(t *testing.T) {
 	}
 	mustWait(t, cl, v.ID, events.PhaseSuspended)
 	at := vmCount(t, cl, v.ID)
+	// Issue 29: once n1's export ahead finished, the view says the state
+	// is movable, with its size (n1's driver over the bus, the sagas' note).
+	eventually(t, "the view says the suspended state is movable", func() bool {
+		got, err := cl.Get(ctx, v.ID)
+		return err == nil && got.Restore.Movable && got.Restore.MovableBytes > 0 && got.Restore.Held
+	})
 
 	_, err = cl.Resume(ctx, v.ID, torpor.ResumeOptions{Node: "n9"}, "")
 	if events.CodeOf(err) != events.CodeInvalidArgument || !strings.Contains(err.Error(), "unknown node") {

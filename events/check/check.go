@@ -88,6 +88,7 @@ const (
 	RuleCleanup  = "cleanup"  // a deadline's clean-up never done
 	RuleExpiry   = "expiry"   // a ttl expiry not at its time (moved by the stays in suspended when it pauses), or the views' expires_at not it
 	RuleRefusal  = "refusal"  // issue 29: a target's refusal of a resume from another node than the resume's target, or the views not saying it
+	RuleMovable  = "movable"  // issue 29: an export ahead of a state not held taken by the views, or the views' restore.movable not what the events say
 )
 
 // The deadline's clean-up of the driver, as the sagas are to record it
@@ -150,6 +151,10 @@ type sandbox struct {
 	// node is the sandbox's node (created's, then a consumption's on
 	// another), target the node the open resume runs on (issue 29).
 	node, target string
+	// movable is the reference whose export ahead is recorded (issue 29),
+	// and movableBytes its size: movable while it is the state held.
+	movable      string
+	movableBytes int64
 	out          []Violation
 }
 
@@ -250,6 +255,9 @@ func (s *sandbox) step(env events.Envelope) {
 		verr = fmt.Errorf("seq %d at or below the view's %d", seq, s.view.Seq)
 	}
 	to, why := s.life.next(e)
+	if x, ok := e.(*events.RetainedStateExported); ok && to != "" && (x.RestoreRef == "" || x.RestoreRef != s.ref || s.dead[s.ref]) {
+		to, why = "", fmt.Sprintf("an export ahead of reference %q, which is not held", x.RestoreRef)
+	}
 	switch {
 	case to == "" && verr != nil:
 		// Refused by both: every reader passes over it (forged, or a
@@ -263,6 +271,9 @@ func (s *sandbox) step(env events.Envelope) {
 		}
 		// A restore failed after the consumption and back in suspended is
 		// invariant 1's, reported below; the rest is the table's.
+		if _, ok := e.(*events.RetainedStateExported); ok {
+			rule = RuleMovable
+		}
 		if _, ok := e.(*events.ResumeFailed); !ok || s.view.Phase != events.PhaseSuspended {
 			s.fail(seq, Lifecycle, rule, "%s in %s: %s; the views took it, to %s", env.Type, phaseName(from), why, s.view.Phase)
 		}
@@ -385,6 +396,8 @@ func (s *sandbox) effects(seq uint64, env events.Envelope, e events.Event, to ev
 		s.target = cmp.Or(e.Node, s.node)
 	case *events.Suspended:
 		s.ref, s.refGen = e.RestoreRef, e.Generation // on a dead one: views says so
+	case *events.RetainedStateExported:
+		s.movable, s.movableBytes = e.RestoreRef, e.Bytes
 	case *events.RetainedStateConsumed:
 		s.dead[e.RestoreRef] = true
 		s.node = cmp.Or(e.Node, s.node)
@@ -473,6 +486,11 @@ func (s *sandbox) views(seq uint64, to events.Phase) {
 	}
 	if s.exit != nil && (v.ExitCode == nil || *v.ExitCode != *s.exit) {
 		s.fail(seq, ExitKept, RuleExit, "the views show exit code %s where %d was recorded", code(v.ExitCode), *s.exit)
+	}
+	held := s.ref != "" && !s.dead[s.ref] && s.movable == s.ref
+	if v.Restore.Movable != held || held && v.Restore.MovableBytes != s.movableBytes {
+		s.fail(seq, Lifecycle, RuleMovable, "the views show movable %v (%d bytes) where the events say %v (%d bytes)",
+			v.Restore.Movable, v.Restore.MovableBytes, held, s.movableBytes)
 	}
 	if to == suspended || v.Phase == suspended {
 		switch {

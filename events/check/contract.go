@@ -232,6 +232,13 @@ func (l *life) next(e events.Event) (events.Phase, string) {
 		if p != none && p != deleted {
 			return p, ""
 		}
+	case *events.RetainedStateExported:
+		// Issue 29: the retained state exported ahead, a fact of
+		// suspended (that it names the state held is the check's, step).
+		if p == suspended {
+			return p, ""
+		}
+		return "", "an export ahead is a fact of suspended"
 	case *events.Active:
 		// Activity (README "Activity"): a fact of every phase a sandbox
 		// can be active in, not of deleting or the terminal ones.

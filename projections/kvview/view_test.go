@@ -101,7 +101,7 @@ func TestApplyLifecycle(t *testing.T) {
 			w.LastActiveAt = t0.Add(4 * time.Second)
 		}},
 		{"suspended", 7, events.PhaseSuspended, &events.Suspended{Generation: 1, RestoreRef: "r1"}, func(w *events.View) {
-			w.Restore = events.Restore{Held: true}
+			w.Restore = events.Restore{Held: true, RestoreRef: "r1"}
 		}},
 		{"resume requested", 8, events.PhaseStarting, &events.ResumeRequested{Generation: 2, RestoreRef: "r1"}, func(w *events.View) {
 			w.Generation, w.LastActiveAt = 2, t0.Add(8*time.Second)

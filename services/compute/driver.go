@@ -237,3 +237,16 @@ type Exporter interface {
 	// reference. A ref not held here is ErrUnknownRef.
 	Export(ctx context.Context, spec Spec, ref string) (string, error)
 }
+
+// ExportAwaiter is an Exporter that exports a suspension's retained state
+// ahead, in the background after Suspend answered (the vm driver on a node
+// with peers, issue 29), and can wait for that export to finish.
+type ExportAwaiter interface {
+	// AwaitExport waits until the export ahead of ref of spec's sandbox
+	// has finished and returns the reference the state moves under (what
+	// Export would return) and its size: "" and 0 when no export of ref
+	// runs or ran here (the node has no peers, the driver exports nothing
+	// ahead, ref is not held), or it was stopped (ref consumed or
+	// discarded meanwhile). An export that failed is its error.
+	AwaitExport(ctx context.Context, spec Spec, ref string) (via string, bytes int64, err error)
+}

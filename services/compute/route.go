@@ -30,6 +30,7 @@ var (
 	_ Logger        = (*Routed)(nil)
 	_ Dialer        = (*Routed)(nil)
 	_ SpecValidator = (*Routed)(nil)
+	_ ExportAwaiter = (*Routed)(nil)
 )
 
 // to is the driver of node (the service's own when empty).
@@ -114,6 +115,14 @@ func (r *Routed) Export(ctx context.Context, spec Spec, ref string) (string, err
 		return "", err
 	}
 	return e.Export(ctx, spec, ref)
+}
+
+func (r *Routed) AwaitExport(ctx context.Context, spec Spec, ref string) (string, int64, error) {
+	a, err := as[ExportAwaiter](r, spec.Node, "exports nothing ahead")
+	if err != nil {
+		return "", 0, err
+	}
+	return a.AwaitExport(ctx, spec, ref)
 }
 
 func (r *Routed) Observe(ctx context.Context, spec Spec) (Observation, error) {

@@ -96,6 +96,11 @@ func (s *Sandbox) apply(env events.Envelope) error {
 	if err != nil {
 		return fmt.Errorf("sandbox %s seq %d: %w", env.SandboxID, env.Seq, err)
 	}
+	if x, ok := e.(*events.RetainedStateExported); ok {
+		if err := exportedHeld(s, x); err != nil {
+			return fmt.Errorf("seq %d: %w", env.Seq, err)
+		}
+	}
 	if s.ID == "" {
 		s.ID = env.SandboxID
 	}
@@ -464,6 +469,13 @@ func reported(s *Sandbox, evs []events.Event, now time.Time) ([]events.Event, er
 				// Only an expiry stops a suspended sandbox so (expired).
 				return nil, events.Errorf(events.CodeFailedPrecondition, "sandbox %s: a retained state invalidated in suspended but no expiry", s.ID)
 			}
+		case *events.RetainedStateExported:
+			// Issue 29: judged at the head the append is checked against,
+			// so a note of an export that a resume, a discard, a delete or
+			// a new suspension overtook is refused, never appended.
+			if err := exportedHeld(s, e); err != nil {
+				return nil, err
+			}
 		case *events.IdleTimeout:
 			// Decided by the gateway alone (Service.Record, idled).
 			return nil, events.Errorf(events.CodeInvalidArgument, "sandbox %s: an idle timeout is reported alone", s.ID)
@@ -542,4 +554,16 @@ var errEarly = errors.New("early")
 func early(e *events.Error) *events.Error {
 	e.Err = errEarly
 	return e
+}
+
+// exportedHeld refuses a sandbox.retained_state_exported (issue 29) unless
+// s is suspended on the state it names, held: a stale one (of a state
+// consumed, discarded, invalidated or superseded since) or a forged one is
+// never taken, by the aggregate (apply) as by the views
+// (events.Restore.Refuses).
+func exportedHeld(s *Sandbox, e *events.RetainedStateExported) error {
+	if s.Phase != events.PhaseSuspended || s.RestoreRef == "" || e.RestoreRef != s.RestoreRef {
+		return events.Errorf(events.CodeFailedPrecondition, "sandbox %s is %s: the retained state %q exported is not the one it holds", s.ID, s.Phase, e.RestoreRef)
+	}
+	return nil
 }

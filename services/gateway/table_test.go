@@ -146,6 +146,8 @@ var contractEvents = []struct {
 	{"suspended", "sandbox.active", "suspended"},
 	// an idle timeout (README "Idle and wake") is a fact of ready only
 	{"ready", "sandbox.idle_timeout", "ready"},
+	// issue 29: the retained state exported ahead is a fact of suspended
+	{"suspended", "sandbox.retained_state_exported", "suspended"},
 }
 
 // transitionKey is one (phase, event type) pair of the lifecycle.

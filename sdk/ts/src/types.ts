@@ -12,6 +12,12 @@ export interface Restore {
   bytes?: number;
   /** RFC 3339: when the held state's retention ends; omitted when kept for ever. */
   expires_at?: string;
+  /** The reference of the state held (the suspension's restore_ref); omitted when none. */
+  restore_ref?: string;
+  /** The held state was exported ahead: a resume on another node only fetches it (issue 29). */
+  movable?: boolean;
+  /** The size of the exported state, in bytes, once movable. */
+  movable_bytes?: number;
 }
 
 /** One open TCP forward: from `address` on torpor's host to `port` of the sandbox. */

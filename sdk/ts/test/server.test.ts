@@ -75,7 +75,9 @@ serverTest("every verb of the HTTP API", async () => {
   const suspending = await c.suspend(created.id);
   assert.ok(["suspending", "suspended"].includes(suspending.phase), suspending.phase);
   const suspended = await c.wait(created.id, "suspended", { ...wait, after: ready.seq });
-  assert.deepEqual(suspended.restore, { held: true, consumed: false });
+  // The fields the contract adds to restore come through as they are.
+  assert.deepEqual({ held: suspended.restore.held, consumed: suspended.restore.consumed }, { held: true, consumed: false });
+  assert.ok(suspended.restore.restore_ref, "restore.restore_ref of a held state");
   const resumed = await c.resume(created.id, { restartIfRestoreFails: true });
   assert.equal(resumed.phase, "starting");
   const again = await c.wait(created.id, "ready", { ...wait, after: suspended.seq });

@@ -23,6 +23,7 @@ var (
 	_ compute.Exporter      = (*Client)(nil)
 	_ compute.Dialer        = (*Client)(nil)
 	_ compute.Checker       = (*Client)(nil)
+	_ compute.ExportAwaiter = (*Client)(nil)
 )
 
 // How long a Client waits for an answer by default: LongTimeout for the
@@ -257,3 +258,32 @@ func (c *Client) CanRestore(ctx context.Context, spec compute.Spec, ref string) 
 	_, err := c.call(ctx, OpCheck, Request{Spec: &spec, Ref: ref})
 	return err
 }
+
+// AwaitExport asks the node to wait for the export ahead of ref and to say
+// what it made (compute.ExportAwaiter). Each call waits as long as the
+// calls that change a workload (so that a driver server that stops waits
+// no longer for it than for them); one that gets no answer in that time
+// (an export that takes longer, a node restarting) is made again, after
+// awaitBackoff, until ctx ends. A node that does not know the operation
+// (an older torpor driver) answers UNIMPLEMENTED.
+func (c *Client) AwaitExport(ctx context.Context, spec compute.Spec, ref string) (string, int64, error) {
+	for {
+		rep, err := c.call(ctx, OpAwaitExport, Request{Spec: &spec, Ref: ref})
+		if err == nil {
+			return rep.Ref, rep.Bytes, nil
+		}
+		if !errors.Is(err, compute.ErrUnavailable) || ctx.Err() != nil {
+			return "", 0, err
+		}
+		t := time.NewTimer(awaitBackoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return "", 0, err
+		}
+	}
+}
+
+// awaitBackoff is the pause between two calls of an AwaitExport.
+const awaitBackoff = 250 * time.Millisecond

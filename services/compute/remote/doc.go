@@ -8,7 +8,7 @@
 //
 // Operation op of node N is a request on torpor.driver.N.op, op one of
 // capabilities, validate, start, stop, delete, suspend, resume, discard,
-// export, observe, logs, check. Serve registers a NATS micro service named
+// export, observe, logs, check, await_export. Serve registers a NATS micro service named
 // torpor-driver (`nats micro ls` lists it, its metadata names the node and
 // its drivers) with an endpoint per operation, each in the queue group
 // torpor-driver: several processes may serve the same node (a restart
@@ -38,6 +38,7 @@
 //	observe       {"driver":"sim","spec":{…}}
 //	logs          {"driver":"sim","spec":{…},"tail":100}
 //	check         {"driver":"vm","spec":{…},"ref":"…"}   (issue 29: can the node restore ref? {} or a rejected error)
+//	await_export  {"driver":"vm","spec":{…},"ref":"…"}   (issue 29: wait for ref's export ahead; "ref" and "bytes" of the object, or {} when none)
 //
 // "timeout_ms" bounds the driver call on the server (the Client sends the
 // time it will wait for the answer); without it the call gets
@@ -48,7 +49,7 @@
 // # Replies
 //
 // A reply is one JSON object with the operation's result: "capabilities",
-// "ref" (suspend, export), "resume" ({"consumed":…}, sent with an error
+// "ref" (suspend, export, await_export, with "bytes"), "resume" ({"consumed":…}, sent with an error
 // too: a failed resume may have consumed the state), "observation", "logs"
 // (base64, as JSON carries bytes), or none of them ({}) for a bare success.
 // A failure adds

@@ -36,10 +36,14 @@ const (
 	// OpCheck asks whether the node can restore a retained state (issue
 	// 29, compute.Checker): spec and ref, answered by an error alone.
 	OpCheck = "check"
+	// OpAwaitExport waits for the export ahead of a suspension's retained
+	// state (compute.ExportAwaiter, issue 29); a node that does not know it
+	// answers UNIMPLEMENTED.
+	OpAwaitExport = "await_export"
 )
 
 // Ops lists every operation, in the order of the contract.
-var Ops = []string{OpCapabilities, OpValidate, OpStart, OpStop, OpDelete, OpSuspend, OpResume, OpDiscard, OpExport, OpObserve, OpLogs, OpCheck}
+var Ops = []string{OpCapabilities, OpValidate, OpStart, OpStop, OpDelete, OpSuspend, OpResume, OpDiscard, OpExport, OpObserve, OpLogs, OpCheck, OpAwaitExport}
 
 // Server-side bounds of a driver call: DefaultTimeout for a request that
 // names none, and never more than MaxTimeout, so that no call outlives the
@@ -89,6 +93,8 @@ type Reply struct {
 	Resume       *compute.ResumeResult `json:"resume,omitempty"`
 	Observation  *compute.Observation  `json:"observation,omitempty"`
 	Logs         []byte                `json:"logs,omitempty"`
+	// Bytes is an awaited export's size (OpAwaitExport), its reference Ref.
+	Bytes int64 `json:"bytes,omitempty"`
 }
 
 // The kinds of Error: which sentinel of compute an error wraps.

@@ -390,6 +390,16 @@ func call(ctx context.Context, op string, req Request, d compute.Driver, lacks f
 			return Reply{}, lacks("cannot say whether it can restore a retained state")
 		}
 		return Reply{}, ch.CanRestore(ctx, *req.Spec, req.Ref)
+	case OpAwaitExport:
+		if err := needSpec(); err != nil {
+			return Reply{}, err
+		}
+		a, ok := d.(compute.ExportAwaiter)
+		if !ok {
+			return Reply{}, lacks("exports nothing ahead")
+		}
+		via, n, err := a.AwaitExport(ctx, *req.Spec, req.Ref)
+		return Reply{Ref: via, Bytes: n}, err
 	}
 	return Reply{}, events.Errorf(events.CodeUnimplemented, "no operation %q: %w", op, compute.ErrUnimplemented)
 }

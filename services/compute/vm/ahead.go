@@ -270,3 +270,29 @@ func (d *Driver) dropExport(ctx context.Context, id string) {
 	default:
 	}
 }
+
+// AwaitExport waits for the export ahead of ref of spec's sandbox, if one
+// runs or ran here, and says what it made (compute.ExportAwaiter, issue
+// 29): "" and 0 on a node with no peers, for a ref exported by no export
+// ahead here, or one stopped (the snapshot consumed or discarded
+// meanwhile).
+func (d *Driver) AwaitExport(ctx context.Context, spec compute.Spec, ref string) (string, int64, error) {
+	if !d.cfg.ExportAhead || d.cfg.Snapshots == nil {
+		return "", 0, nil
+	}
+	d.ahead.mu.Lock()
+	e := d.ahead.m[spec.SandboxID]
+	d.ahead.mu.Unlock()
+	if e != nil && e.ref == ref {
+		select {
+		case <-e.done:
+		case <-ctx.Done():
+			return "", 0, ctx.Err()
+		}
+	}
+	via, bytes, _, err := d.Movable(ctx, spec, ref)
+	if errors.Is(err, errExportStopped) {
+		return "", 0, nil
+	}
+	return via, bytes, err
+}

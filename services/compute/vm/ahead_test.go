@@ -2,10 +2,12 @@ package vm_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -145,6 +147,13 @@ func TestExportAhead(t *testing.T) {
 		if got := vm.ExportsUnderWay(n1); got != 1 {
 			t.Fatalf("exports under way after the suspend: %d, want 1", got)
 		}
+		// Issue 29: the wait for the export ahead waits while it is held.
+		actx, cancel := context.WithTimeout(ctx(t), 200*time.Millisecond)
+		via, n, err := n1.AwaitExport(actx, s, ref)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || via != "" || n != 0 {
+			t.Fatalf("the export ahead awaited while it is held: %q, %d, %v; want the wait's deadline", via, n, err)
+		}
 		// The resume on n2 asks n1 for the movable snapshot while its
 		// export ahead is held; it lets go only once the resume waits.
 		type answer struct {
@@ -197,8 +206,19 @@ func TestExportAhead(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Issue 29: the wait for the export ahead returns once it
+		// finished, with the object's reference and size.
+		awaited, n, err := n2.AwaitExport(ctx(t), s2, ref)
+		if err != nil || awaited == "" {
+			t.Fatalf("the export ahead awaited: %q, %d, %v", awaited, n, err)
+		}
 		via := movable(t, n2, s2, ref)
-		objectOf(t, cfg2, via)
+		if info := objectOf(t, cfg2, via); awaited != via || n != int64(info.Size) {
+			t.Fatalf("the export ahead awaited as %q of %d bytes; the object is %q of %d", awaited, n, via, info.Size)
+		}
+		if other, n, err := n2.AwaitExport(ctx(t), s2, ref+"x"); other != "" || n != 0 || err != nil {
+			t.Fatalf("the export ahead of a reference not held awaited: %q, %d, %v; want none", other, n, err)
+		}
 		res, err := n2.Resume(ctx(t), compute.Resume{Spec: s2, Generation: 3, Credential: drivertest.Cred(3), RestoreRef: ref})
 		if err != nil || !res.Consumed {
 			t.Fatalf("resume on n2: %+v, %v", res, err)

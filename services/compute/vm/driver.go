@@ -29,6 +29,7 @@ var (
 	_ compute.Driver        = (*Driver)(nil)
 	_ compute.Suspender     = (*Driver)(nil)
 	_ compute.Exporter      = (*Driver)(nil)
+	_ compute.ExportAwaiter = (*Driver)(nil)
 	_ compute.Observer      = (*Driver)(nil)
 	_ compute.Logger        = (*Driver)(nil)
 	_ compute.SpecValidator = (*Driver)(nil)

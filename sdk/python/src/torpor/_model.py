@@ -88,12 +88,19 @@ class Restore:
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     #: RFC 3339: when the held state's retention ends; "" when kept for ever.
     expires_at: str = ""
+    #: The reference of the state held (the suspension's restore_ref); "" when none.
+    restore_ref: str = ""
+    #: The held state was exported ahead: a resume on another node only fetches it.
+    movable: bool = False
+    #: The size of the exported state, in bytes, once movable.
+    movable_bytes: int = 0
 
     @classmethod
     def from_json(cls, d: Any) -> Restore:
         d = _obj(d)
         return cls(held=d.get("held") is True, consumed=d.get("consumed") is True, bytes=_int(d.get("bytes")), raw=d,
-                   expires_at=_str(d.get("expires_at")))
+                   expires_at=_str(d.get("expires_at")), restore_ref=_str(d.get("restore_ref")),
+                   movable=d.get("movable") is True, movable_bytes=_int(d.get("movable_bytes")))
 
 
 @dataclass

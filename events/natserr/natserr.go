@@ -17,9 +17,12 @@ import (
 
 // Is reports whether err is no answer from the bus: a timeout, no
 // responders, no stream answer, no heartbeat, or a connection closed,
-// draining or reconnecting; also a context that ended under the call.
+// draining or reconnecting; also a context that ended under the call, and
+// a JetStream API error with code 503 (JetStream "temporarily
+// unavailable" while a server that lost its store catches up, or not yet
+// enabled on it), which the server answers for a while and then no more.
 func Is(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || apiUnavailable(err) ||
 		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
 		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrConnectionClosed) ||
 		errors.Is(err, nats.ErrConnectionDraining) || errors.Is(err, nats.ErrConnectionReconnecting) ||
@@ -43,4 +46,16 @@ func Classify(err error) error {
 		return fmt.Errorf("%w: %w", events.ErrUnavailable, err)
 	}
 	return err
+}
+
+// apiUnavailable reports whether err is a JetStream API error the server
+// answered with code 503, in either of nats.go's two API error types.
+func apiUnavailable(err error) bool {
+	if e, ok := errors.AsType[*jetstream.APIError](err); ok {
+		return e.Code == 503
+	}
+	if e, ok := errors.AsType[*nats.APIError](err); ok {
+		return e.Code == 503
+	}
+	return false
 }

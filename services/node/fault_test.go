@@ -352,8 +352,13 @@ func (c *cluster) load(t *testing.T, rng *rand.Rand, sandboxes int, during func(
 			}
 			// again, when set, ends a wait that finds the sandbox back in
 			// that phase: the command failed honestly and is sent again.
-			var again events.Phase
+			var (
+				again    events.Phase
+				answered uint64 // the sequence the command's answer was at
+				failed   bool   // the last wait found the sandbox in again, past answered
+			)
 			wait := func(p events.Phase) bool {
+				failed = false
 				var err error
 				for ctx.Err() == nil {
 					// A node that dies under a wait cuts it: ask another.
@@ -361,7 +366,11 @@ func (c *cluster) load(t *testing.T, rng *rand.Rand, sandboxes int, during func(
 					// wait's time is up: DEADLINE_EXCEEDED.)
 					var w events.View
 					w, err = c.client(live()).Wait(ctx, v.ID, p, 10*time.Second)
-					if again != "" && events.CodeOf(err) == events.CodeDeadlineExceeded && w.Phase == again {
+					// Only a view past the command's answer says how it
+					// ended (a view lagging behind may still be the one
+					// from before it).
+					if again != "" && events.CodeOf(err) == events.CodeDeadlineExceeded && w.Phase == again && w.Seq > answered {
+						failed = true
 						return false
 					}
 					if code := events.CodeOf(err); err == nil || code != events.CodeUnavailable && code != events.CodeDeadlineExceeded {
@@ -403,8 +412,8 @@ func (c *cluster) load(t *testing.T, rng *rand.Rand, sandboxes int, during func(
 					tries = 3
 				}
 				done := false
-				for try := 0; try < tries && !done; try++ {
-					_, ok := send(verb, v.ID, func(cl *torpor.Client, key string) (events.View, error) {
+				for try := 0; try < tries && !done && (try == 0 || failed); try++ {
+					a, ok := send(verb, v.ID, func(cl *torpor.Client, key string) (events.View, error) {
 						if verb == "resume" {
 							return cl.Resume(ctx, v.ID, torpor.ResumeOptions{}, key)
 						}
@@ -413,12 +422,12 @@ func (c *cluster) load(t *testing.T, rng *rand.Rand, sandboxes int, during func(
 					if !ok {
 						return
 					}
-					again = ""
+					again, answered = "", a.Seq
 					if verb == "resume" && try < tries-1 {
 						again = events.PhaseSuspended
 					}
 					done = wait(want)
-					if !done && again != "" {
+					if failed {
 						t.Logf("sandbox %d: resume failed honestly (suspended again): sent again", i)
 					}
 				}

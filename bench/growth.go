@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -206,6 +207,23 @@ func heap() uint64 {
 	return m.HeapAlloc
 }
 
+// heapProfile writes the live heap's profile to file.<size>, if file is
+// set. It follows heap, whose collection it shows.
+func heapProfile(file string, size int) error {
+	if file == "" {
+		return nil
+	}
+	f, err := os.Create(file + "." + strconv.Itoa(size))
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // sampleLatency measures command-to-visible latency on ids with c clients.
 // First every id is touched once (suspend, resume): the first command on an
 // id finds a cold cache and loads its history, and is reported as first
@@ -327,10 +345,14 @@ func RunGrowth(ctx context.Context, cfg Config, start Starter, progress io.Write
 		rows, err := measureGrowth(ctx, cfg, svc, short[:min(cfg.Sample, len(short))], long, total, logEvents)
 		if err == nil && i == 0 {
 			heapSmall = heap()
+			err = heapProfile(cfg.HeapProfile, size)
 		}
 		if err == nil && last {
 			if heapLarge := heap(); heapLarge > heapSmall && size > cfg.Sizes[0] {
 				g.HeapPerSandboxBytes = float64(heapLarge-heapSmall) / float64(size-cfg.Sizes[0])
+			}
+			if i > 0 {
+				err = heapProfile(cfg.HeapProfile, size)
 			}
 		}
 		_ = svc.Stop()

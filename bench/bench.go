@@ -67,6 +67,11 @@ type Config struct {
 	Rate        float64
 	DatabaseURL string
 	CPUProfile  string
+	// HeapProfile, if set, is where the growth section writes the live
+	// heap's profile (inuse_space) at the smallest and the largest fleet
+	// size, as FILE.<size>, right where it reads the heap per sandbox: the
+	// two are what `go tool pprof -base` diffs.
+	HeapProfile string
 	SkipGrowth  bool
 	// SkipProcess leaves out the process driver's section, SkipVM the vm
 	// driver's.

@@ -531,7 +531,8 @@ const benchmarksNotes = `
   service restarted at each size; latency is sampled on 200 sandboxes (and 100 with the long
   history), the first command on each (cold cache: history loaded) apart from the rest.
   Heap per idle sandbox is the live heap difference between the largest and smallest size,
-  embedded NATS server included.
+  embedded NATS server included, each read after 12 s without commands (the server's block
+  caches, up to 8 MiB each, expire 10 s after their last use) and two collections.
 - **replay**: the whole log read with an ordered consumer (no decoding), next to a rebuild of
   the KV view into a fresh bucket.
 - **process** (fsync interval): each freezer this machine has freezes and thaws a process

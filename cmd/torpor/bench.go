@@ -80,6 +80,7 @@ func benchCmd() *cobra.Command {
 	f.StringVar(&compare, "compare", "", "an earlier report (BENCHMARKS.md, or the table output) whose target lines this run's targets are printed against, one line per target: what changed")
 	f.Float64Var(&cfg.Rate, "rate", 0, "transitions/s the latency figure run offers (default: half the closed loop's measured rate); the p99 target's run finds its own rate, at 50% of the cores busy")
 	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the closed-loop pipeline run (service and load; the first of --runs) to this file; FILE.always for the fsync always run when both run; FILE.http (FILE.always.http) for the closed loop over HTTP")
+	f.StringVar(&cfg.HeapProfile, "heapprofile", "", "write the live heap's profile (inuse_space) at the growth section's smallest and largest fleet size to FILE.<size>, where it reads the heap per idle sandbox (diff them with go tool pprof -base)")
 	f.BoolVar(&cfg.SkipGrowth, "skip-growth", false, "leave out the growth, replay and recovery section")
 	f.BoolVar(&cfg.SkipVM, "skip-vm", false, "leave out the vm driver's section (microVMs booted, suspended and resumed through the pipeline; snapshot bytes)")
 	f.BoolVar(&cfg.SkipCluster, "skip-cluster", false, "leave out the cluster section (the closed loop through three torpor nodes on three in-process NATS servers, every stream R3, next to the single node's)")

@@ -348,10 +348,10 @@ func (v *View) foldGroup(view events.View, g group) (events.View, bool, []move, 
 // sandbox the batch creates (when assumeNew), else the bucket's.
 func (v *View) base(ctx context.Context, g group, assumeNew bool) (entry, error) {
 	v.mu.Lock()
-	e, ok := v.cache[g.id]
+	p, ok := v.cache[g.id]
 	v.mu.Unlock()
 	if ok {
-		return e, nil
+		return p.entry(), nil
 	}
 	if assumeNew && g.envs[0].Type == events.TypeCreated { // the first event of every sandbox
 		return entry{}, nil
@@ -472,6 +472,7 @@ func isRevisionMismatch(err error) bool {
 }
 
 func (v *View) remember(id string, e entry) {
+	p := pack(e)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if _, ok := v.cache[id]; !ok && len(v.cache) >= v.cfg.CacheSize {
@@ -480,7 +481,7 @@ func (v *View) remember(id string, e entry) {
 			break
 		}
 	}
-	v.cache[id] = e
+	v.cache[id] = p
 }
 
 func (v *View) forget(id string) {

@@ -317,7 +317,7 @@ func (v *View) swap(ctx context.Context, nv *View, src projections.Log, st *Swap
 			st.Deleted++
 		}
 		v.mu.Lock()
-		v.cache = make(map[string]entry)
+		v.cache = make(map[string]packed)
 		v.mu.Unlock()
 		clear(v.held)
 		v.armLocked()

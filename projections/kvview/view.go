@@ -167,7 +167,7 @@ type View struct {
 	timer *time.Timer
 
 	mu    sync.Mutex
-	cache map[string]entry // id → the last view written and its revision
+	cache map[string]packed // id → the last view written and its revision
 
 	garbage atomic.Uint64 // values found that are no view (Garbage)
 }
@@ -204,7 +204,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*View, error)
 		return nil, fmt.Errorf("kv view: bucket %s: %w", events.PositionBucket, err)
 	}
 	v := &View{kv: kv, js: js, cfg: cfg, pre: keyPrefix(js, cfg.Bucket), pos: pos, cpKey: checkpointKey(cfg.Bucket), async: async,
-		cache: make(map[string]entry), held: map[string]group{}}
+		cache: make(map[string]packed), held: map[string]group{}}
 	if err := v.forgetStale(ctx); err != nil {
 		return nil, fmt.Errorf("kv view: %w", err)
 	}

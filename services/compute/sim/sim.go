@@ -88,6 +88,7 @@ type box struct {
 	exited   *int    // the exit code of gen, once it exited on its own
 	o        options // the options of gen, parsed
 	// suspends maps a suspended generation to the reference it produced.
+	// The maps are nil until their first write.
 	suspends map[int64]string
 	// retained maps live references to the generation they retain.
 	retained map[string]int64
@@ -536,12 +537,10 @@ func (d *Driver) applyLocked(rec record) {
 	}
 	b := d.boxes[id]
 	if b == nil {
-		b = &box{
-			suspends: map[int64]string{},
-			retained: map[string]int64{},
-			consumed: map[string]consumption{},
-			attempts: map[string]int{},
-		}
+		// Its maps are made on their first write: most boxes (a fleet
+		// adopted, or never suspended) never write them, and four empty
+		// maps were most of an idle box's heap (issue 28's target).
+		b = &box{}
 		d.boxes[id] = b
 	}
 	b.say(rec)
@@ -552,14 +551,23 @@ func (d *Driver) applyLocked(rec record) {
 		b.running = false
 		d.disarmLocked(b)
 	case opSuspend:
+		if b.suspends == nil {
+			b.suspends, b.retained = map[int64]string{}, map[string]int64{}
+		}
 		b.suspends[rec.Gen] = rec.Ref
 		b.retained[rec.Ref] = rec.Gen
 		b.running = false
 		d.disarmLocked(b)
 	case opAttempt:
+		if b.attempts == nil {
+			b.attempts = map[string]int{}
+		}
 		b.attempts[rec.Ref]++
 	case opResume:
 		delete(b.retained, rec.Ref)
+		if b.consumed == nil {
+			b.consumed = map[string]consumption{}
+		}
 		b.consumed[rec.Ref] = consumption{gen: rec.Gen, failed: rec.Failed}
 		b.last = rec.Ref
 		if !rec.Failed {

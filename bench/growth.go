@@ -207,13 +207,14 @@ func caughtUp(ctx context.Context, svc Service) error {
 // same build read 2635 or 3337 B per idle sandbox, run to run.
 const atRest = 12 * time.Second
 
-// heap is the live heap of the service at rest: after atRest without
-// commands (ctx's end cuts it short), and two full collections, the second
+// heap is the live heap of the service at rest: after rest without
+// commands (atRest; none in a --quick run, whose figure is a smoke test's
+// and not judged on; ctx's end cuts it short), and two full collections, the second
 // freeing what the first left in the sync.Pools' victim caches (the
 // server's recycled block buffers among them).
-func heap(ctx context.Context) uint64 {
+func heap(ctx context.Context, rest time.Duration) uint64 {
 	select {
-	case <-time.After(atRest):
+	case <-time.After(rest):
 	case <-ctx.Done():
 	}
 	runtime.GC()
@@ -318,6 +319,10 @@ func timeSteps(ctx context.Context, cmd commander, vw *viewWaiter, ids []string,
 // to catch up, and measures command latency on a sample. Then it measures the
 // restart to ready at the largest size, the heap per sandbox, and the replay.
 func RunGrowth(ctx context.Context, cfg Config, start Starter, progress io.Writer) (*Growth, *Replay, error) {
+	rest := atRest
+	if cfg.Quick {
+		rest = 0
+	}
 	cfg, err := cfg.resolved()
 	if err != nil {
 		return nil, nil, err
@@ -360,11 +365,11 @@ func RunGrowth(ctx context.Context, cfg Config, start Starter, progress io.Write
 		}
 		rows, err := measureGrowth(ctx, cfg, svc, short[:min(cfg.Sample, len(short))], long, total, logEvents)
 		if err == nil && i == 0 {
-			heapSmall = heap(ctx)
+			heapSmall = heap(ctx, rest)
 			err = heapProfile(cfg.HeapProfile, size)
 		}
 		if err == nil && last {
-			if heapLarge := heap(ctx); heapLarge > heapSmall && size > cfg.Sizes[0] {
+			if heapLarge := heap(ctx, rest); heapLarge > heapSmall && size > cfg.Sizes[0] {
 				g.HeapPerSandboxBytes = float64(heapLarge-heapSmall) / float64(size-cfg.Sizes[0])
 			}
 			if i > 0 {

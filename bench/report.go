@@ -532,7 +532,8 @@ const benchmarksNotes = `
   history), the first command on each (cold cache: history loaded) apart from the rest.
   Heap per idle sandbox is the live heap difference between the largest and smallest size,
   embedded NATS server included, each read after 12 s without commands (the server's block
-  caches, up to 8 MiB each, expire 10 s after their last use) and two collections.
+  caches, up to 8 MiB each, expire 10 s after their last use) and two collections (a --quick
+  run reads it at once).
 - **replay**: the whole log read with an ordered consumer (no decoding), next to a rebuild of
   the KV view into a fresh bucket.
 - **process** (fsync interval): each freezer this machine has freezes and thaws a process

@@ -12,7 +12,8 @@ import (
 // sandbox (issue 28's target). So the fields most views have are kept
 // inline, and the view as a whole only when one of the others is set (a
 // sandbox's expiry or idle policy, wake on traffic, its forwards, the size
-// or retention of its held state): rest, nil for most views.
+// or retention of its held state, its restore reference and whether it is
+// movable): rest, nil for most views.
 type packed struct {
 	rev, seq       uint64
 	generation     int64
@@ -58,7 +59,8 @@ func (p packed) entry() entry {
 // fails until it is).
 func plain(v *events.View) bool {
 	var zero time.Time
-	return v.Restore.Bytes == 0 && v.Restore.ExpiresAt == zero && v.Forwards == nil && v.Joined == "" &&
+	return v.Restore.Bytes == 0 && v.Restore.ExpiresAt == zero && v.Restore.RestoreRef == "" && !v.Restore.Movable &&
+		v.Restore.MovableBytes == 0 && v.Forwards == nil && v.Joined == "" &&
 		v.ExpiresAt == zero && v.OnExpiry == "" && v.RetainFor == "" && !v.TTLPausesWhileSuspended &&
 		!v.ExpiryPaused && !v.WakeOnTraffic && v.Idle == (events.IdlePolicy{})
 }

@@ -142,8 +142,8 @@ func BenchmarkReplay(b *testing.B) {
 		}); err != nil {
 			b.Fatal(err)
 		}
-		if n != benchEvents {
-			b.Fatalf("replayed %d events, want %d", n, benchEvents)
+		if want := knownEvents(fixture.envs); n != want {
+			b.Fatalf("replayed %d events, want %d (of %d, less those of a type from the future)", n, want, benchEvents)
 		}
 	}
 	perSecond(b, benchEvents, "events/s")
@@ -249,4 +249,17 @@ func watchSeq(b *testing.B, v *View, seq uint64) (wait func()) {
 			}
 		}
 	}
+}
+
+// knownEvents is how many of envs a reader takes: randomLog makes one in
+// fifty (and every one after a delete) of a type from the future, which
+// the store passes over as foreign.
+func knownEvents(envs []events.Envelope) int {
+	n := 0
+	for _, e := range envs {
+		if e.Type != "sandbox.from_the_future" {
+			n++
+		}
+	}
+	return n
 }

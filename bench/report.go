@@ -181,9 +181,12 @@ func (r *Report) targets() {
 			}
 			return one(p50, ok)
 		}
-		add(fmt.Sprintf("vm suspend→suspended p50 ms, same node (%s, %d MiB)", v.Accel, v.MemoryMiB), runs(v.SuspendP50Runs, v.Suspend.P50, v.Rounds > 0), "<=", 50)
-		add(fmt.Sprintf("vm resume→ready p50 ms, same node (%s, %d MiB)", v.Accel, v.MemoryMiB), runs(v.ResumeP50Runs, v.Resume.P50, v.Rounds > 0), "<=", 300)
-		add(fmt.Sprintf("vm resume→ready p50 ms, on another node (%s, %d MiB)", v.Accel, v.MemoryMiB), runs(v.MoveP50Runs, v.Move.P50, v.Moves > 0), "<=", 2000)
+		// Issue 29's targets (TCG, 128 MiB): suspend 30 ms, resume on the
+		// same node 50 ms, on another node 500 ms (the export ahead not
+		// counted: it runs after suspended).
+		add(fmt.Sprintf("vm suspend→suspended p50 ms, same node (%s, %d MiB)", v.Accel, v.MemoryMiB), runs(v.SuspendP50Runs, v.Suspend.P50, v.Rounds > 0), "<=", 30)
+		add(fmt.Sprintf("vm resume→ready p50 ms, same node (%s, %d MiB)", v.Accel, v.MemoryMiB), runs(v.ResumeP50Runs, v.Resume.P50, v.Rounds > 0), "<=", 50)
+		add(fmt.Sprintf("vm resume→ready p50 ms, on another node (%s, %d MiB)", v.Accel, v.MemoryMiB), runs(v.MoveP50Runs, v.Move.P50, v.Moves > 0), "<=", 500)
 		add("vm movable snapshot of an idle guest ÷ its memory", one(float64(v.MovableBytes)/float64(int64(v.MemoryMiB)<<20), v.MovableBytes > 0), "<=", 0.25)
 	}
 }

@@ -864,7 +864,7 @@ func (d *Driver) restoreIncoming(ctx context.Context, dir, id string, gen int64,
 			return sup, qemu, err
 		}
 	}
-	if _, err := mo.run("migrate-incoming", map[string]any{"uri": "exec:cat " + shellPath(filepath.Join(dir, s.State))}); err != nil {
+	if err := feedIncoming(ctx, mo, dir, filepath.Join(dir, s.State)); err != nil {
 		return sup, qemu, err
 	}
 	err = supervisor.Until(ctx, func() (bool, error) {

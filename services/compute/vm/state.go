@@ -25,6 +25,7 @@ const (
 	logFile     = "supervisor.log"
 	qmpSocket   = "qmp.sock"
 	supSocket   = "sup.sock"
+	inSocket    = "incoming.sock" // a restore's device state comes in on it
 )
 
 // state is what the driver knows of one sandbox, across restarts of the

@@ -92,14 +92,10 @@ func Supervise(ctx context.Context, s Supervision, log zerolog.Logger) error {
 		s.tell(err)
 		return err
 	}
-	nc, err := supervisor.Connect(s.NATSURL, s.Sandbox, s.BusCreds, s.NATSCA)
-	if err != nil {
-		err = fmt.Errorf("supervise: nats %s: %w", s.NATSURL, err)
-		s.tell(err)
-		return err
-	}
-	defer nc.Close()
-
+	// QEMU starts first and sets itself up (tens of milliseconds under
+	// TCG) while the supervisor connects to NATS: a resume waits for the
+	// longer of the two, not their sum. A supervisor that cannot connect
+	// kills it before it says anything.
 	cmd := exec.Command(m.QEMU, m.args(s.Restore)...)
 	cmd.Dir = s.Dir
 	cmd.Stderr = os.Stderr
@@ -115,6 +111,15 @@ func Supervise(ctx context.Context, s Supervision, log zerolog.Logger) error {
 		s.tell(err)
 		return err
 	}
+	nc, err := supervisor.Connect(s.NATSURL, s.Sandbox, s.BusCreds, s.NATSCA)
+	if err != nil {
+		err = fmt.Errorf("supervise: nats %s: %w", s.NATSURL, err)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		s.tell(err)
+		return err
+	}
+	defer nc.Close()
 	q, _ := supervisor.ProcOf(cmd.Process.Pid)
 	if err := s.record(run{Supervisor: os.Getpid(), Generation: s.Generation, QEMU: q}); err != nil {
 		_ = cmd.Process.Kill()

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -20,7 +22,7 @@ import (
 // environment; the rest of the environment is the workload's.
 func superviseCmd() *cobra.Command {
 	s := process.Supervision{}
-	var readyFD int
+	var readyFD, jobFD int
 	var isVM, restore bool
 	var natsCreds string
 	cmd := &cobra.Command{
@@ -32,7 +34,7 @@ func superviseCmd() *cobra.Command {
 				if s.BusCreds, err = busCreds(natsCreds); err != nil {
 					return invalid(err)
 				}
-				return superviseVM(cmd, s, readyFD, restore, args)
+				return superviseVM(cmd, s, readyFD, jobFD, restore, args)
 			}
 			if len(args) == 0 {
 				return invalid(errors.New("supervise: no command"))
@@ -72,6 +74,8 @@ func superviseCmd() *cobra.Command {
 	f.StringVar(&s.RunAs, "run-as", "", "the user the workload runs as (a name, uid or uid:gid); default the supervisor's")
 	f.IntVar(&readyFD, "ready-fd", 0, "a file descriptor to say on whether the workload runs")
 	_ = f.MarkHidden("ready-fd")
+	f.IntVar(&jobFD, "job-fd", 0, "with --vm: start ahead, and read the job (sandbox, generation, directory, credentials) from this file descriptor")
+	_ = f.MarkHidden("job-fd")
 	f.BoolVar(&isVM, "vm", false, "supervise the QEMU of the vm driver's sandbox in --dir (no command)")
 	f.BoolVar(&restore, "restore", false, "with --vm: QEMU waits for the driver's snapshot, and the supervisor attaches once the guest runs")
 	return cmd
@@ -79,12 +83,29 @@ func superviseCmd() *cobra.Command {
 
 // superviseVM is `torpor supervise --vm`: vm.Supervise over the flags that
 // the process supervisor shares with it.
-func superviseVM(cmd *cobra.Command, p process.Supervision, readyFD int, restore bool, args []string) error {
+//
+// With jobFD, it is a spare, started by its driver ahead of its job: it
+// waits for the job on jobFD (vm.Job), then writes to the sandbox's
+// supervisor.log and runs as one started with those flags would. Its
+// job pipe closed without a job (its driver let it go or ended), it exits.
+func superviseVM(cmd *cobra.Command, p process.Supervision, readyFD, jobFD int, restore bool, args []string) error {
 	if len(args) > 0 {
 		return invalid(errors.New("supervise --vm: the guest's command is in its image, not on this command line"))
 	}
 	s := vm.Supervision{Sandbox: p.Sandbox, Generation: p.Generation, Credential: os.Getenv(supervisor.CredentialEnv),
 		NATSURL: p.NATSURL, NATSCA: p.NATSCA, BusCreds: p.BusCreds, Dir: p.Dir, Heartbeat: p.Heartbeat, Restore: restore}
+	if jobFD > 0 {
+		var j vm.Job
+		if err := supervisor.ReadJob(jobFD, &j); supervisor.NoJob(err) {
+			return nil
+		} else if err != nil {
+			return invalid(err)
+		}
+		j.Apply(&s)
+		if err := logTo(filepath.Join(j.Dir, vm.SupervisorLog)); err != nil {
+			return err
+		}
+	}
 	if readyFD > 0 {
 		s.Ready = os.NewFile(uintptr(readyFD), "ready")
 	}
@@ -124,4 +145,20 @@ func busCreds(file string) (string, error) {
 		return "", fmt.Errorf("--nats-creds: %w", err)
 	}
 	return string(b), nil
+}
+
+// logTo points this process's stdout and stderr (its log, and its
+// children's stderr) at the file at path, appended to.
+func logTo(path string) error {
+	f, err := supervisor.OpenAppend(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for _, fd := range []int{1, 2} {
+		if err := syscall.Dup3(int(f.Fd()), fd, 0); err != nil {
+			return fmt.Errorf("log to %s: %w", path, err)
+		}
+	}
+	return nil
 }

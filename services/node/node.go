@@ -40,6 +40,7 @@ import (
 	"github.com/torpor/torpor/services/compute/remote"
 	"github.com/torpor/torpor/services/compute/sim"
 	"github.com/torpor/torpor/services/compute/supervisor"
+	"github.com/torpor/torpor/services/compute/vm"
 	"github.com/torpor/torpor/services/forward"
 	"github.com/torpor/torpor/services/gateway"
 	"github.com/torpor/torpor/web"
@@ -320,9 +321,11 @@ type Node struct {
 	err    error
 	hsrv   *http.Server
 	driver *sim.Driver
-	svc    *gateway.Service
-	store  *jsstore.Store
-	proj   *projections.Runner
+	// vm is the node's own vm driver, whose spare supervisor Stop lets go.
+	vm    *vm.Driver
+	svc   *gateway.Service
+	store *jsstore.Store
+	proj  *projections.Runner
 	// adminToken is the secret of <data>/admin.token, "" without one
 	// (--no-auth, no --data, or a file whose token was revoked).
 	adminToken string
@@ -518,9 +521,10 @@ func startOnce(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, er
 		WarnRoot(log, cfg.RunAs)
 		// The vm driver is there whatever the node has: a node without
 		// QEMU or a kernel refuses each vm create, saying what it lacks.
-		if drivers["vm"], err = newVM(a.nc, replicas, cfg.Data, url, natsCA, cfg.Torpor, cfg.VMKernel, cfg.HeartbeatLimit/3, len(cfg.RemoteNodes) > 0, log); err != nil {
+		if a.vm, err = newVM(a.nc, replicas, cfg.Data, url, natsCA, cfg.Torpor, cfg.VMKernel, cfg.HeartbeatLimit/3, len(cfg.RemoteNodes) > 0, log); err != nil {
 			return nil, err
 		}
+		drivers["vm"] = a.vm
 	}
 	if cfg.WrapDrivers != nil {
 		cfg.WrapDrivers(drivers)
@@ -921,6 +925,9 @@ func (a *Node) close() {
 	}
 	if a.driver != nil {
 		a.driver.Close()
+	}
+	if a.vm != nil {
+		a.vm.Close()
 	}
 	if a.nc != nil {
 		// Acks and naks are sent without waiting; flush them before closing,

@@ -2,6 +2,8 @@ package supervisor
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -89,7 +91,17 @@ func Spawn(ctx context.Context, args, env []string, dir, log string) (sup Proc, 
 	// sandbox outlives both.
 	go func() { _ = cmd.Wait() }()
 	sup, _ = ProcOf(cmd.Process.Pid)
+	why, err = await(ctx, r, log)
+	if err != nil || why != "" {
+		return Proc{}, why, err
+	}
+	return sup, "", nil
+}
 
+// await reads what a supervisor says on its ready pipe r: "" once it runs,
+// or why it does not; an error when it ended without a word (its log is at
+// log) or ctx ended first.
+func await(ctx context.Context, r *os.File, log string) (why string, err error) {
 	answer := make(chan string, 1)
 	go func() {
 		b, _ := io.ReadAll(r)
@@ -99,14 +111,14 @@ func Spawn(ctx context.Context, args, env []string, dir, log string) (sup Proc, 
 	case a := <-answer:
 		switch a {
 		case "ok":
-			return sup, "", nil
+			return "", nil
 		case "":
-			return Proc{}, "", fmt.Errorf("the supervisor ended without a word (its log: %s)", log)
+			return "", fmt.Errorf("the supervisor ended without a word (its log: %s)", log)
 		}
-		return Proc{}, a, nil
+		return a, nil
 	case <-ctx.Done():
 		r.Close() // ends the reader
-		return Proc{}, "", ctx.Err()
+		return "", ctx.Err()
 	}
 }
 
@@ -151,3 +163,106 @@ func Until(ctx context.Context, done func() (bool, error)) error {
 		pause = min(2*pause, 5*time.Millisecond)
 	}
 }
+
+// JobFD is the file descriptor a spare supervisor reads its job from (the
+// driver passes --job-fd JobFD): the ready pipe is ReadyFD, this one next.
+const JobFD = ReadyFD + 1
+
+// A Spare is a supervisor started ahead of its job, which it waits for on
+// JobFD: a driver that has one hands a start or a restore its job instead
+// of starting a supervisor then, and saves the supervisor's own start (a
+// Go program's: milliseconds a same-node resume waited for). A spare
+// whose job pipe closes without a job (its driver ended) exits.
+type Spare struct {
+	Proc       Proc
+	job, ready *os.File
+}
+
+// StartSpare starts a spare supervisor with args (which carry --ready-fd
+// ReadyFD and --job-fd JobFD) and env, in its own session, its output
+// appended to log until its job says where its sandbox's log is.
+func StartSpare(args, env []string, dir, log string) (*Spare, error) {
+	logf, err := OpenAppend(log)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	rr, rw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	jr, jw, err := os.Pipe()
+	if err != nil {
+		rr.Close()
+		rw.Close()
+		return nil, err
+	}
+	cmd := &exec.Cmd{
+		Path: args[0], Args: args, Env: env, Dir: dir, Stdout: logf, Stderr: logf,
+		ExtraFiles:  []*os.File{rw, jr}, // ReadyFD, JobFD
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	err = cmd.Start()
+	rw.Close()
+	jr.Close()
+	if err != nil {
+		rr.Close()
+		jw.Close()
+		return nil, fmt.Errorf("start a spare supervisor: %w", err)
+	}
+	go func() { _ = cmd.Wait() }()
+	p, _ := ProcOf(cmd.Process.Pid)
+	return &Spare{Proc: p, job: jw, ready: rr}, nil
+}
+
+// ErrSpareGone is a spare that could not be given its job (it had ended):
+// nothing of the job was done, and a supervisor started afresh may do it.
+var ErrSpareGone = errors.New("the spare supervisor is gone")
+
+// Give hands s its job (JSON) and waits, as Spawn does, for the supervisor
+// to say whether its workload runs; log is where it now writes.
+func (s *Spare) Give(ctx context.Context, job any, log string) (sup Proc, why string, err error) {
+	defer s.ready.Close()
+	b, err := json.Marshal(job)
+	if err != nil {
+		s.job.Close()
+		return Proc{}, "", err
+	}
+	_, err = s.job.Write(b)
+	s.job.Close()
+	if err != nil || !s.Proc.Alive() {
+		return Proc{}, "", fmt.Errorf("%w: %v", ErrSpareGone, err)
+	}
+	why, err = await(ctx, s.ready, log)
+	if err != nil || why != "" {
+		return Proc{}, why, err
+	}
+	return s.Proc, "", nil
+}
+
+// Close lets s go without a job: it exits.
+func (s *Spare) Close() {
+	s.job.Close()
+	s.ready.Close()
+}
+
+// ReadJob reads a spare supervisor's job (JSON) from the file descriptor
+// fd into job, once the driver wrote it and closed its end.
+func ReadJob(fd int, job any) error {
+	f := os.NewFile(uintptr(fd), "job")
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return fmt.Errorf("read the job: %w", err)
+	}
+	if len(b) == 0 {
+		return errNoJob
+	}
+	return json.Unmarshal(b, job)
+}
+
+// errNoJob is a spare's job pipe closed without a job: its driver let it go.
+var errNoJob = errors.New("no job: the driver let the spare go")
+
+// NoJob reports whether err is a spare let go without a job.
+func NoJob(err error) bool { return errors.Is(err, errNoJob) }

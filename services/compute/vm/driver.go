@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -115,6 +116,11 @@ type Driver struct {
 
 	locks supervisor.Locks
 	ahead exports
+
+	// spare is a supervisor started ahead for the next start or restore
+	// (spare.go), nil while none is.
+	spareMu sync.Mutex
+	spare   *supervisor.Spare
 }
 
 // New returns a vm driver over cfg. What it needs on the node (QEMU, the
@@ -331,6 +337,7 @@ func (d *Driver) machine(ctx context.Context, dir string, spec compute.Spec, ram
 // the same generation answers as the first did; one of an older generation
 // does nothing.
 func (d *Driver) Start(ctx context.Context, req compute.Start) error {
+	defer func() { go d.refillSpare() }() // a supervisor ahead for what follows (spare.go)
 	id, gen := req.Spec.SandboxID, req.Generation
 	dir, st, unlock, err := d.open(id)
 	defer unlock()
@@ -396,6 +403,9 @@ func (d *Driver) Start(ctx context.Context, req compute.Start) error {
 // spawn starts `torpor supervise --vm` for generation gen
 // (supervisor.Spawn) and waits until it says QEMU runs.
 func (d *Driver) spawn(ctx context.Context, dir, id string, gen int64, cred, busCreds string, restore bool) (supervisor.Proc, error) {
+	if sup, err := d.giveSpare(ctx, Job{Sandbox: id, Generation: gen, Dir: dir, Restore: restore, Credential: cred, BusCreds: busCreds}); !errors.Is(err, errNoSpare) {
+		return sup, err
+	}
 	args := []string{d.cfg.Binary, "supervise", "--vm",
 		"--sandbox", id,
 		"--generation", strconv.FormatInt(gen, 10),
@@ -704,6 +714,8 @@ func (d *Driver) Resume(ctx context.Context, req compute.Resume) (compute.Resume
 	none := compute.ResumeResult{}
 	consumed := compute.ResumeResult{Consumed: true}
 	began := time.Now() // the restore started (README "Resume latency")
+	// Once the guest runs, a supervisor ahead for the next (spare.go).
+	defer func() { go d.refillSpare() }()
 	dir, st, unlock, err := d.open(id)
 	defer unlock()
 	if err != nil {

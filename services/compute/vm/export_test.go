@@ -89,3 +89,24 @@ func ExportsUnderWay(d *Driver) int {
 	}
 	return n
 }
+
+// Spare is the pid of the spare supervisor waiting for d's next start or
+// restore, 0 when none waits.
+func Spare(d *Driver) int {
+	d.spareMu.Lock()
+	defer d.spareMu.Unlock()
+	if d.spare == nil {
+		return 0
+	}
+	return d.spare.Proc.Pid
+}
+
+// Supervisor is the pid of the supervisor of spec's newest generation.
+func Supervisor(d *Driver, spec compute.Spec) int {
+	_, st, unlock, err := d.open(spec.SandboxID)
+	defer unlock()
+	if err != nil || st == nil {
+		return 0
+	}
+	return st.Supervisor.Pid
+}

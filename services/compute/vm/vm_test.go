@@ -87,10 +87,11 @@ func newDriver(t testing.TB, g *drivertest.Gateway, mod func(*vm.Config)) (*vm.D
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		d.Close() // the spare supervisor goes
 		entries, _ := os.ReadDir(filepath.Join(cfg.Data, "vm"))
 		for _, e := range entries {
-			if e.Name() == "images" {
-				continue
+			if e.Name() == "images" || strings.HasPrefix(e.Name(), ".") {
+				continue // the images, a spare supervisor's log
 			}
 			if t.Failed() {
 				for _, f := range []string{"supervisor.log", "console.log"} {

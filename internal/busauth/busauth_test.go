@@ -174,6 +174,9 @@ func actions() []action {
 		// question to that node's driver alone.
 		{name: "ask another node whether it can restore", subject: "torpor.driver.n2.check"},
 		{name: "answer for another node whether it can restore", sub: true, subject: "torpor.driver.n2.check"},
+		// Issue 29: so is the wait for a node's export ahead.
+		{name: "ask another node for its export ahead", subject: "torpor.driver.n2.await_export"},
+		{name: "answer for another node's export ahead", sub: true, subject: "torpor.driver.n2.await_export"},
 		{name: "write the view", subject: "$KV." + busauth.PhaseBucket + "." + sandboxA, unmoved: func(t *testing.T, b *bus) {
 			kv, _ := b.js.KeyValue(t.Context(), busauth.PhaseBucket)
 			e, err := kv.Get(t.Context(), sandboxA)
@@ -754,39 +757,41 @@ func TestClientInboxesApart(t *testing.T) {
 }
 
 // TestCheckAskedByTheServiceOnly (issue 29): no role but the service asks
-// node n1's driver whether it can restore a snapshot, and no driver but
-// n1's answers it: the nats-server refuses the others.
+// node n1's driver whether it can restore a snapshot, or waits for its
+// export ahead, and no driver but n1's answers either: the nats-server
+// refuses the others.
 func TestCheckAskedByTheServiceOnly(t *testing.T) {
 	b := startBus(t)
-	const subject = "torpor.driver.n1.check"
-	for _, tc := range []struct {
-		name   string
-		grants []busauth.Grant
-		sub    bool
-	}{
-		{"producer asks", []busauth.Grant{{Role: busauth.Producer}}, false},
-		{"dashboard asks", []busauth.Grant{{Role: busauth.Dashboard}}, false},
-		{"supervisor asks", []busauth.Grant{{Role: busauth.Supervisor, Sandbox: sandboxA}}, false},
-		{"driver n2 asks", []busauth.Grant{{Role: busauth.Driver, Node: "n2"}}, false},
-		{"driver n2 answers", []busauth.Grant{{Role: busauth.Driver, Node: "n2"}}, true},
-		{"producer answers", []busauth.Grant{{Role: busauth.Producer}}, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			errs := make(chan error, 4)
-			nc := b.conn(t, errs, tc.grants...)
-			var err error
-			if tc.sub {
-				_, err = nc.QueueSubscribe(subject, "torpor-driver", func(*nats.Msg) {})
-			} else {
-				err = nc.Publish(subject, []byte(`{"driver":"vm","spec":{"sandbox_id":"a","node":"n1"},"ref":"r"}`))
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := nc.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			wantRefused(t, errs, subject)
-		})
+	for _, subject := range []string{"torpor.driver.n1.check", "torpor.driver.n1.await_export"} {
+		for _, tc := range []struct {
+			name   string
+			grants []busauth.Grant
+			sub    bool
+		}{
+			{"producer asks", []busauth.Grant{{Role: busauth.Producer}}, false},
+			{"dashboard asks", []busauth.Grant{{Role: busauth.Dashboard}}, false},
+			{"supervisor asks", []busauth.Grant{{Role: busauth.Supervisor, Sandbox: sandboxA}}, false},
+			{"driver n2 asks", []busauth.Grant{{Role: busauth.Driver, Node: "n2"}}, false},
+			{"driver n2 answers", []busauth.Grant{{Role: busauth.Driver, Node: "n2"}}, true},
+			{"producer answers", []busauth.Grant{{Role: busauth.Producer}}, true},
+		} {
+			t.Run(subject+"/"+tc.name, func(t *testing.T) {
+				errs := make(chan error, 4)
+				nc := b.conn(t, errs, tc.grants...)
+				var err error
+				if tc.sub {
+					_, err = nc.QueueSubscribe(subject, "torpor-driver", func(*nats.Msg) {})
+				} else {
+					err = nc.Publish(subject, []byte(`{"driver":"vm","spec":{"sandbox_id":"a","node":"n1"},"ref":"r"}`))
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := nc.Flush(); err != nil {
+					t.Fatal(err)
+				}
+				wantRefused(t, errs, subject)
+			})
+		}
 	}
 }

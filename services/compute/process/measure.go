@@ -28,9 +28,11 @@ func MeasureFreezer(ctx context.Context, kind string, cycles int) (freeze, thaw 
 	if err != nil {
 		return nil, nil, err
 	}
-	// The shell waits on its stdin until it is in the cgroup, then loops.
+	// The shell waits on its stdin until it is in the cgroup, then loops;
+	// it dies with its measurer (a bench or test killed mid-way left it
+	// looping for ever).
 	cmd := exec.Command("sh", "-c", `read _; while :; do sleep 0.01; done`)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, nil, err

@@ -88,7 +88,11 @@ func (c *Client) timeout(op string) time.Duration {
 		return d
 	}
 	switch op {
-	case OpCapabilities, OpValidate, OpObserve, OpLogs:
+	case OpCapabilities, OpValidate, OpObserve, OpLogs, OpCheck:
+		// A check is the target's look at itself (its QEMU, memory and
+		// disk): one whose request was lost (a server of the cluster gone
+		// under it) is asked again soon, not after a resume's whole
+		// deadline (TestClusterFaults/b saw a resume fail so).
 		return c.short
 	}
 	return c.long

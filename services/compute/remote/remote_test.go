@@ -671,3 +671,28 @@ func TestRemoteOnlyFrom(t *testing.T) {
 		t.Errorf("the driver started %d times, want once (the service's)", started)
 	}
 }
+
+// TestRemoteCheckLostIsShort: a check whose request gets no answer (lost
+// with a server of the cluster, here a node that never answers) is
+// UNAVAILABLE after the short timeout, so that the resume saga asks again
+// within its deadline instead of waiting the whole of it on one request.
+func TestRemoteCheckLostIsShort(t *testing.T) {
+	srv := natstest.Start(t)
+	sub, err := srv.Conn.QueueSubscribe(remote.Subject("n1", remote.OpCheck), remote.QueueGroup, func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	c := remote.NewClient(srv.Conn, "n1", "fake")
+	cctx, cancel := context.WithTimeout(context.Background(), remote.LongTimeout)
+	defer cancel()
+	began := time.Now()
+	err = c.CanRestore(cctx, spec("a", nil), "r")
+	took := time.Since(began)
+	if !errors.Is(err, compute.ErrUnavailable) {
+		t.Fatalf("a check never answered: %v, want ErrUnavailable", err)
+	}
+	if took > remote.ShortTimeout+remote.ShortTimeout/2 {
+		t.Fatalf("a check never answered took %s, want about the short timeout %s", took, remote.ShortTimeout)
+	}
+}

@@ -62,40 +62,74 @@ const ReadyFD = 3
 // does not. The supervisor is reaped by this process while it lives; one
 // started by an earlier process is an orphan, reaped by init.
 func Spawn(ctx context.Context, args, env []string, dir, log string) (sup Proc, why string, err error) {
-	logf, err := OpenAppend(log)
-	if err != nil {
-		return Proc{}, "", err
-	}
-	defer logf.Close()
-	r, w, err := os.Pipe()
-	if err != nil {
-		return Proc{}, "", err
-	}
-	defer r.Close()
-	cmd := &exec.Cmd{
-		Path:        args[0],
-		Args:        args,
-		Env:         env,
-		Dir:         dir,
-		Stdout:      logf,
-		Stderr:      logf,
-		ExtraFiles:  []*os.File{w}, // ReadyFD
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
-	}
-	err = cmd.Start()
-	w.Close()
+	r, err := start(args, env, dir, log)
 	if err != nil {
 		return Proc{}, "", fmt.Errorf("start the supervisor: %w", err)
 	}
-	// The reaper ends with the supervisor, not with the driver: the
-	// sandbox outlives both.
-	go func() { _ = cmd.Wait() }()
-	sup, _ = ProcOf(cmd.Process.Pid)
-	why, err = await(ctx, r, log)
+	defer r.ready.Close()
+	why, err = await(ctx, r.ready, log)
 	if err != nil || why != "" {
 		return Proc{}, why, err
 	}
-	return sup, "", nil
+	return r.Proc, "", nil
+}
+
+// started is a supervisor just started: its process, the read end of its
+// ready pipe, and, when asked for, the write end of its job pipe.
+type started struct {
+	Proc       Proc
+	ready, job *os.File
+}
+
+// start starts a supervisor (args[0] is the torpor binary) in dir, in a
+// session of its own, its output appended to log, with its ready pipe on
+// ReadyFD and, when withJob, a job pipe on JobFD. Its reaper ends with
+// the supervisor, not with the driver: the sandbox outlives both.
+func start(args, env []string, dir, log string, withJob ...bool) (started, error) {
+	logf, err := OpenAppend(log)
+	if err != nil {
+		return started{}, err
+	}
+	defer logf.Close()
+	var toClose, opened []*os.File
+	defer func() {
+		for _, f := range toClose {
+			f.Close()
+		}
+	}()
+	fail := func(err error) (started, error) {
+		for _, f := range opened {
+			f.Close()
+		}
+		return started{}, err
+	}
+	rr, rw, err := os.Pipe()
+	if err != nil {
+		return started{}, err
+	}
+	toClose, opened = append(toClose, rw), append(opened, rr)
+	extra := []*os.File{rw} // ReadyFD
+	var jw *os.File
+	if len(withJob) > 0 && withJob[0] {
+		jr, w, err := os.Pipe()
+		if err != nil {
+			return fail(err)
+		}
+		jw = w
+		toClose, opened = append(toClose, jr), append(opened, jw)
+		extra = append(extra, jr) // JobFD
+	}
+	cmd := &exec.Cmd{
+		Path: args[0], Args: args, Env: env, Dir: dir, Stdout: logf, Stderr: logf,
+		ExtraFiles:  extra,
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	if err := cmd.Start(); err != nil {
+		return fail(err)
+	}
+	go func() { _ = cmd.Wait() }()
+	p, _ := ProcOf(cmd.Process.Pid)
+	return started{Proc: p, ready: rr, job: jw}, nil
 }
 
 // await reads what a supervisor says on its ready pipe r: "" once it runs,
@@ -182,37 +216,11 @@ type Spare struct {
 // ReadyFD and --job-fd JobFD) and env, in its own session, its output
 // appended to log until its job says where its sandbox's log is.
 func StartSpare(args, env []string, dir, log string) (*Spare, error) {
-	logf, err := OpenAppend(log)
+	r, err := start(args, env, dir, log, true)
 	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	rr, rw, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	jr, jw, err := os.Pipe()
-	if err != nil {
-		rr.Close()
-		rw.Close()
-		return nil, err
-	}
-	cmd := &exec.Cmd{
-		Path: args[0], Args: args, Env: env, Dir: dir, Stdout: logf, Stderr: logf,
-		ExtraFiles:  []*os.File{rw, jr}, // ReadyFD, JobFD
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
-	}
-	err = cmd.Start()
-	rw.Close()
-	jr.Close()
-	if err != nil {
-		rr.Close()
-		jw.Close()
 		return nil, fmt.Errorf("start a spare supervisor: %w", err)
 	}
-	go func() { _ = cmd.Wait() }()
-	p, _ := ProcOf(cmd.Process.Pid)
-	return &Spare{Proc: p, job: jw, ready: rr}, nil
+	return &Spare{Proc: r.Proc, job: r.job, ready: r.ready}, nil
 }
 
 // ErrSpareGone is a spare that could not be given its job (it had ended):

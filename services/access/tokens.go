@@ -51,6 +51,11 @@ type Tokens struct {
 
 	mu     sync.RWMutex
 	byHash map[string]record
+	// rev is, per name, the bucket's newest revision this instance knows
+	// of: a change the watch brings that is not newer (the put of a token
+	// this instance has since revoked, still on its way) is old news and
+	// is not applied, so a revoked token is never learnt again.
+	rev map[string]uint64
 }
 
 // Open creates or binds the bucket and loads the tokens it holds. Run keeps
@@ -63,7 +68,7 @@ func Open(ctx context.Context, js jetstream.JetStream, replicas int) (*Tokens, e
 	if err != nil {
 		return nil, fmt.Errorf("tokens bucket: %w", err)
 	}
-	t := &Tokens{kv: kv, now: time.Now, byHash: map[string]record{}}
+	t := &Tokens{kv: kv, now: time.Now, byHash: map[string]record{}, rev: map[string]uint64{}}
 	if err := t.load(ctx); err != nil {
 		return nil, err
 	}
@@ -78,6 +83,7 @@ func (t *Tokens) load(ctx context.Context) error {
 		return fmt.Errorf("tokens: %w", err)
 	}
 	fresh := map[string]record{}
+	revs := map[string]uint64{}
 	for name := range lister.Keys() {
 		e, err := t.kv.Get(ctx, name)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -86,12 +92,16 @@ func (t *Tokens) load(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("token %s: %w", name, err)
 		}
+		revs[name] = e.Revision()
 		if r, ok := decode(e.Key(), e.Value()); ok {
 			fresh[r.Hash] = r
 		}
 	}
 	t.mu.Lock()
 	t.byHash = fresh
+	for name, r := range revs {
+		t.rev[name] = max(t.rev[name], r)
+	}
 	t.mu.Unlock()
 	return nil
 }
@@ -158,6 +168,10 @@ func (t *Tokens) watch(ctx context.Context) {
 func (t *Tokens) apply(e jetstream.KeyValueEntry) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if e.Revision() <= t.rev[e.Key()] {
+		return // this instance knows a newer change of the name
+	}
+	t.rev[e.Key()] = e.Revision()
 	for h, r := range t.byHash {
 		if r.Name == e.Key() {
 			delete(t.byHash, h)
@@ -285,10 +299,11 @@ func (t *Tokens) put(ctx context.Context, req events.TokenRequest, by string, re
 	if err != nil {
 		return events.NewToken{}, err
 	}
+	var rev uint64
 	if replace {
-		_, err = t.kv.Put(ctx, req.Name, data)
+		rev, err = t.kv.Put(ctx, req.Name, data)
 	} else {
-		_, err = t.kv.Create(ctx, req.Name, data)
+		rev, err = t.kv.Create(ctx, req.Name, data)
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return events.NewToken{}, events.Errorf(events.CodeAlreadyExists, "token %s exists (revoke it first)", req.Name)
@@ -303,6 +318,7 @@ func (t *Tokens) put(ctx context.Context, req events.TokenRequest, by string, re
 		}
 	}
 	t.byHash[r.Hash] = r
+	t.rev[req.Name] = max(t.rev[req.Name], rev)
 	t.mu.Unlock()
 	return events.NewToken{TokenInfo: info, Token: secret}, nil
 }
@@ -328,7 +344,8 @@ func (t *Tokens) Revoke(ctx context.Context, name string) error {
 	if err := events.CheckTokenName(name); err != nil {
 		return err
 	}
-	if _, err := t.kv.Get(ctx, name); errors.Is(err, jetstream.ErrKeyNotFound) {
+	e, err := t.kv.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return events.Errorf(events.CodeNotFound, "no token named %s", name)
 	} else if err != nil {
 		return events.Errorf(events.CodeUnavailable, "token %s: %v", name, err)
@@ -337,6 +354,9 @@ func (t *Tokens) Revoke(ctx context.Context, name string) error {
 		return events.Errorf(events.CodeUnavailable, "revoke %s: %v", name, err)
 	}
 	t.mu.Lock()
+	// Every change up to the one deleted is old news from now on: the
+	// watch may still bring the token's put.
+	t.rev[name] = max(t.rev[name], e.Revision())
 	for h, r := range t.byHash {
 		if r.Name == name {
 			delete(t.byHash, h)

@@ -107,6 +107,67 @@ func TestTokenLifecycle(t *testing.T) {
 	}
 }
 
+// TestRevokedTokenNotLearntAgain: the put of a token that an instance has
+// since revoked, brought late by its watch, does not teach it the token
+// again (a token revoked right after its creation was taken for a moment);
+// a token made again under the name is learnt.
+func TestRevokedTokenNotLearntAgain(t *testing.T) {
+	srv := natstest.Start(t)
+	js, err := jetstream.New(srv.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	a, err := Open(ctx, js, 1) // no Run: the test hands it the watch's changes
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := a.kv.Watch(ctx, "ci", jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	next := func(what string) jetstream.KeyValueEntry {
+		t.Helper()
+		select {
+		case e := <-w.Updates():
+			if e == nil {
+				t.Fatalf("%s: the watch ended", what)
+			}
+			return e
+		case <-time.After(waitFor):
+			t.Fatalf("%s: no change within %s", what, waitFor)
+			return nil
+		}
+	}
+
+	tok, err := a.Create(ctx, events.TokenRequest{Name: "ci", Scopes: []events.Scope{"read"}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := next("the put")
+	if err := a.Revoke(ctx, "ci"); err != nil {
+		t.Fatal(err)
+	}
+	a.apply(put) // the watch brings the put after the revocation
+	if _, err := a.Authenticate(ctx, tok.Token); events.CodeOf(err) != events.CodeUnauthenticated {
+		t.Fatalf("the revoked token after its late put: %v, want UNAUTHENTICATED", err)
+	}
+	a.apply(next("the delete"))
+
+	again, err := a.Create(ctx, events.TokenRequest{Name: "ci", Scopes: []events.Scope{"read"}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.apply(next("the second put"))
+	if _, err := a.Authenticate(ctx, again.Token); err != nil {
+		t.Errorf("the token made again: %v", err)
+	}
+	if _, err := a.Authenticate(ctx, tok.Token); events.CodeOf(err) != events.CodeUnauthenticated {
+		t.Errorf("the first secret after the name was made again: %v, want UNAUTHENTICATED", err)
+	}
+}
+
 // TestTokensRefused: what Authenticate and Create say to bad input.
 func TestTokensRefused(t *testing.T) {
 	srv := natstest.Start(t)

@@ -18,6 +18,7 @@ import type {
   TokenInfo,
   TokenRequest,
   View,
+  WhoAmI,
 } from "./types.js";
 import { uuidv7 } from "./uuid.js";
 
@@ -453,6 +454,11 @@ export class Client {
   /** server is what the server says of itself: its node, its deadline, its view. */
   server(opts: CallOptions = {}): Promise<ServerInfo> {
     return this.#json("GET", "/v1/server", { signal: opts.signal });
+  }
+
+  /** whoami is the name and scopes of the token this client sends (read). */
+  whoami(opts: CallOptions = {}): Promise<WhoAmI> {
+    return this.#json("GET", "/v1/whoami", { signal: opts.signal });
   }
 
   /** logSandboxes lists the id of every sandbox the log holds, deleted ones too. */

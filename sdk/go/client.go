@@ -470,6 +470,21 @@ func (c *Client) LogSandboxes(ctx context.Context) ([]string, error) {
 	return out.Items, c.do(ctx, http.MethodGet, "/v1/log/sandboxes", "", nil, &out)
 }
 
+// WhoAmI is what a server says of the token a request came with (GET
+// /v1/whoami): its name and scopes. A server without authentication (serve
+// --no-auth) answers every scope and no name.
+type WhoAmI struct {
+	Name   string  `json:"name"`
+	Scopes []Scope `json:"scopes"`
+}
+
+// WhoAmI asks the server whose token the client sends and what it may do
+// (read scope). A server older than this call answers ErrNotFound.
+func (c *Client) WhoAmI(ctx context.Context) (WhoAmI, error) {
+	var w WhoAmI
+	return w, c.do(ctx, http.MethodGet, "/v1/whoami", "", nil, &w)
+}
+
 // Phases returns the count of sandboxes per phase.
 func (c *Client) Phases(ctx context.Context) (map[events.Phase]int, error) {
 	var m map[events.Phase]int

@@ -320,5 +320,62 @@ class WatchResume(Server):
             next(self.env.client("none").watch(timeout=5))
 
 
+class Whoami(Server):
+    """whoami names the token a client sends and its scopes (servetest's
+    tokens: servetest-read with read, servetest-write with read and write,
+    the admin token with admin; a token's name is in its secret)."""
+
+    def test_whoami(self) -> None:
+        for who, scopes in (("read", ["read"]), ("write", ["read", "write"]), ("admin", ["admin"])):
+            secret = {"read": self.env.read, "write": self.env.write, "admin": self.env.admin}[who]
+            me = self.env.client(who).whoami()
+            self.assertEqual((me.name, me.scopes), (secret[len("torpor_"):-44], scopes), who)
+        with self.assertRaises(torpor.Unauthenticated):
+            self.env.client("none").whoami()
+
+
+class LogSandboxes(Server):
+    """log_sandboxes lists the sandboxes of the log, a deleted one too."""
+
+    def test_log_sandboxes(self) -> None:
+        v = self.ready()
+        self.c.delete(v.id)
+        self.c.wait(v.id, torpor.Phase.DELETED, timeout=WAIT)
+        ids = self.env.client("read").log_sandboxes()
+        self.assertIn(v.id, ids)
+        self.assertTrue(all(isinstance(i, str) for i in ids))
+        with self.assertRaises(torpor.Unauthenticated):
+            self.env.client("none").log_sandboxes()
+
+
+class Replay(Server):
+    """replay rebuilds the KV view (admin) and yields its progress to done;
+    with until, a copy as of that seq."""
+
+    def test_replay(self) -> None:
+        admin = self.env.client("admin")
+        self.ready()
+        lines = list(admin.replay("kv"))
+        self.assertGreaterEqual(len(lines), 1)
+        done = lines[-1]
+        self.assertEqual((done.phase, done.view), ("done", "kv"), lines)
+        self.assertGreater(done.seq, 1)
+        self.assertNotEqual(done.target, "")
+        self.assertTrue(all(p.view == "kv" and p.phase != "done" for p in lines[:-1]), lines)
+        copy = list(admin.replay("kv", until=1))[-1]
+        self.assertEqual((copy.phase, copy.seq), ("done", 1), copy)
+        self.assertNotEqual(copy.target, done.target, "a copy is never swapped in")
+
+    def test_refused(self) -> None:
+        with self.assertRaises(torpor.PermissionDenied) as cm:
+            next(self.c.replay("kv"))  # write is not admin
+        self.assertEqual(cm.exception.status, 403)
+        admin = self.env.client("admin")
+        with self.assertRaises(torpor.InvalidArgument):
+            next(admin.replay("nope"))
+        with self.assertRaises(torpor.InvalidArgument):
+            next(admin.replay("kv", until=0))  # the log starts at 1
+
+
 if __name__ == "__main__":
     unittest.main()

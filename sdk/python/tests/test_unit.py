@@ -320,6 +320,46 @@ class WatchStream(Served):
         self.assertLess(time.monotonic() - t0, 5)
 
 
+class ReplayStream(Served):
+    """replay yields the progress lines as they come and raises a failed
+    line as its code's exception; an answer that ends before done is
+    Unavailable. It is sent once, with the body as given."""
+
+    lines: list[dict[str, object]] = []
+
+    def answer(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Reply:
+        return 200, "application/x-ndjson", b"".join(json.dumps(x).encode() + b"\n" for x in self.lines)
+
+    def test_failed(self) -> None:
+        self.lines = [{"view": "kv", "phase": "fold", "done": 3, "total": 9},
+                      {"view": "kv", "phase": "failed", "done": 3, "total": 9,
+                       "error": {"code": "FAILED_PRECONDITION", "message": "the log moved"}}]
+        got = []
+        with self.assertRaises(torpor.FailedPrecondition) as cm:
+            for p in self.client.replay("kv", until="2026-01-02T03:04:05Z"):
+                got.append((p.phase, p.done, p.total))
+        self.assertEqual(got, [("fold", 3, 9)])
+        self.assertEqual(cm.exception.message, "the log moved")
+        self.assertEqual([(m, p, json.loads(b)) for m, p, _, b in self.srv.requests],
+                         [("POST", "/v1/replay", {"view": "kv", "until": "2026-01-02T03:04:05Z"})])
+
+    def test_cut(self) -> None:
+        self.lines = [{"view": "sql", "phase": "write", "done": 1, "total": 2}]
+        it = self.client.replay("sql")
+        self.assertEqual(next(it).phase, "write")
+        with self.assertRaises(torpor.Unavailable):
+            next(it)
+        self.assertEqual(len(self.srv.requests), 1)
+
+    def test_done(self) -> None:
+        self.lines = [{"view": "kv", "phase": "swap", "done": 5, "total": 5},
+                      {"view": "kv", "phase": "done", "done": 5, "total": 5, "seq": 5, "target": "b", "events": 5, "elapsed_ms": 12},
+                      {"view": "kv", "phase": "after done", "done": 0, "total": 0}]
+        got = list(self.client.replay("kv", until=5))
+        self.assertEqual([(p.phase, p.seq, p.target, p.events, p.elapsed_ms) for p in got], [("swap", 0, "", 0, 0), ("done", 5, "b", 5, 12)])
+        self.assertEqual(json.loads(self.srv.requests[0][3]), {"view": "kv", "until": 5})
+
+
 class TLS(unittest.TestCase):
     """An https server is verified: with ssl_context trusting its
     certificate the client talks to it, with the system's roots it is

@@ -18,6 +18,7 @@ import type {
   TokenInfo,
   TokenRequest,
   View,
+  WhoAmI,
 } from "./types.js";
 import { uuidv7 } from "./uuid.js";
 
@@ -455,6 +456,11 @@ export class Client {
     return this.#json("GET", "/v1/server", { signal: opts.signal });
   }
 
+  /** whoami is the name and scopes of the token this client sends (read). */
+  whoami(opts: CallOptions = {}): Promise<WhoAmI> {
+    return this.#json("GET", "/v1/whoami", { signal: opts.signal });
+  }
+
   /** logSandboxes lists the id of every sandbox the log holds, deleted ones too. */
   async logSandboxes(opts: CallOptions = {}): Promise<string[]> {
     const out = await this.#json<{ items: string[] | null }>("GET", "/v1/log/sandboxes", { signal: opts.signal });
@@ -563,7 +569,10 @@ export class Client {
   /**
    * #do sends a request and answers its body; a request that got no
    * answer, or the answer UNAVAILABLE or ABORTED, is sent again a few times
-   * with backoff, with the same idempotency key (commands) or as it is.
+   * with backoff, with the same idempotency key (commands) or as it is. A
+   * change sent without a key (createToken, revokeToken) is not sent again
+   * when no answer came: it may have been done, and a second try would
+   * answer ALREADY_EXISTS or NOT_FOUND for a success.
    */
   async #do(method: string, path: string, o: Request_): Promise<string> {
     const body = o.body === undefined ? undefined : JSON.stringify(o.body);
@@ -577,6 +586,9 @@ export class Client {
         }
         if (i >= this.#attempts || !retryable(err)) {
           throw err;
+        }
+        if (unanswered.has(err as object) && method !== "GET" && !o.key) {
+          throw err; // it may have been done: only a read or a keyed command goes again
         }
       }
       await sleep(backoff, o.signal);
@@ -654,8 +666,13 @@ function parseJSON<T>(text: string, what: string): T {
  */
 function transportError(what: string, err: unknown): TorporError {
   const msg = err instanceof Error ? err.message : String(err);
-  return torporError(Codes.Unavailable, `${what}: ${msg}`, 0, err);
+  const e = torporError(Codes.Unavailable, `${what}: ${msg}`, 0, err);
+  unanswered.add(e);
+  return e;
 }
+
+/** The errors of calls that got no answer (transportError's): the server may have done them. */
+const unanswered = new WeakSet<object>();
 
 /** sleep waits ms, or rejects with the signal's reason once it aborts. */
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {

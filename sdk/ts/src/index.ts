@@ -57,5 +57,6 @@ export type {
   TokenInfo,
   TokenRequest,
   View,
+  WhoAmI,
 } from "./types.js";
 export { uuidv7 } from "./uuid.js";

@@ -203,6 +203,16 @@ export interface ServerInfo {
 /** A token's scope: admin holds every scope. Open. */
 export type Scope = "read" | "write" | "admin" | (string & {});
 
+/**
+ * Whose token a request came with, and what it may do (GET /v1/whoami). A
+ * server without authentication (serve --no-auth) answers every scope and
+ * no name.
+ */
+export interface WhoAmI {
+  name: string;
+  scopes: Scope[];
+}
+
 /** The body of a token's creation. */
 export interface TokenRequest {
   name: string;

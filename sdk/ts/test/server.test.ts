@@ -379,3 +379,18 @@ serverTest("replay rebuilds the KV view (admin) and reports its progress to done
   await rejectsWith(it.next(), Codes.PermissionDenied, "replay with a write token");
   await rejectsWith(client("admin").replay({ view: "nope" }).next(), Codes.InvalidArgument, "replay of an unknown view");
 });
+
+serverTest("whoami names the token a client sends and its scopes", async () => {
+  // A token's name is in its secret: torpor_<name>_<43 characters>.
+  const nameOf = (secret: string) => secret.slice("torpor_".length, -44);
+  const cases: [keyof typeof tokens, string[]][] = [
+    ["read", ["read"]],
+    ["write", ["read", "write"]],
+    ["admin", ["admin"]],
+  ];
+  for (const [scope, scopes] of cases) {
+    const me = await client(scope).whoami();
+    assert.deepEqual(me, { name: nameOf(tokens[scope]), scopes }, `whoami as the ${scope} token`);
+  }
+  await rejectsWith(client("none").whoami(), Codes.Unauthenticated, "whoami without a token");
+});

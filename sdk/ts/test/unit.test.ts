@@ -366,3 +366,31 @@ test("a command with wait asks for its outcome in the same request, and a timeou
   });
   assert.equal(seen.length, 5, "a timed-out wait is not sent again");
 });
+
+test("a change without an idempotency key (token create, revoke) is not sent again when no answer came; reads and keyed commands are", async () => {
+  // No answer to the first request (the connection dropped after it was
+  // sent: the server may have done it), then answers.
+  const lost = (ok: (r: Seen) => Response) => fake((r, n) => (n === 1 ? Promise.reject(new TypeError("fetch failed")) : ok(r)));
+  const made = lost(() => json(201, { name: "t", scopes: ["read"], created_at: "2026-12-06T11:00:00Z", token: "torpor_t_x" }));
+  const err = await new Client("http://torpor.test", { fetch: made.fetch }).createToken({ name: "t", scopes: ["read"] }).catch((e: unknown) => e);
+  assert.ok(isCode(err, Codes.Unavailable), String(err));
+  assert.equal((err as TorporError).status, 0, "no answer: no status");
+  assert.equal(made.seen.length, 1, "a token made twice would be ALREADY_EXISTS");
+  const revoked = lost(() => new Response(null, { status: 204 }));
+  await assert.rejects(new Client("http://torpor.test", { fetch: revoked.fetch }).revokeToken("t"), (e: unknown) => isCode(e, Codes.Unavailable));
+  assert.equal(revoked.seen.length, 1, "a token revoked twice would be NOT_FOUND");
+
+  const read = lost(() => json(200, view()));
+  assert.equal((await new Client("http://torpor.test", { fetch: read.fetch }).get("x")).seq, 7);
+  assert.equal(read.seen.length, 2);
+  const keyed = lost(() => json(202, view({ phase: "suspending" })));
+  await new Client("http://torpor.test", { fetch: keyed.fetch }).suspend("x");
+  assert.equal(keyed.seen.length, 2);
+  assert.equal(keyed.seen[1]!.headers["idempotency-key"], keyed.seen[0]!.headers["idempotency-key"]);
+
+  // An answer of UNAVAILABLE (or ABORTED) is sent again, key or none: only
+  // a missing answer stops an unkeyed change (the Python SDK's rule).
+  const busy = fake((_, n) => (n === 1 ? json(503, { error: { code: "UNAVAILABLE", message: "the bus is down" } }) : new Response(null, { status: 204 })));
+  await new Client("http://torpor.test", { fetch: busy.fetch }).revokeToken("t");
+  assert.equal(busy.seen.length, 2);
+});

@@ -13,8 +13,8 @@ import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ._errors import DeadlineExceeded, TorporError, Unavailable, answer_error, retryable
-from ._model import Driver, Event, Forward, IdlePolicy, NewToken, Page, Phase, ServerInfo, TokenInfo, View, parse_phase
+from ._errors import DeadlineExceeded, TorporError, Unavailable, answer_error, error_for, retryable
+from ._model import Driver, Event, Forward, IdlePolicy, NewToken, Page, Phase, ReplayProgress, ServerInfo, TokenInfo, View, WhoAmI, parse_phase
 from ._uuid import uuid7
 from ._watch import Watch
 
@@ -305,6 +305,72 @@ class Client:
     def server(self) -> ServerInfo:
         """What the server is: its node, deadline and view (GET /v1/server)."""
         return ServerInfo.from_json(self._json("GET", "/v1/server"))
+
+    def whoami(self) -> WhoAmI:
+        """The name and scopes of the token this client sends (GET
+        /v1/whoami)."""
+        return WhoAmI.from_json(self._json("GET", "/v1/whoami"))
+
+    def log_sandboxes(self) -> list[str]:
+        """The id of every sandbox the server's log holds (GET
+        /v1/log/sandboxes): read from the log, not from a view, deleted
+        sandboxes too."""
+        out = self._json("GET", "/v1/log/sandboxes")
+        items = out.get("items") if isinstance(out, dict) else None
+        return [str(i) for i in items] if isinstance(items, list) else []
+
+    def replay(self, view: str, until: int | str | datetime.datetime | None = None, *, timeout: float | None = None) -> Iterator[ReplayProgress]:
+        """Asks the server to rebuild a view ("kv" or "sql") from the log
+        (POST /v1/replay, admin) and yields its progress as it streams, the
+        last line's phase "done"; until (a seq, an RFC 3339 time or a
+        datetime) builds a copy as of then, never swapped in. A refusal, or
+        a "failed" line, is raised as its code's exception. The request goes
+        out at the first next(), once: a rebuild has no idempotency key, so
+        it is never sent again. Leaving the loop (closing the iterator) ends
+        the request, which cancels the rebuild. timeout bounds each wait for
+        a line (None: none, a rebuild may take long)."""
+        body: dict[str, Any] = {"view": view}
+        if isinstance(until, datetime.datetime):
+            if until.tzinfo is None:
+                until = until.replace(tzinfo=datetime.timezone.utc)
+            until = until.isoformat()
+        if until is not None:
+            body["until"] = until
+        path = "/v1/replay"
+        url = self._url(path, None)
+        data = json.dumps(body).encode()
+        conn = self._connect(timeout)
+        try:
+            try:
+                conn.request("POST", url, body=data, headers=self._headers(data, None))
+                resp = conn.getresponse()
+            except (OSError, http.client.HTTPException) as e:
+                raise _NoAnswer(f"POST {self.base_url}{url}", e).error() from e
+            if resp.status >= 300:
+                raise answer_error(resp.status, resp.reason, resp.read(), f"POST {path}")
+            while True:
+                try:
+                    line = resp.readline()
+                except (OSError, http.client.HTTPException) as e:
+                    raise _NoAnswer(f"POST {self.base_url}{url}", e).error() from e
+                if not line:
+                    raise Unavailable("UNAVAILABLE", resp.status, f"POST {path}: the answer ended before the replay was done")
+                if not line.strip():
+                    continue
+                try:
+                    d = json.loads(line)
+                except ValueError as e:
+                    raise TorporError("INTERNAL", resp.status, f"POST {path}: decode answer: {e}") from e
+                p = ReplayProgress.from_json(d)
+                if p.phase == "failed":
+                    why = p.raw.get("error")
+                    why = why if isinstance(why, dict) else {}
+                    raise error_for(str(why.get("code") or "INTERNAL"), resp.status, str(why.get("message") or "replay failed"))
+                yield p
+                if p.phase == "done":
+                    return
+        finally:
+            conn.close()
 
     # Commands.
 

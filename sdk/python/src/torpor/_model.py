@@ -24,6 +24,8 @@ __all__ = [
     "ServerInfo",
     "TokenInfo",
     "NewToken",
+    "WhoAmI",
+    "ReplayProgress",
 ]
 
 
@@ -384,4 +386,55 @@ class NewToken(TokenInfo):
             created_by=info.created_by,
             raw=info.raw,
             token=_str(_obj(d).get("token")),
+        )
+
+
+@dataclass
+class WhoAmI:
+    """Whose token a request came with, and what it may do (GET
+    /v1/whoami). A server without authentication (serve --no-auth) answers
+    every scope and no name."""
+
+    name: str = ""
+    scopes: list[str] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Any) -> WhoAmI:
+        d = _obj(d)
+        sc = d.get("scopes")
+        return cls(name=_str(d.get("name")), scopes=[str(s) for s in sc] if isinstance(sc, list) else [], raw=d)
+
+
+@dataclass
+class ReplayProgress:
+    """One line of a replay's progress (POST /v1/replay): phase is fold,
+    write, catchup or swap, done of total; the last line's phase is
+    "done", with seq (the log's seq the view was rebuilt to), target (where
+    it is), events and elapsed_ms. A "failed" line is raised, never
+    yielded."""
+
+    view: str = ""
+    phase: str = ""
+    done: int = 0
+    total: int = 0
+    seq: int = 0
+    target: str = ""
+    events: int = 0
+    elapsed_ms: int = 0
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Any) -> ReplayProgress:
+        d = _obj(d)
+        return cls(
+            view=_str(d.get("view")),
+            phase=_str(d.get("phase")),
+            done=_int(d.get("done")),
+            total=_int(d.get("total")),
+            seq=_int(d.get("seq")),
+            target=_str(d.get("target")),
+            events=_int(d.get("events")),
+            elapsed_ms=_int(d.get("elapsed_ms")),
+            raw=d,
         )

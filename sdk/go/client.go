@@ -106,7 +106,8 @@ var defaultTransport = func() *http.Transport {
 // do sends a request and decodes a JSON answer into out; a contract error
 // body comes back as *events.Error. A request that got no answer, or the
 // answer UNAVAILABLE or ABORTED, is sent again a few times with backoff, with
-// the same idempotency key (commands) or as it is (reads).
+// the same idempotency key (commands) or as it is (reads); a change without
+// a key that got no answer is not (sentOnce).
 func (c *Client) do(ctx context.Context, method, path, key string, body, out any) error {
 	var data []byte
 	if body != nil {
@@ -137,14 +138,21 @@ func (c *Client) once(ctx context.Context, method, path, key string, body []byte
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
+	noAnswer := func(err error) error {
+		err = transportError(ctx, method+" "+path, err)
+		if method != http.MethodGet && key == "" {
+			return sentOnce{err}
+		}
+		return err
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return transportError(ctx, method+" "+path, err)
+		return noAnswer(err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return transportError(ctx, method+" "+path, err)
+		return noAnswer(err)
 	}
 	if resp.StatusCode >= 300 {
 		if v, ok := out.(*events.View); ok {

@@ -59,12 +59,27 @@ func transportError(ctx context.Context, what string, err error) error {
 // again with the same idempotency key: the server could not be reached, or
 // answered UNAVAILABLE or ABORTED (a concurrent change).
 func retryable(err error) bool {
+	var once sentOnce
+	if errors.As(err, &once) {
+		return false
+	}
 	switch events.CodeOf(err) {
 	case events.CodeUnavailable, events.CodeAborted:
 		return true
 	}
 	return false
 }
+
+// sentOnce is the error of a change sent without an idempotency key (the
+// token endpoints) that got no answer: it may have been done, and sent again
+// it could answer for itself (ALREADY_EXISTS for the token it made,
+// NOT_FOUND for the one it revoked), so it is not sent again; the caller
+// looks (Tokens) before trying again. An answered UNAVAILABLE or ABORTED
+// was not done and is sent again. The TypeScript and Python SDKs do the
+// same.
+type sentOnce struct{ error }
+
+func (e sentOnce) Unwrap() error { return e.error }
 
 // attempts is how many times a call is sent at most.
 const attempts = 5

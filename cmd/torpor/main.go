@@ -77,6 +77,9 @@ func serveCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}).With().Timestamp().Logger()
+			if cfg.NATSURL != "" && cmd.Flags().Changed("fsync") {
+				log.Warn().Str("fsync", cfg.Fsync).Msg("--fsync sets the embedded server only: the servers of --nats-url sync as their own sync_interval says")
+			}
 			a, err := start(cmd.Context(), cfg, log)
 			if err != nil {
 				return err
@@ -97,7 +100,7 @@ func serveCmd() *cobra.Command {
 	f.IntVar(&cfg.Replicas, "replicas", 0, "copies the NATS cluster keeps of the log, every bucket and the object store (1 to 5); default: what the existing streams have, 1 on a new bus (the embedded server: 1)")
 	f.BoolVar(&cfg.RaiseReplicas, "raise-replicas", false, "raise the streams that have fewer than --replicas (without it a start refuses them)")
 	f.StringVar(&cfg.NATSCA, "nats-ca", "", "a PEM file of CAs that torpor's NATS clients (its connection, its supervisors) trust besides the system's; default with --tls-cert: that certificate")
-	f.StringVar(&cfg.Fsync, "fsync", "always", "always: fsync every write; interval: fsync periodically (faster, may lose the last writes on a crash)")
+	f.StringVar(&cfg.Fsync, "fsync", "always", "the embedded server's sync: always: fsync every write; interval: fsync periodically (faster, may lose the last writes on a crash); with --nats-url the servers' own sync_interval decides, not this flag")
 	f.StringVar(&cfg.Node, "node", "local", "the node this service runs sandboxes for")
 	f.DurationVar(&cfg.Deadline, "deadline", 2*time.Minute, "deadline of every transient phase")
 	f.StringSliceVar(&cfg.RemoteNodes, "remote-nodes", nil, "other nodes this service drives, through their `torpor driver --node N` on the bus (a create or a resume may name one)")

@@ -30,7 +30,8 @@ type DriverConfig struct {
 	Drivers []string
 	NATSURL string
 	// NATSCreds is the credentials file to connect with (--nats-creds: a
-	// driver user of Node, `torpor creds --role driver --node N`).
+	// driver user of Node, `torpor creds --role driver --node N`, with
+	// --sim-reports when Drivers has the sim).
 	NATSCreds string
 	// NATSCA is a PEM file of CAs to trust for a NATS server with TLS,
 	// besides the system's (--nats-ca); its supervisors trust it too.
@@ -102,6 +103,9 @@ func RunDriver(ctx context.Context, cfg DriverConfig, out io.Writer, log zerolog
 		if err != nil {
 			return invalid(fmt.Errorf("--nats-creds %s: %w", cfg.NATSCreds, err))
 		}
+		if err := simReports(cfg, b); err != nil {
+			return err
+		}
 		opts = append(opts, u.Options()...)
 	}
 	if cfg.NATSCA != "" {
@@ -136,6 +140,25 @@ func RunDriver(ctx context.Context, cfg DriverConfig, out io.Writer, log zerolog
 	err = srv.Stop()
 	log.Info().Err(err).Msg("torpor driver stopped")
 	return err
+}
+
+// simReports refuses a sim driver whose credential may not report for its
+// sandboxes: the server would refuse each of its reports, and its
+// sandboxes would never attach nor exit. A driver user reports only when
+// minted so (busauth.Grant.SimReports), which the process and vm drivers
+// need not: their supervisors are users of their own sandbox.
+func simReports(cfg DriverConfig, creds []byte) error {
+	if !slices.Contains(cfg.Drivers, "sim") {
+		return nil
+	}
+	ok, err := busauth.CredsReport(creds)
+	if err != nil {
+		return invalid(fmt.Errorf("--nats-creds %s: %w", cfg.NATSCreds, err))
+	}
+	if !ok {
+		return invalid(fmt.Errorf("--nats-creds %s: the sim driver reports for its sandboxes (%s), which this credential may not: mint it with `torpor creds --role driver --node %s --sim-reports`, or leave sim out of --drivers", cfg.NATSCreds, busauth.ReportSubjects, cfg.Node))
+	}
+	return nil
 }
 
 // buildDrivers makes the drivers cfg names, as serve makes them: the sim

@@ -434,8 +434,9 @@ func TestDriverAndSecondServeWithCreds(t *testing.T) {
 
 // TestDriverSimNeedsReports: a driver's credential without --sim-reports
 // may not report for any sandbox, so `torpor driver --drivers sim` with it
-// stops at start, saying how to mint one that may; the process driver
-// serves with it (its supervisors are users of their own sandbox).
+// stops at start, saying how to mint one that may; without --drivers, the
+// default's sim is left out and the process driver serves with it (its
+// supervisors are users of their own sandbox).
 func TestDriverSimNeedsReports(t *testing.T) {
 	a := startApp(t, "", func(c *serveConfig) { c.RemoteNodes = []string{"n1"} })
 	plain := credsFile(t, a.Data(), "driver", "n1")
@@ -449,7 +450,8 @@ func TestDriverSimNeedsReports(t *testing.T) {
 	}
 	data := t.TempDir()
 	t.Cleanup(func() { deleteProcessSandboxes(t, data) })
-	startDriver(t, "--node", "n1", "--drivers", "process", "--nats-url", a.NATSURL(), "--nats-creds", plain, "--data", data, "--heartbeat", "1s")
+	// Without --drivers, the default's sim is left out, not the start.
+	startDriver(t, "--node", "n1", "--nats-url", a.NATSURL(), "--nats-creds", plain, "--data", data, "--heartbeat", "1s")
 	svc := busConn(t, a)
 	w := watchLog(t, svc)
 	v, cerr := busCmd(t, svc, "create", map[string]any{"name": "proc-n1", "driver": "process", "node": "n1", "command": []string{"sleep", "600"}}, nil)
@@ -457,6 +459,9 @@ func TestDriverSimNeedsReports(t *testing.T) {
 		t.Fatal(cerr)
 	}
 	w.wait(t, v.ID, "supervisor.attached")
+	if _, cerr := busCmd(t, svc, "create", map[string]any{"name": "sim-n1", "driver": "sim", "node": "n1"}, nil); cerr == nil || !strings.Contains(cerr.Error(), `node n1 has no driver "sim"`) {
+		t.Errorf("create a sim sandbox on n1: %v, want refused: n1 serves no sim", cerr)
+	}
 }
 
 // TestServeRefusesBrokenBusKeys: a bus key under <data>/auth that is not a

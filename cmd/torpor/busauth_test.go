@@ -98,6 +98,7 @@ func TestCredsFileMode(t *testing.T) {
 		{[]string{"creds", "--data", dir, "--role", "supervisor", "-o", path}, "INVALID_ARGUMENT: --role"},
 		{[]string{"creds", "--data", dir, "--role", "driver", "-o", path}, "INVALID_ARGUMENT: --role"},
 		{[]string{"creds", "--data", dir, "--role", "root", "-o", path}, "INVALID_ARGUMENT: --role"},
+		{[]string{"creds", "--data", dir, "--role", "producer", "--sim-reports", "-o", path}, "INVALID_ARGUMENT: --role: --sim-reports: only a driver"},
 		{[]string{"creds", "--data", dir, "--role", "producer"}, "INVALID_ARGUMENT: -o"},
 	} {
 		var stdout, stderr strings.Builder

@@ -53,6 +53,19 @@ func credsFile(t *testing.T, dir, roles, node string) string {
 	return out
 }
 
+// simCredsFile is credsFile of a driver of node that reports for its
+// sim's sandboxes (--sim-reports).
+func simCredsFile(t *testing.T, dir, node string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), node+"-sim.creds")
+	args := []string{"creds", "--data", dir, "--role", "driver", "--node", node, "--sim-reports", "-o", out}
+	var stdout, stderr strings.Builder
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("torpor %s: %d %s", strings.Join(args, " "), code, stderr.String())
+	}
+	return out
+}
+
 // TestBusAnonymousRefused: the service's NATS takes no client without a
 // credential (before the accounts, anyone could do anything on it).
 func TestBusAnonymousRefused(t *testing.T) {
@@ -85,6 +98,7 @@ func TestCredsFileMode(t *testing.T) {
 		{[]string{"creds", "--data", dir, "--role", "supervisor", "-o", path}, "INVALID_ARGUMENT: --role"},
 		{[]string{"creds", "--data", dir, "--role", "driver", "-o", path}, "INVALID_ARGUMENT: --role"},
 		{[]string{"creds", "--data", dir, "--role", "root", "-o", path}, "INVALID_ARGUMENT: --role"},
+		{[]string{"creds", "--data", dir, "--role", "producer", "--sim-reports", "-o", path}, "INVALID_ARGUMENT: --role: --sim-reports: only a driver"},
 		{[]string{"creds", "--data", dir, "--role", "producer"}, "INVALID_ARGUMENT: -o"},
 	} {
 		var stdout, stderr strings.Builder
@@ -182,12 +196,17 @@ func TestBusRolesRefused(t *testing.T) {
 			pub("$JS.API.DIRECT.GET.KV_torpor_config.$KV.torpor_config.credential_secret", nil)
 			pub("torpor.driver.n2.start", []byte(`{}`))
 			pub("$KV.torpor_phases."+sb.ID, []byte(`{"phase":"error"}`))
-			if u.name != "driver n1" {
-				// A driver's sim reports for its own sandboxes, under
-				// their generation's credential: the subject is open
-				// to it, the credential is not.
-				pub(compute.ReportSubject(other.ID), []byte(`{}`))
+			// Speak for a sandbox: another's (a supervisor's), another
+			// node's (a driver's of n1: both run on the service's own
+			// node), or any (a driver not minted --sim-reports).
+			pub(compute.ReportSubject(other.ID), []byte(`{}`))
+			if u.name == "driver n1" {
+				pub(compute.ReportSubject(sb.ID), []byte(`{}`))
 			}
+			// Issue 23, row 8: purge the names, or point one at another
+			// sandbox (then `torpor delete kept` deleted other).
+			pub("$JS.API.STREAM.PURGE.KV_torpor_names", []byte(`{}`))
+			pub("$KV.torpor_names.kept", []byte(other.ID))
 			if _, err := nc.QueueSubscribe("torpor.cmd.>", "torpor", func(m *nats.Msg) { _ = m.Respond([]byte(`{"forged":true}`)) }); err != nil {
 				t.Fatal(err)
 			}
@@ -222,6 +241,19 @@ func TestBusRolesRefused(t *testing.T) {
 	js, _ := jetstream.New(svc)
 	if _, err := js.Stream(ctx, "TORPOR_EVENTS"); err != nil {
 		t.Errorf("the stream after: %v", err)
+	}
+	names, err := js.KeyValue(ctx, "torpor_names")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, id := range map[string]string{"kept": sb.ID, "other": other.ID} {
+		e, err := names.Get(ctx, name)
+		if got := ""; err != nil || string(e.Value()) != id {
+			if err == nil {
+				got = string(e.Value())
+			}
+			t.Errorf("torpor_names %s after: %q %v, want %s", name, got, err, id)
+		}
 	}
 }
 
@@ -371,7 +403,7 @@ func TestExternalNATSWithAccounts(t *testing.T) {
 }
 
 // TestDriverAndSecondServeWithCreds: `torpor driver --nats-creds` with a
-// driver's credentials of node n1 serves n1's drivers to the service (a sim
+// driver's credentials of node n1 (--sim-reports) serves n1's drivers to the service (a sim
 // and a process sandbox made there attach, the process one's supervisor as
 // its own sandbox's user); a second serve joins the first's embedded server
 // with --nats-url and a service's credentials, and is ready.
@@ -379,7 +411,7 @@ func TestDriverAndSecondServeWithCreds(t *testing.T) {
 	a := startApp(t, "", func(c *serveConfig) { c.RemoteNodes = []string{"n1"} })
 	data := t.TempDir()
 	t.Cleanup(func() { deleteProcessSandboxes(t, data) })
-	startDriver(t, "--node", "n1", "--drivers", "sim,process", "--nats-url", a.NATSURL(), "--nats-creds", credsFile(t, a.Data(), "driver", "n1"), "--data", data, "--heartbeat", "1s")
+	startDriver(t, "--node", "n1", "--drivers", "sim,process", "--nats-url", a.NATSURL(), "--nats-creds", simCredsFile(t, a.Data(), "n1"), "--data", data, "--heartbeat", "1s")
 	svc := busConn(t, a)
 	w := watchLog(t, svc)
 	for _, body := range []map[string]any{
@@ -398,6 +430,38 @@ func TestDriverAndSecondServeWithCreds(t *testing.T) {
 	})
 	if err := b.Ready(context.Background()); err != nil {
 		t.Errorf("the second serve: %v", err)
+	}
+}
+
+// TestDriverSimNeedsReports: a driver's credential without --sim-reports
+// may not report for any sandbox, so `torpor driver --drivers sim` with it
+// stops at start, saying how to mint one that may; without --drivers, the
+// default's sim is left out and the process driver serves with it (its
+// supervisors are users of their own sandbox).
+func TestDriverSimNeedsReports(t *testing.T) {
+	a := startApp(t, "", func(c *serveConfig) { c.RemoteNodes = []string{"n1"} })
+	plain := credsFile(t, a.Data(), "driver", "n1")
+	var stdout, stderr strings.Builder
+	args := []string{"driver", "--node", "n1", "--drivers", "process,sim", "--nats-url", a.NATSURL(), "--nats-creds", plain, "--data", t.TempDir()}
+	// Bounded: a driver that took the credential would serve until then.
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if code := run(ctx, args, &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), "INVALID_ARGUMENT: --nats-creds") || !strings.Contains(stderr.String(), "--sim-reports") {
+		t.Errorf("torpor %v: %d %q, want INVALID_ARGUMENT naming --sim-reports", args, code, stderr.String())
+	}
+	data := t.TempDir()
+	t.Cleanup(func() { deleteProcessSandboxes(t, data) })
+	// Without --drivers, the default's sim is left out, not the start.
+	startDriver(t, "--node", "n1", "--nats-url", a.NATSURL(), "--nats-creds", plain, "--data", data, "--heartbeat", "1s")
+	svc := busConn(t, a)
+	w := watchLog(t, svc)
+	v, cerr := busCmd(t, svc, "create", map[string]any{"name": "proc-n1", "driver": "process", "node": "n1", "command": []string{"sleep", "600"}}, nil)
+	if cerr != nil {
+		t.Fatal(cerr)
+	}
+	w.wait(t, v.ID, "supervisor.attached")
+	if _, cerr := busCmd(t, svc, "create", map[string]any{"name": "sim-n1", "driver": "sim", "node": "n1"}, nil); cerr == nil || !strings.Contains(cerr.Error(), `node n1 has no driver "sim"`) {
+		t.Errorf("create a sim sandbox on n1: %v, want refused: n1 serves no sim", cerr)
 	}
 }
 

@@ -25,6 +25,9 @@ type credsConfig struct {
 	ServerConfig string
 	// Revoke is a credentials file whose user to revoke (--revoke).
 	Revoke string
+	// SimReports lets a driver report for sandboxes, as the sim driver of
+	// a driver node does (--sim-reports, busauth.Grant.SimReports).
+	SimReports bool
 }
 
 // credsCmd is `torpor creds`: it mints a user of the bus under the keys in
@@ -37,7 +40,7 @@ func credsCmd() *cobra.Command {
 		roles = append(roles, string(r))
 	}
 	cmd := &cobra.Command{
-		Use:   "creds --role ROLE[,ROLE] [--node N] [--data DIR] -o FILE",
+		Use:   "creds --role ROLE[,ROLE] [--node N [--sim-reports]] [--data DIR] -o FILE",
 		Short: "write a NATS credentials file for a user of the bus with the given roles (" + strings.Join(roles, ", ") + ")",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -72,6 +75,7 @@ func credsCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringSliceVar(&cfg.Roles, "role", nil, "the user's roles: "+strings.Join(roles, ", ")+" (several: the union of their permissions)")
 	f.StringVar(&cfg.Node, "node", "", "with --role driver: the node whose drivers it serves")
+	f.BoolVar(&cfg.SimReports, "sim-reports", false, "with --role driver: let it report for sandboxes (torpor.supervisor.*), which the sim driver of `torpor driver --drivers sim` does for its own; the process and vm drivers need it not")
 	f.StringVar(&cfg.Data, "data", "./torpor-data", "the data directory of the service whose bus keys (auth/) sign the user")
 	f.StringVarP(&cfg.Out, "output", "o", "", "the file to write (mode 0600; an existing file is replaced)")
 	f.StringVar(&cfg.Name, "name", "", "the user's name in its JWT; default: its roles")
@@ -83,7 +87,7 @@ func credsCmd() *cobra.Command {
 // writeCreds mints cfg's user and writes its credentials file; it returns
 // the user's inbox prefix.
 func writeCreds(cfg credsConfig) (string, error) {
-	grants, err := busauth.ParseRoles(cfg.Roles, cfg.Node)
+	grants, err := busauth.ParseRoles(cfg.Roles, cfg.Node, cfg.SimReports)
 	if err != nil {
 		return "", invalid(fmt.Errorf("--role: %w", err))
 	}

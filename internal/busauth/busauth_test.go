@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -187,6 +188,13 @@ func actions() []action {
 		{name: "make the snapshot store", subject: "$JS.API.STREAM.CREATE.OBJ_" + busauth.SnapshotBucket},
 		{name: "change the snapshot store", subject: "$JS.API.STREAM.UPDATE.OBJ_" + busauth.SnapshotBucket},
 		{name: "make a durable consumer", subject: "$JS.API.CONSUMER.DURABLE.CREATE." + busauth.EventStream + ".mine"},
+		// Speak for a sandbox: its own (only its supervisor's), another's
+		// (sandbox B, on no driver's node).
+		{name: "report for sandbox A", subject: "torpor.supervisor." + sandboxA},
+		{name: "report for sandbox B", subject: "torpor.supervisor." + sandboxB},
+		// Issue 23, row 8: the names are the service's to write.
+		{name: "purge torpor_names", subject: "$JS.API.STREAM.PURGE.KV_torpor_names"},
+		{name: "point a name elsewhere", subject: "$KV.torpor_names.kept"},
 	}
 }
 
@@ -205,10 +213,15 @@ func TestRolesRefused(t *testing.T) {
 		{"dashboard", []busauth.Grant{{Role: busauth.Dashboard}}, nil},
 		{"producer+dashboard", []busauth.Grant{{Role: busauth.Producer}, {Role: busauth.Dashboard}}, nil},
 		{"driver n1", []busauth.Grant{{Role: busauth.Driver, Node: "n1"}}, nil},
-		{"supervisor of A", []busauth.Grant{{Role: busauth.Supervisor, Sandbox: sandboxA}}, nil},
+		// The opt-in of a sim's node reports, and widens nothing else.
+		{"driver n1 with sim reports", []busauth.Grant{{Role: busauth.Driver, Node: "n1", SimReports: true}}, []string{"report for sandbox A", "report for sandbox B"}},
+		{"supervisor of A", []busauth.Grant{{Role: busauth.Supervisor, Sandbox: sandboxA}}, []string{"report for sandbox A"}},
 	}
 	for _, r := range roles {
 		for _, a := range actions() {
+			if slices.Contains(r.may, a.name) {
+				continue
+			}
 			t.Run(r.name+"/"+a.name, func(t *testing.T) {
 				errs := make(chan error, 4)
 				nc := b.conn(t, errs, r.grants...)
@@ -377,6 +390,15 @@ func TestRolesAllowed(t *testing.T) {
 			t.Errorf("got %v %v, want the driver's answer", msg, err)
 		}
 	})
+	t.Run("driver with sim reports reports", func(t *testing.T) {
+		// `torpor driver --drivers sim` on a node of its own: the sim is
+		// its sandboxes' supervisor.
+		drv := b.conn(t, nil, busauth.Grant{Role: busauth.Driver, Node: "n1", SimReports: true})
+		msg, err := drv.Request("torpor.supervisor."+sandboxA, []byte("{}"), 5*time.Second)
+		if err != nil || string(msg.Data) != "taken: torpor.supervisor."+sandboxA {
+			t.Errorf("got %v %v, want the service's answer", msg, err)
+		}
+	})
 	t.Run("driver moves a snapshot", func(t *testing.T) {
 		drv := b.conn(t, nil, busauth.Grant{Role: busauth.Driver, Node: "n1"})
 		js, _ := jetstream.New(drv)
@@ -497,20 +519,28 @@ func TestParseRoles(t *testing.T) {
 	for _, tc := range []struct {
 		roles []string
 		node  string
+		sim   bool
 		want  string // an error saying this; empty: none
 	}{
-		{[]string{"producer", "dashboard"}, "", ""},
-		{[]string{"driver"}, "n1", ""},
-		{[]string{"driver"}, "", "no node"},
-		{[]string{"driver"}, "a.b", "one subject token"},
-		{[]string{"producer"}, "n1", "only a driver"},
-		{[]string{"supervisor"}, "", "minted by the service"},
-		{[]string{"root"}, "", "unknown role"},
-		{nil, "", "no role"},
+		{[]string{"producer", "dashboard"}, "", false, ""},
+		{[]string{"driver"}, "n1", false, ""},
+		{[]string{"driver"}, "n1", true, ""},
+		{[]string{"driver"}, "", false, "no node"},
+		{[]string{"driver"}, "a.b", false, "one subject token"},
+		{[]string{"producer"}, "n1", false, "only a driver"},
+		{[]string{"producer"}, "", true, "--sim-reports: only a driver"},
+		{[]string{"supervisor"}, "", false, "minted by the service"},
+		{[]string{"root"}, "", false, "unknown role"},
+		{nil, "", false, "no role"},
 	} {
-		_, err := busauth.ParseRoles(tc.roles, tc.node)
+		grants, err := busauth.ParseRoles(tc.roles, tc.node, tc.sim)
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
-			t.Errorf("%v --node %q: got %v, want %q", tc.roles, tc.node, err, tc.want)
+			t.Errorf("%v --node %q --sim-reports=%t: got %v, want %q", tc.roles, tc.node, tc.sim, err, tc.want)
+		}
+		for _, g := range grants {
+			if g.SimReports != (tc.sim && g.Role == busauth.Driver) {
+				t.Errorf("%v --node %q --sim-reports=%t: grant %+v", tc.roles, tc.node, tc.sim, g)
+			}
 		}
 	}
 }
@@ -793,5 +823,38 @@ func TestCheckAskedByTheServiceOnly(t *testing.T) {
 				wantRefused(t, errs, subject)
 			})
 		}
+	}
+}
+
+// TestCredsReport: whether a credentials file's user may report for every
+// sandbox, as `torpor driver --drivers sim` asks at start.
+func TestCredsReport(t *testing.T) {
+	a, err := busauth.Open(filepath.Join(t.TempDir(), "auth"), busauth.NoLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		grant busauth.Grant
+		want  bool
+	}{
+		{"service", busauth.Grant{Role: busauth.Service}, true},
+		{"driver", busauth.Grant{Role: busauth.Driver, Node: "n1"}, false},
+		{"driver with sim reports", busauth.Grant{Role: busauth.Driver, Node: "n1", SimReports: true}, true},
+		{"producer", busauth.Grant{Role: busauth.Producer}, false},
+		{"supervisor of A", busauth.Grant{Role: busauth.Supervisor, Sandbox: sandboxA}, false},
+	} {
+		u, err := a.User(tc.name, time.Hour, tc.grant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		creds, _ := u.Creds()
+		got, err := busauth.CredsReport(creds)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: got %t %v, want %t", tc.name, got, err, tc.want)
+		}
+	}
+	if _, err := busauth.CredsReport([]byte("garbage")); err == nil {
+		t.Error("garbage: no error")
 	}
 }

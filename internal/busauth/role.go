@@ -1,6 +1,7 @@
 package busauth
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -70,6 +71,23 @@ type Grant struct {
 	Node string
 	// Sandbox is the supervisor's sandbox id.
 	Sandbox string
+	// SimReports lets a driver publish supervisor reports for any sandbox
+	// (torpor.supervisor.*): what the sim driver of a driver node needs,
+	// being its own sandboxes' supervisor (`torpor creds --role driver
+	// --node N --sim-reports`). Without it the server refuses a driver's
+	// every report; the process and vm drivers need none (their
+	// supervisors connect as users of their own sandbox, which the service
+	// mints per generation).
+	//
+	// Why an opt-in and not the alternatives: a report through a per-sandbox
+	// supervisor user would cost the sim a connection per sandbox (or a
+	// connect per report) on the path the bench measures, and a report
+	// relayed on the driver's own subject would make the service, not the
+	// server, refuse another node's sandbox. The opt-in keeps every driver
+	// that runs real workloads (process, vm) without any report permission,
+	// and leaves the sim (which runs nothing) where it was: a report still
+	// needs its generation's credential, which only the service mints.
+	SimReports bool
 }
 
 // Validate reports whether g is a role with its scope.
@@ -79,6 +97,9 @@ func (g Grant) Validate() error {
 		if g.Node != "" || g.Sandbox != "" {
 			return fmt.Errorf("role %s: takes no node or sandbox", g.Role)
 		}
+		if g.SimReports {
+			return fmt.Errorf("role %s: sim reports are a driver's", g.Role)
+		}
 	case Driver:
 		if err := token("node", g.Node); err != nil {
 			return fmt.Errorf("role driver: %w", err)
@@ -86,6 +107,9 @@ func (g Grant) Validate() error {
 	case Supervisor:
 		if err := token("sandbox", g.Sandbox); err != nil {
 			return fmt.Errorf("role supervisor: %w", err)
+		}
+		if g.SimReports {
+			return errors.New("role supervisor: sim reports are a driver's")
 		}
 	default:
 		return fmt.Errorf("unknown role %q (want one of service, producer, dashboard, driver, supervisor)", g.Role)
@@ -175,12 +199,8 @@ func (g Grant) perms() perms {
 		return perms{pub: pub, sub: []string{DefaultInbox + ".>"}}
 	case Driver:
 		obj := "OBJ_" + SnapshotBucket
-		return perms{
+		p := perms{
 			pub: append([]string{
-				// The sim driver is its own sandboxes' supervisor: it
-				// reports for them (each report still carries the
-				// generation's credential, which only the service mints).
-				"torpor.supervisor.*",
 				// The vm driver moves snapshots between nodes through the
 				// object store torpor_snapshots, which the service makes:
 				// it writes, reads and deletes its objects (a delete
@@ -197,6 +217,13 @@ func (g Grant) perms() perms {
 			},
 			resp: true,
 		}
+		if g.SimReports {
+			// The sim driver is its own sandboxes' supervisor: it
+			// reports for them (each report still carries the
+			// generation's credential, which only the service mints).
+			p.pub = append(p.pub, ReportSubjects)
+		}
+		return p
 	case Supervisor:
 		return perms{
 			pub: []string{"torpor.supervisor." + g.Sandbox},
@@ -229,9 +256,14 @@ func union(grants []Grant) perms {
 	return u
 }
 
+// ReportSubjects are the subjects of every sandbox's supervisor reports
+// (compute.ReportSubject), which a driver publishes on only with
+// SimReports.
+const ReportSubjects = "torpor.supervisor.*"
+
 // ParseRoles reads a --role list ("producer,dashboard"); node scopes a
-// driver.
-func ParseRoles(roles []string, node string) ([]Grant, error) {
+// driver, simReports lets it report for sandboxes (Grant.SimReports).
+func ParseRoles(roles []string, node string, simReports bool) ([]Grant, error) {
 	if len(roles) == 0 {
 		return nil, fmt.Errorf("no role (want one or more of service, producer, dashboard, driver)")
 	}
@@ -246,7 +278,7 @@ func ParseRoles(roles []string, node string) ([]Grant, error) {
 			return nil, fmt.Errorf("role %s: the service's own, not minted by hand", g.Role)
 		}
 		if g.Role == Driver {
-			g.Node, driver = node, true
+			g.Node, g.SimReports, driver = node, simReports, true
 		}
 		if err := g.Validate(); err != nil {
 			return nil, err
@@ -255,6 +287,9 @@ func ParseRoles(roles []string, node string) ([]Grant, error) {
 	}
 	if node != "" && !driver {
 		return nil, fmt.Errorf("--node: only a driver is scoped to a node")
+	}
+	if simReports && !driver {
+		return nil, fmt.Errorf("--sim-reports: only a driver reports for its sim's sandboxes")
 	}
 	return out, nil
 }

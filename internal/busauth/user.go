@@ -166,3 +166,30 @@ func CredsInbox(creds []byte) (string, error) {
 	}
 	return "", nil
 }
+
+// CredsReport says whether the user of a credentials file may publish
+// every sandbox's supervisor reports (ReportSubjects): a service, or a
+// driver minted with SimReports. `torpor driver --drivers sim` asks it at
+// start, so that a credential without it is refused there rather than at
+// each of the sim's reports.
+func CredsReport(creds []byte) (bool, error) {
+	tok, err := jwt.ParseDecoratedJWT(creds)
+	if err != nil {
+		return false, fmt.Errorf("credentials: %w", err)
+	}
+	uc, err := jwt.DecodeUserClaims(tok)
+	if err != nil {
+		return false, fmt.Errorf("credentials: %w", err)
+	}
+	if len(uc.Pub.Allow) == 0 {
+		// No allow list: everything but what is denied (User denies all
+		// to a user with no publication at all).
+		return len(uc.Pub.Deny) == 0, nil
+	}
+	for _, s := range []string{ReportSubjects, "torpor.supervisor.>", "torpor.>", ">"} {
+		if slices.Contains(uc.Pub.Allow, s) {
+			return true, nil
+		}
+	}
+	return false, nil
+}

@@ -30,7 +30,8 @@ type DriverConfig struct {
 	Drivers []string
 	NATSURL string
 	// NATSCreds is the credentials file to connect with (--nats-creds: a
-	// driver user of Node, `torpor creds --role driver --node N`).
+	// driver user of Node, `torpor creds --role driver --node N`, with
+	// --sim-reports when Drivers has the sim).
 	NATSCreds string
 	// NATSCA is a PEM file of CAs to trust for a NATS server with TLS,
 	// besides the system's (--nats-ca); its supervisors trust it too.
@@ -46,6 +47,11 @@ type DriverConfig struct {
 	Torpor string
 	// RunAs is whom the process driver's workloads run as (--run-as).
 	RunAs string
+	// SimByDefault says Drivers holds the sim by default (--drivers not
+	// given), not because it was asked for: a credential that may not
+	// report for sandboxes leaves it out, with a warning, rather than
+	// stopping the start (simReports).
+	SimByDefault bool
 }
 
 // Validate reports the first flag c cannot work with.
@@ -102,6 +108,9 @@ func RunDriver(ctx context.Context, cfg DriverConfig, out io.Writer, log zerolog
 		if err != nil {
 			return invalid(fmt.Errorf("--nats-creds %s: %w", cfg.NATSCreds, err))
 		}
+		if cfg.Drivers, err = simReports(cfg, b, log); err != nil {
+			return err
+		}
 		opts = append(opts, u.Options()...)
 	}
 	if cfg.NATSCA != "" {
@@ -136,6 +145,31 @@ func RunDriver(ctx context.Context, cfg DriverConfig, out io.Writer, log zerolog
 	err = srv.Stop()
 	log.Info().Err(err).Msg("torpor driver stopped")
 	return err
+}
+
+// simReports refuses a sim driver whose credential may not report for its
+// sandboxes: the server would refuse each of its reports, and its
+// sandboxes would never attach nor exit. A driver user reports only when
+// minted so (busauth.Grant.SimReports), which the process and vm drivers
+// need not: their supervisors are users of their own sandbox.
+// A sim there by default (SimByDefault) is left out instead, with a
+// warning, so that `torpor driver` without --drivers serves the process
+// driver with a plain driver credential. It returns the drivers to serve.
+func simReports(cfg DriverConfig, creds []byte, log zerolog.Logger) ([]string, error) {
+	if !slices.Contains(cfg.Drivers, "sim") {
+		return cfg.Drivers, nil
+	}
+	ok, err := busauth.CredsReport(creds)
+	switch {
+	case err != nil:
+		return nil, invalid(fmt.Errorf("--nats-creds %s: %w", cfg.NATSCreds, err))
+	case ok:
+		return cfg.Drivers, nil
+	case cfg.SimByDefault && len(cfg.Drivers) > 1:
+		log.Warn().Str("nats_creds", cfg.NATSCreds).Msgf("not serving the sim driver: it reports for its sandboxes (%s), which this credential may not (mint it with `torpor creds --role driver --node %s --sim-reports` to serve it)", busauth.ReportSubjects, cfg.Node)
+		return slices.DeleteFunc(slices.Clone(cfg.Drivers), func(d string) bool { return d == "sim" }), nil
+	}
+	return nil, invalid(fmt.Errorf("--nats-creds %s: the sim driver reports for its sandboxes (%s), which this credential may not: mint it with `torpor creds --role driver --node %s --sim-reports`, or leave sim out of --drivers", cfg.NATSCreds, busauth.ReportSubjects, cfg.Node))
 }
 
 // buildDrivers makes the drivers cfg names, as serve makes them: the sim

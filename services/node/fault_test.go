@@ -116,7 +116,9 @@ func newCluster(t *testing.T, instances, driving int, f *faults, opts ...func(*c
 		t.Cleanup(func() { c.ns.Shutdown(); c.ns.WaitForShutdown() })
 	}
 	c.service = c.creds("service", busauth.Grant{Role: busauth.Service})
-	c.driver = c.creds("driver", busauth.Grant{Role: busauth.Driver, Node: "w1"})
+	// The sim worker reports for its sandboxes (--sim-reports); the process
+	// one's supervisors are users of their own sandbox.
+	c.driver = c.creds("driver", busauth.Grant{Role: busauth.Driver, Node: "w1", SimReports: !c.process})
 	for i := range instances {
 		c.nodes = append(c.nodes, c.startNode(i))
 	}

@@ -127,7 +127,7 @@ func TestOneRunnerPerNode(t *testing.T) {
 func TestOneRunnerPerRemoteNode(t *testing.T) {
 	hub := startNode(t, testConfig(t, "n0"))
 	file := serviceCreds(t, hub)
-	u, err := hub.Auth().User("w1 driver", time.Hour, busauth.Grant{Role: busauth.Driver, Node: "w1"})
+	u, err := hub.Auth().User("w1 driver", time.Hour, busauth.Grant{Role: busauth.Driver, Node: "w1", SimReports: true})
 	if err != nil {
 		t.Fatal(err)
 	}

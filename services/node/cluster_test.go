@@ -133,9 +133,12 @@ func TestClusterFaults(t *testing.T) {
 	c := newCluster(t, 3, 3, nil, onNATSCluster(3))
 	rng := rand.New(rand.NewPCG(s, 25))
 	pick := rand.New(rand.NewPCG(s, 26)) // the faults', beside the load's rng (which live() guards)
-	// leaderless kills the server leading stream, waits until another
-	// leads it, and starts it again on its store: how long the stream
-	// had no leader.
+	// leaderless kills the server leading stream as a crash would (cut
+	// off from the others first, so that its shutdown hands no
+	// leadership over: Kill alone is a graceful shutdown, a new leader
+	// within ~0.1 s), waits until another leads it, and starts it again
+	// on its store: how long the stream had no leader, the others'
+	// election timeout (4 to 9 s in nats-server).
 	leaderless := func(stream string) func(t *testing.T) string {
 		return func(t *testing.T) string {
 			i := c.nats.StreamLeader("", stream)
@@ -143,6 +146,7 @@ func TestClusterFaults(t *testing.T) {
 				t.Fatalf("no server leads %s", stream)
 			}
 			began := time.Now()
+			c.nats.Isolate(i)
 			c.nats.Kill(i)
 			for c.nats.StreamLeader("", stream) < 0 {
 				if time.Since(began) > time.Minute {
@@ -151,8 +155,13 @@ func TestClusterFaults(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			election := time.Since(began)
+			if election < 2*time.Second {
+				// Half the least election timeout: leadership handed over.
+				t.Errorf("%s had a new leader %s after n%d was killed: handed over, want a crash's election", stream, election.Round(time.Millisecond), i+1)
+			}
+			c.nats.Heal(i)
 			c.nats.Restart(i)
-			return fmt.Sprintf("server n%d leading %s killed, a new leader in %s, n%d back", i+1, stream, election.Round(time.Millisecond), i+1)
+			return fmt.Sprintf("server n%d leading %s cut off and killed, %s leaderless for %s, n%d back", i+1, stream, stream, election.Round(time.Millisecond), i+1)
 		}
 	}
 	faults := []struct {

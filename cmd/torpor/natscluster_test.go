@@ -343,8 +343,10 @@ func TestNATSServerProcesses(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	after := info()
-	t.Logf("survived: %s (leader of TORPOR_EVENTS) SIGKILLed; the suspend answered after %s in %d attempts (last refusal: %v), the view converged after %s; the log is led by %s, R%d, seq %d",
+	line := fmt.Sprintf("survived: %s (leader of TORPOR_EVENTS) SIGKILLed; the suspend answered after %s in %d attempts (last refusal: %v), the view converged after %s; the log is led by %s, R%d, seq %d",
 		leader.name, answered.Round(time.Millisecond), attempts, refused, converged.Round(time.Millisecond), after.Cluster.Leader, after.Config.Replicas, after.State.LastSeq)
+	t.Log(line)
+	clusterFigures(t, line)
 	if after.Cluster.Leader == leader.name || after.Config.Replicas != 3 {
 		t.Errorf("after the kill: leader %q, R%d; want another leader, R3", after.Cluster.Leader, after.Config.Replicas)
 	}
@@ -373,5 +375,27 @@ func checkCluster(t *testing.T, a *app) {
 	}
 	for _, v := range vs {
 		t.Errorf("the log breaks an invariant: %v", v)
+	}
+}
+
+// clusterFigures appends line, the figures a fault test survived, to the
+// file TORPOR_FIGURES names, if set (CI prints it after the suite). A copy
+// of services/node's.
+func clusterFigures(t *testing.T, line string) {
+	t.Helper()
+	name := os.Getenv("TORPOR_FIGURES")
+	if name == "" {
+		return
+	}
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Errorf("figures: %v", err)
+		return
+	}
+	if _, err := fmt.Fprintf(f, "%s: %s\n", t.Name(), line); err != nil {
+		t.Errorf("figures: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Errorf("figures: %v", err)
 	}
 }

@@ -18,8 +18,9 @@ import (
 )
 
 // resolveTimeout bounds the read that decides whether an ambiguous append
-// landed, when the caller's context has already ended.
-const resolveTimeout = 2 * time.Second
+// landed, whether or not the caller's context has ended: the leader that
+// is there answers it in milliseconds.
+const resolveTimeout = time.Second
 
 // Append stores envs on the subject of sandbox id if its last sequence is
 // expected: one envelope as one message, several as one atomic batch (at

@@ -1,5 +1,7 @@
 package jsstore
 
+import "time"
+
 // HoldGroup makes s's group commit busy, as if an append were in flight:
 // appends queue (their lengths on the returned channel) until release sends
 // them as one group. Every group of two or more goes as one batch, whatever
@@ -18,3 +20,11 @@ func HoldGroup(s *Store) (queued <-chan int, release func()) {
 func Batched(s *Store) (batches, appends uint64) {
 	return s.group.batches.Load(), s.group.batched.Load()
 }
+
+// AppendBound is how long an append waits at most on a log that does not
+// answer (appendBound).
+const AppendBound = appendBound
+
+// SetAnswerTimeout sets how long s waits for a publish's answer (its
+// answerTimeout), with nothing in flight.
+func SetAnswerTimeout(s *Store, d time.Duration) { s.answerTimeout = d }

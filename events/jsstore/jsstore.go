@@ -114,6 +114,8 @@ type Store struct {
 	foreign   foreign
 	out       *outages
 	group     group
+	// answerTimeout is the store's answerTimeout (a test may raise it).
+	answerTimeout time.Duration
 }
 
 var _ events.Store = (*Store)(nil)
@@ -148,7 +150,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error
 
 // on is the store of cfg on stream.
 func on(js jetstream.JetStream, cfg Config, stream jetstream.Stream) *Store {
-	s := &Store{js: js, cfg: cfg, stream: stream, ackPrefix: []byte(`{"stream":"` + cfg.Stream + `","seq":`), out: newOutages()}
+	s := &Store{js: js, cfg: cfg, stream: stream, ackPrefix: []byte(`{"stream":"` + cfg.Stream + `","seq":`), out: newOutages(), answerTimeout: answerTimeout}
 	s.watchConn(js.Conn())
 	s.watchLeader(js.Conn())
 	s.foreign.report = cfg.OnForeign

@@ -12,9 +12,20 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// publishTimeout bounds a publish whose context has no deadline, like the
-// jetstream package's default.
-const publishTimeout = 5 * time.Second
+// answerTimeout bounds the wait for the answer to a publish, an atomic
+// batch or a read from the stream's leader, whatever deadline the caller's
+// context has (a create's is 10 s): a log whose leader is gone (an
+// election, a lost quorum) answers nothing, and with the read that
+// resolves the append (resolveTimeout) an append answers within
+// appendBound, UNAVAILABLE when the log could not say, well inside a
+// client's timeout (the Go bus SDK's 10 s per attempt is the shortest
+// default of the SDKs). A healthy leader answers in milliseconds; an
+// answer later than this is resolved by the read, as a lost one is.
+const answerTimeout = 3 * time.Second
+
+// appendBound is the longest an append waits on a log that does not
+// answer: its publish's answer, then the read that resolves it.
+const appendBound = answerTimeout + resolveTimeout
 
 // publish sends msg to the stream and returns the sequence it was stored at
 // (a duplicate's answer carries the original sequence), or the server's
@@ -96,15 +107,13 @@ func answerLost(ctx context.Context) error {
 	return nil
 }
 
-// inFlight is the context of a publish: ctx, bounded by publishTimeout when
-// it has no deadline, and ended with errConnLost when the connection goes
-// down (a reconnect does not bring the answer back) or the stream elects a
-// new leader (watchLeader).
+// inFlight is the context of a publish: ctx, bounded by the store's
+// answer timeout (answerTimeout) whatever its own deadline, and ended with
+// errConnLost when the connection goes down (a reconnect does not bring the
+// answer back) or the stream elects a new leader or loses its quorum
+// (watchLeader).
 func (s *Store) inFlight(ctx context.Context) (context.Context, context.CancelFunc) {
-	cancelTimeout := context.CancelFunc(func() {})
-	if _, ok := ctx.Deadline(); !ok {
-		ctx, cancelTimeout = context.WithTimeout(ctx, publishTimeout)
-	}
+	ctx, cancelTimeout := context.WithTimeout(ctx, s.answerTimeout)
 	c, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(s.out.current(), func() { cancel(errConnLost) })
 	return c, func() { stop(); cancel(nil); cancelTimeout() }

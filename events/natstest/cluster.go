@@ -17,7 +17,8 @@ import (
 // Cluster is a NATS cluster of in-process servers with clustered
 // JetStream, each listening for clients and routes on loopback, each with
 // its store under a directory of its own: a server can be killed, restarted
-// on its store, or restarted with its store lost.
+// on its store, or restarted with its store lost, and cut off from the
+// others (its routes go through proxies, routes.go).
 type Cluster struct {
 	t    testing.TB
 	auth *busauth.Auth
@@ -27,6 +28,8 @@ type Cluster struct {
 	mu   sync.Mutex
 	// servers[i] is nil while server i is down.
 	servers []*server.Server
+	// proxies[i][j] carries server i's route to server j (Isolate).
+	proxies [][]*routeProxy
 }
 
 // StartCluster runs n servers in one cluster (n ≥ 3 for a quorum that
@@ -42,15 +45,16 @@ func StartCluster(t testing.TB, n int, auth *busauth.Auth) *Cluster {
 	if auth != nil {
 		base.Operator, base.Accounts, base.SystemAccount = auth.OperatorJWT, auth.Accounts(), auth.SystemKey
 	}
-	cfgs, servers, err := embedded.StartCluster("torpor-test", dirs, base, 30*time.Second)
+	cfgs, servers, proxies, err := startProxied("torpor-test", dirs, base, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Cluster{t: t, auth: auth, cfgs: cfgs, servers: servers}
+	c := &Cluster{t: t, auth: auth, cfgs: cfgs, servers: servers, proxies: proxies}
 	t.Cleanup(func() {
 		for i := range n {
 			c.Kill(i)
 		}
+		closeProxies(proxies)
 	})
 	return c
 }

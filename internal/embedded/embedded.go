@@ -54,6 +54,11 @@ type Config struct {
 	Cluster       string
 	ClusterListen string
 	Routes        []string
+	// ClusterAdvertise, when set, is the host:port the server tells the
+	// others to reach its routes on, in place of ClusterListen (a test
+	// whose routes go through proxies gives one nothing listens on, so
+	// that no server dials another past them).
+	ClusterAdvertise string
 }
 
 // readyIn bounds the wait for a started server to take connections.
@@ -220,7 +225,7 @@ func (c Config) cluster(opts *server.Options) error {
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
-	opts.Cluster = server.ClusterOpts{Name: c.Cluster, Host: host, Port: port}
+	opts.Cluster = server.ClusterOpts{Name: c.Cluster, Host: host, Port: port, Advertise: c.ClusterAdvertise}
 	for _, r := range c.Routes {
 		u, err := url.Parse(r)
 		if err != nil {

@@ -560,7 +560,9 @@ func (c *cluster) converge(t *testing.T, acks []acked) time.Duration {
 			t.Errorf("sandbox %s: reference %s let go in the log, and w1 still holds the state behind it", v.ID, o.RestoreRef)
 		}
 	}
-	vs, err := check.Replay(ctx, c.liveNode().Store(), check.Options{})
+	// The stays and the deadlines' clean-ups are judged too, against
+	// the nodes' own deadline, with the slack of torpor check.
+	vs, err := check.Replay(ctx, c.liveNode().Store(), check.Options{Deadline: c.deadline, Slack: checkSlack, Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -581,6 +583,11 @@ func (c *cluster) converge(t *testing.T, acks []acked) time.Duration {
 	}
 	return settled
 }
+
+// checkSlack is how far past the nodes' deadline converge lets a
+// transient stay, or a deadline's clean-up, go before the checker reports
+// it: torpor check's default (--slack).
+const checkSlack = 10 * time.Second
 
 // liveNode is a node still connected.
 func (c *cluster) liveNode() *Node {

@@ -184,7 +184,7 @@ func TestClusterFaults(t *testing.T) {
 			})
 			what := <-done
 			settled := c.converge(t, acks)
-			t.Logf("survived fault %d (seed %d): %s; %d commands answered OK, %d of %d sandboxes through their cycle; settled in %s",
+			survived(t, "survived fault %d (seed %d): %s; %d commands answered OK, %d of %d sandboxes through their cycle; settled in %s",
 				k, s, what, len(acks), complete, sandboxes, settled.Round(time.Millisecond))
 			if complete != sandboxes {
 				t.Errorf("%d of %d sandboxes went through their cycle", complete, sandboxes)

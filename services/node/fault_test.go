@@ -584,6 +584,31 @@ func (c *cluster) converge(t *testing.T, acks []acked) time.Duration {
 	return settled
 }
 
+// survived logs what a fault test survived, and appends it, one line
+// named by the test, to the file TORPOR_FIGURES names when set: go test
+// prints no passing test's log, and .ci/run prints that file after the
+// suite.
+func survived(t *testing.T, format string, args ...any) {
+	t.Helper()
+	line := fmt.Sprintf(format, args...)
+	t.Log(line)
+	name := os.Getenv("TORPOR_FIGURES")
+	if name == "" {
+		return
+	}
+	f, err := os.OpenFile(name, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Errorf("TORPOR_FIGURES: %v", err)
+		return
+	}
+	if _, err := fmt.Fprintf(f, "%s: %s\n", t.Name(), line); err != nil {
+		t.Errorf("TORPOR_FIGURES: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Errorf("TORPOR_FIGURES: %v", err)
+	}
+}
+
 // checkSlack is how far past the nodes' deadline converge lets a
 // transient stay, or a deadline's clean-up, go before the checker reports
 // it: torpor check's default (--slack).
@@ -626,7 +651,7 @@ func TestFaultAppendsFailOnce(t *testing.T) {
 	acks, complete := c.load(t, rng, sandboxes, nil)
 	f.enabled.Store(false)
 	settled := c.converge(t, acks)
-	t.Logf("survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; %d appends failed before, %d after storing; settled in %s",
+	survived(t, "survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; %d appends failed before, %d after storing; settled in %s",
 		s, len(acks), complete, sandboxes, f.before.Load(), f.after.Load(), settled.Round(time.Millisecond))
 	if f.before.Load()+f.after.Load() == 0 {
 		t.Error("no fault was injected")
@@ -663,7 +688,7 @@ func TestFaultNodeKilled(t *testing.T) {
 		}
 	})
 	settled := c.converge(t, acks)
-	t.Logf("survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; %d nodes killed; settled in %s",
+	survived(t, "survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; %d nodes killed; settled in %s",
 		s, len(acks), complete, sandboxes, killed.Load(), settled.Round(time.Millisecond))
 	if complete != sandboxes {
 		t.Errorf("%d of %d sandboxes went through their cycle", complete, sandboxes)
@@ -690,7 +715,7 @@ func TestFaultWorkerRestarted(t *testing.T) {
 		})
 	})
 	settled := c.converge(t, acks)
-	t.Logf("survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; the worker restarted once; settled in %s",
+	survived(t, "survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; the worker restarted once; settled in %s",
 		s, len(acks), complete, sandboxes, settled.Round(time.Millisecond))
 	if complete != sandboxes {
 		t.Errorf("%d of %d sandboxes went through their cycle", complete, sandboxes)
@@ -885,7 +910,7 @@ func TestFaultWorkerCutOff(t *testing.T) {
 	c.proxy.mu.Lock()
 	refused := c.proxy.refused
 	c.proxy.mu.Unlock()
-	t.Logf("survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; the worker cut off for %s (%d connections through the proxy cut, %d tried again while cut); %d detaches, %d attached again; settled in %s",
+	survived(t, "survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; the worker cut off for %s (%d connections through the proxy cut, %d tried again while cut); %d detaches, %d attached again; settled in %s",
 		s, len(acks), complete, sandboxes, cut, cutConns/2, refused, detached, reattached, settled.Round(time.Millisecond))
 	if complete != sandboxes {
 		t.Errorf("%d of %d sandboxes went through their cycle", complete, sandboxes)
@@ -968,9 +993,29 @@ func TestFaultChaos(t *testing.T) {
 	<-done
 	f.enabled.Store(false)
 	settled := c.converge(t, acks)
-	t.Logf("survived (seed %d, %s): %d rounds, %d commands answered OK, %d of %d sandboxes through their cycle; %d appends failed before, %d after storing; %d nodes killed and replaced, %d worker restarts, %d cuts; settled in %s",
+	survived(t, "survived (seed %d, %s): %d rounds, %d commands answered OK, %d of %d sandboxes through their cycle; %d appends failed before, %d after storing; %d nodes killed and replaced, %d worker restarts, %d cuts; settled in %s",
 		s, duration, rounds, len(acks), complete, started, f.before.Load(), f.after.Load(), kills, restarts, cuts, settled.Round(time.Millisecond))
 	if complete < started*9/10 {
 		t.Errorf("%d of %d sandboxes went through their cycle, want nine in ten at least", complete, started)
+	}
+}
+
+// TestSurvivedAppendsToFigures: each fault test's figures go to the file
+// TORPOR_FIGURES names, one line each, after what is there.
+func TestSurvivedAppendsToFigures(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "figures")
+	if err := os.WriteFile(file, []byte("before\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TORPOR_FIGURES", file)
+	t.Run("a", func(t *testing.T) { survived(t, "survived %d faults", 3) })
+	t.Run("b", func(t *testing.T) { survived(t, "survived %s", "a cut") })
+	got, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "before\nTestSurvivedAppendsToFigures/a: survived 3 faults\nTestSurvivedAppendsToFigures/b: survived a cut\n"
+	if string(got) != want {
+		t.Errorf("figures file:\n%s\nwant:\n%s", got, want)
 	}
 }

@@ -925,13 +925,14 @@ func TestFaultWorkerCutOff(t *testing.T) {
 }
 
 // TestFaultChaos: every fault at once, at random (CHAOS_SEED), for
-// CHAOS_DURATION (default 30s): appends failing once in ten, nodes killed
+// CHAOS_DURATION (default 60s: about a minute in CI, as issue 24 asks;
+// longer by env): appends failing once in ten, nodes killed
 // and replaced by fresh ones, the worker's driver restarted, the worker
 // cut off from NATS for a moment, while rounds of sandboxes go through
 // their cycle. Then everything must settle as in the tests above.
 func TestFaultChaos(t *testing.T) {
 	s := seed(t)
-	duration := 30 * time.Second
+	duration := time.Minute
 	if d := os.Getenv("CHAOS_DURATION"); d != "" {
 		var err error
 		if duration, err = time.ParseDuration(d); err != nil {

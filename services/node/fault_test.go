@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
@@ -64,6 +65,12 @@ type cluster struct {
 	proxied bool
 	// deadline and limit are the nodes' --deadline and --heartbeat-limit.
 	deadline, limit time.Duration
+	// again counts the commands the load sent again after they failed
+	// honestly (the sandbox back where it was).
+	again atomic.Int64
+	// options are the sim's driver options of every sandbox the load
+	// creates (answer_delay, say: each answer in flight that long).
+	options map[string]string
 	// servers, when set, is the size of a NATS cluster (natstest.Cluster,
 	// each stream R servers) that replaces the one server ns.
 	servers int
@@ -94,6 +101,7 @@ func (c *cluster) url() string {
 type worker struct {
 	cancel context.CancelFunc
 	done   chan error
+	nc     *nats.Conn // its connection to NATS
 }
 
 func newCluster(t *testing.T, instances, driving int, f *faults, opts ...func(*cluster)) *cluster {
@@ -180,6 +188,7 @@ func (c *cluster) startWorker() {
 	w := &worker{cancel: cancel, done: make(chan error, 1)}
 	up := make(chan struct{})
 	cfg := DriverConfig{Node: "w1", Drivers: []string{"sim"}, NATSURL: c.url(), NATSCreds: c.driver, Data: data, Heartbeat: time.Second}
+	cfg.connected = func(nc *nats.Conn) { w.nc = nc } // before up: read after it
 	if c.proxied && c.proxy == nil {
 		c.proxy = newProxy(c.t, c.ns.Addr().String())
 	}
@@ -209,6 +218,14 @@ func (w *worker) stop() {
 	w.cancel()
 	<-w.done
 	w.done <- nil // for a second stop
+}
+
+// crash ends the worker as a killed `torpor driver` would leave it: its
+// NATS connection gone at once (the answers in flight lost, nothing
+// flushed), then its parts.
+func (w *worker) crash() {
+	w.nc.Close()
+	w.stop()
 }
 
 // writerFunc is an io.Writer that calls f once, at its first write.
@@ -341,7 +358,7 @@ func (c *cluster) load(t *testing.T, rng *rand.Rand, sandboxes int, during func(
 				return events.View{}, false
 			}
 			v, ok := send("create", "", func(cl *torpor.Client, key string) (events.View, error) {
-				r := torpor.CreateRequest{Driver: "sim", Node: "w1", Labels: map[string]string{"fault": "yes"}}
+				r := torpor.CreateRequest{Driver: "sim", Node: "w1", Labels: map[string]string{"fault": "yes"}, DriverOptions: c.options}
 				if c.process {
 					r.Driver, r.Command = "process", []string{"sh", "-c", "sleep 600"}
 				}
@@ -364,14 +381,16 @@ func (c *cluster) load(t *testing.T, rng *rand.Rand, sandboxes int, during func(
 					// A node that dies under a wait cuts it: ask another.
 					// (The SDK retries a node that went away until the
 					// wait's time is up: DEADLINE_EXCEEDED.)
-					var w events.View
-					w, err = c.client(live()).Wait(ctx, v.ID, p, 10*time.Second)
+					_, err = c.client(live()).Wait(ctx, v.ID, p, 10*time.Second)
 					// Only a view past the command's answer says how it
 					// ended (a view lagging behind may still be the one
-					// from before it).
-					if again != "" && events.CodeOf(err) == events.CodeDeadlineExceeded && w.Phase == again && w.Seq > answered {
-						failed = true
-						return false
+					// from before it). A wait's DEADLINE_EXCEEDED carries
+					// no view: the view is read.
+					if again != "" && events.CodeOf(err) == events.CodeDeadlineExceeded {
+						if g, gerr := c.client(live()).Get(ctx, v.ID); gerr == nil && g.Phase == again && g.Seq > answered {
+							failed = true
+							return false
+						}
 					}
 					if code := events.CodeOf(err); err == nil || code != events.CodeUnavailable && code != events.CodeDeadlineExceeded {
 						break
@@ -405,11 +424,16 @@ func (c *cluster) load(t *testing.T, rng *rand.Rand, sandboxes int, during func(
 				want := map[string]events.Phase{"suspend": events.PhaseSuspended, "resume": events.PhaseReady, "stop": events.PhaseStopped, "start": events.PhaseReady, "delete": events.PhaseDeleted}[verb]
 				// A resume may fail honestly under faults (its deadline
 				// passed while a server recovered; the state is still held
-				// and the sandbox suspended): as a user would, the load
-				// sends it again, up to three times.
-				tries := 1
-				if verb == "resume" {
-					tries = 3
+				// and the sandbox suspended), and so may a suspend (its
+				// call lost with a crashed worker: its deadline finds the
+				// workload running, and the sandbox back in ready): as a
+				// user would, the load sends it again, up to three times.
+				tries, back := 1, events.Phase("")
+				switch verb {
+				case "resume":
+					tries, back = 3, events.PhaseSuspended
+				case "suspend":
+					tries, back = 3, events.PhaseReady
 				}
 				done := false
 				for try := 0; try < tries && !done && (try == 0 || failed); try++ {
@@ -423,12 +447,13 @@ func (c *cluster) load(t *testing.T, rng *rand.Rand, sandboxes int, during func(
 						return
 					}
 					again, answered = "", a.Seq
-					if verb == "resume" && try < tries-1 {
-						again = events.PhaseSuspended
+					if try < tries-1 {
+						again = back
 					}
 					done = wait(want)
 					if failed {
-						t.Logf("sandbox %d: resume failed honestly (suspended again): sent again", i)
+						c.again.Add(1)
+						t.Logf("sandbox %d: %s failed honestly (%s again): sent again", i, verb, back)
 					}
 				}
 				if !done {
@@ -695,28 +720,88 @@ func TestFaultNodeKilled(t *testing.T) {
 	}
 }
 
-// TestFaultWorkerRestarted: the worker's `torpor driver` is stopped while
-// sandboxes go through their cycle, and started again on the same data a
-// second later; the sagas ride it out.
+// watch calls f, in a goroutine of its own, with each request the nodes
+// send to the worker's drivers for op, as the bus carries it (on a
+// service connection of its own), until the test ends.
+func (c *cluster) watch(op string, f func(remote.Request)) {
+	c.t.Helper()
+	nc := c.watcher()
+	if _, err := nc.Subscribe(remote.Subject("w1", op), func(m *nats.Msg) {
+		var req remote.Request
+		if err := json.Unmarshal(m.Data, &req); err == nil {
+			go f(req)
+		}
+	}); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// watcher is a service connection of the test's own, to NATS directly.
+func (c *cluster) watcher() *nats.Conn {
+	c.t.Helper()
+	// The service's inbox: the worker answers no other.
+	nc, err := nats.Connect(c.url(), nats.UserCredentials(c.service), nats.CustomInboxPrefix(busauth.ServiceInbox), nats.Name("fault test"), nats.MaxReconnects(-1))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(nc.Close)
+	return nc
+}
+
+// effect waits, up to a second, until the worker observes done of the
+// sandbox of spec: the call's effect done, its answer not yet sent (the
+// sim holds it for inFlight). It says whether it saw it.
+func (c *cluster) effect(nc *nats.Conn, spec compute.Spec, done func(compute.Observation) bool) bool {
+	w := remote.NewClient(nc, "w1", "sim", remote.WithTimeout(time.Second))
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if o, err := w.Observe(context.Background(), spec); err == nil && done(o) {
+			return true
+		}
+	}
+	return false
+}
+
+// inFlight is how long the sim holds each answer after its effect is done
+// in the tests that crash something mid-call: a crash as a request is on
+// the bus lands before its answer.
+const inFlight = "500ms"
+
+// TestFaultWorkerRestarted: the worker's `torpor driver` crashes (its NATS
+// connection closed first, as a killed process's) while a suspend's answer
+// is in flight, as sandboxes go through their cycle, and starts again on
+// the same data a second later; the sagas ride it out.
 func TestFaultWorkerRestarted(t *testing.T) {
 	s := seed(t)
-	c := newCluster(t, 3, 3, nil)
+	c := newCluster(t, 3, 3, nil, func(c *cluster) { c.options = map[string]string{"answer_delay": inFlight} })
 	rng := rand.New(rand.NewPCG(s, 3))
 	var once sync.Once
-	const sandboxes = 12
-	acks, complete := c.load(t, rng, sandboxes, func(i, step int) {
-		if step != 1 {
-			return
-		}
+	crashed := make(chan struct{})
+	var frozen bool // the suspend's effect was done when the worker crashed
+	nc := c.watcher()
+	c.watch("suspend", func(req remote.Request) {
 		once.Do(func() {
-			c.worker.stop()
+			defer close(crashed)
+			frozen = c.effect(nc, req.Target.Spec, func(o compute.Observation) bool {
+				return o.State == compute.StateFrozen && o.Generation == req.Target.Generation
+			})
+			c.worker.crash()
 			time.Sleep(time.Second) // the worker is away for this long
 			c.startWorker()
 		})
 	})
+	const sandboxes = 12
+	acks, complete := c.load(t, rng, sandboxes, nil)
+	select {
+	case <-crashed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no suspend went out: the worker never crashed")
+	}
 	settled := c.converge(t, acks)
-	survived(t, "survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; the worker restarted once; settled in %s",
-		s, len(acks), complete, sandboxes, settled.Round(time.Millisecond))
+	survived(t, "survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; the worker crashed once, a suspend's answer in flight (its effect done: %t), and restarted; %d commands failed honestly and were sent again; settled in %s",
+		s, len(acks), complete, sandboxes, frozen, c.again.Load(), settled.Round(time.Millisecond))
 	if complete != sandboxes {
 		t.Errorf("%d of %d sandboxes went through their cycle", complete, sandboxes)
 	}

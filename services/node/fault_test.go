@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,13 +21,16 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/check"
+	"github.com/torpor/torpor/events/jsstore"
 	"github.com/torpor/torpor/events/natstest"
 	"github.com/torpor/torpor/internal/busauth"
 	"github.com/torpor/torpor/internal/embedded"
+	"github.com/torpor/torpor/sagas"
 	torpor "github.com/torpor/torpor/sdk/go"
 	"github.com/torpor/torpor/services/compute"
 	"github.com/torpor/torpor/services/compute/process"
@@ -695,31 +699,6 @@ func crash(n *Node) {
 	_ = n.Stop()
 }
 
-// TestFaultNodeKilled: three nodes; while sandboxes suspend and resume
-// through random nodes, one node is killed (twice: mid-suspend and
-// mid-resume, each on a node still up); the others finish what it left.
-func TestFaultNodeKilled(t *testing.T) {
-	s := seed(t)
-	c := newCluster(t, 3, 3, nil)
-	rng := rand.New(rand.NewPCG(s, 2))
-	var killed atomic.Int64
-	const sandboxes = 12
-	acks, complete := c.load(t, rng, sandboxes, func(i, step int) {
-		// Sandboxes 3 and 7 each kill a node as their resume goes out;
-		// suspends and resumes of the others are under way meanwhile.
-		if step == 1 && (i == 3 || i == 7) {
-			n := c.nodes[killed.Add(1)-1]
-			go crash(n)
-		}
-	})
-	settled := c.converge(t, acks)
-	survived(t, "survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; %d nodes killed; settled in %s",
-		s, len(acks), complete, sandboxes, killed.Load(), settled.Round(time.Millisecond))
-	if complete != sandboxes {
-		t.Errorf("%d of %d sandboxes went through their cycle", complete, sandboxes)
-	}
-}
-
 // watch calls f, in a goroutine of its own, with each request the nodes
 // send to the worker's drivers for op, as the bus carries it (on a
 // service connection of its own), until the test ends.
@@ -768,6 +747,133 @@ func (c *cluster) effect(nc *nats.Conn, spec compute.Spec, done func(compute.Obs
 // in the tests that crash something mid-call: a crash as a request is on
 // the bus lands before its answer.
 const inFlight = "500ms"
+
+// holder is the node that holds the lease of w1's sagas (the one whose
+// runner drives the worker's sandboxes), or nil when the lease names none
+// of the nodes still connected (its holder died, and nobody took it over
+// yet).
+func (c *cluster) holder(nc *nats.Conn) *Node {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil
+	}
+	kv, err := js.KeyValue(ctx, jsstore.LeaseBucket)
+	if err != nil {
+		return nil
+	}
+	e, err := kv.Get(ctx, sagas.PositionKey("w1"))
+	if err != nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.nodes {
+		if n.Conn().IsConnected() && string(e.Value()) == leaseHolder(n.data) {
+			return n
+		}
+	}
+	return nil
+}
+
+// TestFaultNodeKilled: three nodes; while sandboxes suspend and resume
+// through random nodes, the node that holds the lease of the worker's
+// sagas is killed twice, spaced apart: mid-suspend (a suspend on the bus,
+// its effect done, its answer held back by the sim), and, once another
+// node took the lease over, mid-resume likewise. The node left finishes
+// what they left.
+func TestFaultNodeKilled(t *testing.T) {
+	s := seed(t)
+	c := newCluster(t, 3, 3, nil, func(c *cluster) { c.options = map[string]string{"answer_delay": inFlight} })
+	rng := rand.New(rand.NewPCG(s, 2))
+	nc := c.watcher()
+	type kill struct {
+		op       string
+		node     string
+		effect   bool          // the call's effect was done when the node died
+		takeover time.Duration // until a live node held the lease again
+	}
+	var (
+		mu    sync.Mutex
+		kills []kill
+		armed = map[string]bool{"suspend": true} // the resume's kill is armed by the first takeover
+		both  = make(chan struct{})
+	)
+	// killMid kills w1's lease holder at the first request for op once
+	// armed, as soon as the worker observes the call's effect (done).
+	killMid := func(op string, done func(remote.Request) (compute.Spec, func(compute.Observation) bool)) func(remote.Request) {
+		return func(req remote.Request) {
+			mu.Lock()
+			if !armed[op] {
+				mu.Unlock()
+				return
+			}
+			armed[op] = false
+			mu.Unlock()
+			n := c.holder(nc)
+			if n == nil {
+				t.Errorf("a %s on the bus, and no live node holds w1's lease", op)
+				return
+			}
+			spec, ok := done(req)
+			k := kill{op: op, node: n.Name(), effect: c.effect(nc, spec, ok)}
+			began := time.Now()
+			crash(n)
+			for time.Since(began) < 30*time.Second {
+				if c.holder(nc) != nil {
+					k.takeover = time.Since(began)
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			kills = append(kills, k)
+			if op == "suspend" {
+				armed["resume"] = true
+			} else {
+				close(both)
+			}
+		}
+	}
+	c.watch("suspend", killMid("suspend", func(req remote.Request) (compute.Spec, func(compute.Observation) bool) {
+		return req.Target.Spec, func(o compute.Observation) bool {
+			return o.State == compute.StateFrozen && o.Generation == req.Target.Generation
+		}
+	}))
+	c.watch("resume", killMid("resume", func(req remote.Request) (compute.Spec, func(compute.Observation) bool) {
+		return req.Resume.Spec, func(o compute.Observation) bool {
+			return o.State == compute.StateRunning && o.Generation == req.Resume.Generation
+		}
+	}))
+	const sandboxes = 12
+	acks, complete := c.load(t, rng, sandboxes, nil)
+	select {
+	case <-both:
+	case <-time.After(30 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("nodes killed: %+v; want one mid-suspend, then one mid-resume", kills)
+	}
+	settled := c.converge(t, acks)
+	mu.Lock()
+	defer mu.Unlock()
+	var what []string
+	for _, k := range kills {
+		what = append(what, fmt.Sprintf("%s (w1's lease holder) mid-%s, its effect done: %t, the lease taken over in %s", k.node, k.op, k.effect, k.takeover.Round(time.Millisecond)))
+	}
+	survived(t, "survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; killed %s; %d commands failed honestly and were sent again; settled in %s",
+		s, len(acks), complete, sandboxes, strings.Join(what, ", then "), c.again.Load(), settled.Round(time.Millisecond))
+	if complete != sandboxes {
+		t.Errorf("%d of %d sandboxes went through their cycle", complete, sandboxes)
+	}
+	for _, k := range kills {
+		if k.takeover == 0 {
+			t.Errorf("nobody took w1's lease over after %s died", k.node)
+		}
+	}
+}
 
 // TestFaultWorkerRestarted: the worker's `torpor driver` crashes (its NATS
 // connection closed first, as a killed process's) while a suspend's answer

@@ -22,6 +22,7 @@ import (
 // each.
 func checkCmd(f *clientFlags) *cobra.Command {
 	var deadline, slack time.Duration
+	var unrecorded bool
 	cmd := &cobra.Command{
 		Use:   "check [ID|NAME...]",
 		Short: "check the invariants of CONTRACT §1 over the live log (every sandbox the log holds when none is named); non-zero on a violation",
@@ -54,7 +55,7 @@ func checkCmd(f *clientFlags) *cobra.Command {
 				}
 			}
 			refused := 0 // events the lifecycle table refuses: every reader passes over them
-			opts := check.Options{Deadline: deadline, Slack: slack, Now: time.Now(),
+			opts := check.Options{Deadline: deadline, Slack: slack, Now: time.Now(), CleanupUnrecorded: unrecorded,
 				Refused: func(events.Envelope, error) { refused++ }}
 			vs := []check.Violation{}
 			n, checked := 0, 0
@@ -95,6 +96,7 @@ func checkCmd(f *clientFlags) *cobra.Command {
 	}
 	cmd.Flags().DurationVar(&deadline, "deadline", 0, "the deadline of transient phases: a sandbox in one longer than this (and --slack) is stuck; default the server's (GET /v1/server), 0 leaves that out")
 	cmd.Flags().DurationVar(&slack, "slack", 10*time.Second, "how much past the deadline a transient phase may last before it counts as stuck")
+	cmd.Flags().BoolVar(&unrecorded, "cleanup-unrecorded", false, "the log was written before torpor recorded a deadline's clean-up (sandbox.cleanup_requested): a deadline that ended a phase in error with none asked for is not reported")
 	return cmd
 }
 

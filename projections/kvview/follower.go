@@ -95,11 +95,24 @@ const followRetry = 250 * time.Millisecond
 
 // Follow starts the follower of v's bucket, which runs until ctx ends.
 func (v *View) Follow(ctx context.Context) *Follower {
-	f := &Follower{v: v, waits: map[string]map[*waiter]struct{}{}, back: make(chan struct{}),
-		latest: map[string]latest{}, subs: map[*sub]struct{}{}, up: make(chan struct{}),
-		pulls: make(chan struct{}, snapshotPulls), pullBytes: snapshotBytes}
+	f := v.Follower()
 	go f.run(ctx)
 	return f
+}
+
+// Follower is the follower of v's bucket, not running yet: Run runs it
+// (a node's part, which stops in its order and is waited for).
+func (v *View) Follower() *Follower {
+	return &Follower{v: v, waits: map[string]map[*waiter]struct{}{}, back: make(chan struct{}),
+		latest: map[string]latest{}, subs: map[*sub]struct{}{}, up: make(chan struct{}),
+		pulls: make(chan struct{}, snapshotPulls), pullBytes: snapshotBytes}
+}
+
+// Run runs the follower until ctx ends, and returns once it stopped (every
+// watch of it ended).
+func (f *Follower) Run(ctx context.Context) error {
+	f.run(ctx)
+	return nil
 }
 
 // run watches the bucket's changes and hands each to its waits; when the

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/check"
 	"github.com/torpor/torpor/events/jsstore"
 	"github.com/torpor/torpor/internal/busauth"
 	torpor "github.com/torpor/torpor/sdk/go"
@@ -85,7 +86,22 @@ func run(m *testing.M) int {
 			return 1
 		}
 	}
-	return m.Run()
+	code := m.Run()
+	// The independent checker over the log every test wrote, as
+	// cmd/torpor's startApp runs it, stays and clean-ups judged against
+	// the server's deadline too: a violation fails the run.
+	vs, err := check.Replay(context.Background(), n.Store(), check.Options{Deadline: serveDeadline, Slack: 10 * time.Second, Now: time.Now()})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "check the log: %v\n", err)
+		return 1
+	}
+	for _, v := range vs {
+		fmt.Fprintf(os.Stderr, "the log breaks an invariant: %v\n", v)
+	}
+	if len(vs) > 0 && code == 0 {
+		code = 1
+	}
+	return code
 }
 
 // client is an HTTP client of the server, straight (no proxy).

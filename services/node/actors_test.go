@@ -77,3 +77,14 @@ func errString(err error) string {
 	}
 	return strings.TrimSpace(err.Error())
 }
+
+// TestNodePartsAreActors: a node's long-running parts are actors, the KV
+// view's follower (which every wait is served from) first, so that it
+// stops last, after the HTTP API that serves the waits and the parts that
+// lean on it; the HTTP API last, so that it stops first.
+func TestNodePartsAreActors(t *testing.T) {
+	n := startNode(t, testConfig(t, "n1"))
+	if len(n.parts) < 2 || n.parts[0] != "kvfollow" || n.parts[len(n.parts)-1] != "http" {
+		t.Errorf("the node's parts in their order of start: %v; want kvfollow first and http last", n.parts)
+	}
+}

@@ -214,10 +214,8 @@ func TestClusterFaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			line := fmt.Sprintf("survived fault %d (seed %d): %s; %d commands answered OK, %d of %d sandboxes through their cycle; settled in %s; %d violations",
+			survived(t, "survived fault %d (seed %d): %s; %d commands answered OK, %d of %d sandboxes through their cycle; settled in %s; %d violations",
 				k, s, what, len(acks), complete, sandboxes, settled.Round(time.Millisecond), len(vs))
-			t.Log(line)
-			clusterFigures(t, line)
 			if complete != sandboxes {
 				t.Errorf("%d of %d sandboxes went through their cycle", complete, sandboxes)
 			}
@@ -277,27 +275,6 @@ func replicaOf(t *testing.T, srv *server.Server, account, stream string) (server
 		}
 	}
 	return server.StreamState{}, nil
-}
-
-// clusterFigures appends line, the figures a fault test survived, to the
-// file TORPOR_FIGURES names, if set (CI prints it after the suite).
-func clusterFigures(t *testing.T, line string) {
-	t.Helper()
-	name := os.Getenv("TORPOR_FIGURES")
-	if name == "" {
-		return
-	}
-	f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		t.Errorf("figures: %v", err)
-		return
-	}
-	if _, err := fmt.Fprintf(f, "%s: %s\n", t.Name(), line); err != nil {
-		t.Errorf("figures: %v", err)
-	}
-	if err := f.Close(); err != nil {
-		t.Errorf("figures: %v", err)
-	}
 }
 
 // TestStartWaitsForTheCluster: a serve --replicas 3 started while two of

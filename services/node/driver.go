@@ -52,6 +52,9 @@ type DriverConfig struct {
 	// report for sandboxes leaves it out, with a warning, rather than
 	// stopping the start (simReports).
 	SimByDefault bool
+	// connected, when set, is given the NATS connection once it is made:
+	// the fault tests crash a worker by closing it. No flag sets it.
+	connected func(*nats.Conn)
 }
 
 // Validate reports the first flag c cannot work with.
@@ -119,6 +122,9 @@ func RunDriver(ctx context.Context, cfg DriverConfig, out io.Writer, log zerolog
 	nc, err := nats.Connect(cfg.NATSURL, opts...)
 	if err != nil {
 		return events.Errorf(events.CodeUnavailable, "connect %s: %v", cfg.NATSURL, err)
+	}
+	if cfg.connected != nil {
+		cfg.connected(nc)
 	}
 	defer func() {
 		_ = nc.FlushTimeout(2 * time.Second)

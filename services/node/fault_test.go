@@ -13,19 +13,24 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/check"
+	"github.com/torpor/torpor/events/jsstore"
 	"github.com/torpor/torpor/events/natstest"
 	"github.com/torpor/torpor/internal/busauth"
 	"github.com/torpor/torpor/internal/embedded"
+	"github.com/torpor/torpor/sagas"
 	torpor "github.com/torpor/torpor/sdk/go"
 	"github.com/torpor/torpor/services/compute"
 	"github.com/torpor/torpor/services/compute/process"
@@ -64,6 +69,12 @@ type cluster struct {
 	proxied bool
 	// deadline and limit are the nodes' --deadline and --heartbeat-limit.
 	deadline, limit time.Duration
+	// again counts the commands the load sent again after they failed
+	// honestly (the sandbox back where it was).
+	again atomic.Int64
+	// options are the sim's driver options of every sandbox the load
+	// creates (answer_delay, say: each answer in flight that long).
+	options map[string]string
 	// servers, when set, is the size of a NATS cluster (natstest.Cluster,
 	// each stream R servers) that replaces the one server ns.
 	servers int
@@ -94,6 +105,7 @@ func (c *cluster) url() string {
 type worker struct {
 	cancel context.CancelFunc
 	done   chan error
+	nc     *nats.Conn // its connection to NATS
 }
 
 func newCluster(t *testing.T, instances, driving int, f *faults, opts ...func(*cluster)) *cluster {
@@ -182,6 +194,7 @@ func (c *cluster) startWorker() {
 	w := &worker{cancel: cancel, done: make(chan error, 1)}
 	up := make(chan struct{})
 	cfg := DriverConfig{Node: "w1", Drivers: []string{"sim"}, NATSURL: c.url(), NATSCreds: c.driver, Data: data, Heartbeat: time.Second}
+	cfg.connected = func(nc *nats.Conn) { w.nc = nc } // before up: read after it
 	if c.proxied && c.proxy == nil {
 		c.proxy = newProxy(c.t, c.ns.Addr().String())
 	}
@@ -211,6 +224,14 @@ func (w *worker) stop() {
 	w.cancel()
 	<-w.done
 	w.done <- nil // for a second stop
+}
+
+// crash ends the worker as a killed `torpor driver` would leave it: its
+// NATS connection gone at once (the answers in flight lost, nothing
+// flushed), then its parts.
+func (w *worker) crash() {
+	w.nc.Close()
+	w.stop()
 }
 
 // writerFunc is an io.Writer that calls f once, at its first write.
@@ -343,7 +364,7 @@ func (c *cluster) load(t *testing.T, rng *rand.Rand, sandboxes int, during func(
 				return events.View{}, false
 			}
 			v, ok := send("create", "", func(cl *torpor.Client, key string) (events.View, error) {
-				r := torpor.CreateRequest{Driver: "sim", Node: "w1", Labels: map[string]string{"fault": "yes"}}
+				r := torpor.CreateRequest{Driver: "sim", Node: "w1", Labels: map[string]string{"fault": "yes"}, DriverOptions: c.options}
 				if c.process {
 					r.Driver, r.Command = "process", []string{"sh", "-c", "sleep 600"}
 				}
@@ -366,14 +387,16 @@ func (c *cluster) load(t *testing.T, rng *rand.Rand, sandboxes int, during func(
 					// A node that dies under a wait cuts it: ask another.
 					// (The SDK retries a node that went away until the
 					// wait's time is up: DEADLINE_EXCEEDED.)
-					var w events.View
-					w, err = c.client(live()).Wait(ctx, v.ID, p, 10*time.Second)
+					_, err = c.client(live()).Wait(ctx, v.ID, p, 10*time.Second)
 					// Only a view past the command's answer says how it
 					// ended (a view lagging behind may still be the one
-					// from before it).
-					if again != "" && events.CodeOf(err) == events.CodeDeadlineExceeded && w.Phase == again && w.Seq > answered {
-						failed = true
-						return false
+					// from before it). A wait's DEADLINE_EXCEEDED carries
+					// no view: the view is read.
+					if again != "" && events.CodeOf(err) == events.CodeDeadlineExceeded {
+						if g, gerr := c.client(live()).Get(ctx, v.ID); gerr == nil && g.Phase == again && g.Seq > answered {
+							failed = true
+							return false
+						}
 					}
 					if code := events.CodeOf(err); err == nil || code != events.CodeUnavailable && code != events.CodeDeadlineExceeded {
 						break
@@ -407,11 +430,16 @@ func (c *cluster) load(t *testing.T, rng *rand.Rand, sandboxes int, during func(
 				want := map[string]events.Phase{"suspend": events.PhaseSuspended, "resume": events.PhaseReady, "stop": events.PhaseStopped, "start": events.PhaseReady, "delete": events.PhaseDeleted}[verb]
 				// A resume may fail honestly under faults (its deadline
 				// passed while a server recovered; the state is still held
-				// and the sandbox suspended): as a user would, the load
-				// sends it again, up to three times.
-				tries := 1
-				if verb == "resume" {
-					tries = 3
+				// and the sandbox suspended), and so may a suspend (its
+				// call lost with a crashed worker: its deadline finds the
+				// workload running, and the sandbox back in ready): as a
+				// user would, the load sends it again, up to three times.
+				tries, back := 1, events.Phase("")
+				switch verb {
+				case "resume":
+					tries, back = 3, events.PhaseSuspended
+				case "suspend":
+					tries, back = 3, events.PhaseReady
 				}
 				done := false
 				for try := 0; try < tries && !done && (try == 0 || failed); try++ {
@@ -425,12 +453,13 @@ func (c *cluster) load(t *testing.T, rng *rand.Rand, sandboxes int, during func(
 						return
 					}
 					again, answered = "", a.Seq
-					if verb == "resume" && try < tries-1 {
-						again = events.PhaseSuspended
+					if try < tries-1 {
+						again = back
 					}
 					done = wait(want)
 					if failed {
-						t.Logf("sandbox %d: resume failed honestly (suspended again): sent again", i)
+						c.again.Add(1)
+						t.Logf("sandbox %d: %s failed honestly (%s again): sent again", i, verb, back)
 					}
 				}
 				if !done {
@@ -562,7 +591,9 @@ func (c *cluster) converge(t *testing.T, acks []acked) time.Duration {
 			t.Errorf("sandbox %s: reference %s let go in the log, and w1 still holds the state behind it", v.ID, o.RestoreRef)
 		}
 	}
-	vs, err := check.Replay(ctx, c.liveNode().Store(), check.Options{})
+	// The stays and the deadlines' clean-ups are judged too, against
+	// the nodes' own deadline, with the slack of torpor check.
+	vs, err := check.Replay(ctx, c.liveNode().Store(), check.Options{Deadline: c.deadline, Slack: checkSlack, Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -583,6 +614,36 @@ func (c *cluster) converge(t *testing.T, acks []acked) time.Duration {
 	}
 	return settled
 }
+
+// survived logs what a fault test survived, and appends it, one line
+// named by the test, to the file TORPOR_FIGURES names when set: go test
+// prints no passing test's log, and .ci/run prints that file after the
+// suite.
+func survived(t *testing.T, format string, args ...any) {
+	t.Helper()
+	line := fmt.Sprintf(format, args...)
+	t.Log(line)
+	name := os.Getenv("TORPOR_FIGURES")
+	if name == "" {
+		return
+	}
+	f, err := os.OpenFile(name, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Errorf("TORPOR_FIGURES: %v", err)
+		return
+	}
+	if _, err := fmt.Fprintf(f, "%s: %s\n", t.Name(), line); err != nil {
+		t.Errorf("TORPOR_FIGURES: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Errorf("TORPOR_FIGURES: %v", err)
+	}
+}
+
+// checkSlack is how far past the nodes' deadline converge lets a
+// transient stay, or a deadline's clean-up, go before the checker reports
+// it: torpor check's default (--slack).
+const checkSlack = 10 * time.Second
 
 // liveNode is a node still connected.
 func (c *cluster) liveNode() *Node {
@@ -621,7 +682,7 @@ func TestFaultAppendsFailOnce(t *testing.T) {
 	acks, complete := c.load(t, rng, sandboxes, nil)
 	f.enabled.Store(false)
 	settled := c.converge(t, acks)
-	t.Logf("survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; %d appends failed before, %d after storing; settled in %s",
+	survived(t, "survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; %d appends failed before, %d after storing; settled in %s",
 		s, len(acks), complete, sandboxes, f.before.Load(), f.after.Load(), settled.Round(time.Millisecond))
 	if f.before.Load()+f.after.Load() == 0 {
 		t.Error("no fault was injected")
@@ -640,53 +701,215 @@ func crash(n *Node) {
 	_ = n.Stop()
 }
 
-// TestFaultNodeKilled: three nodes; while sandboxes suspend and resume
-// through random nodes, one node is killed (twice: mid-suspend and
-// mid-resume, each on a node still up); the others finish what it left.
-func TestFaultNodeKilled(t *testing.T) {
-	s := seed(t)
-	c := newCluster(t, 3, 3, nil)
-	rng := rand.New(rand.NewPCG(s, 2))
-	var killed atomic.Int64
-	const sandboxes = 12
-	acks, complete := c.load(t, rng, sandboxes, func(i, step int) {
-		// Sandboxes 3 and 7 each kill a node as their resume goes out;
-		// suspends and resumes of the others are under way meanwhile.
-		if step == 1 && (i == 3 || i == 7) {
-			n := c.nodes[killed.Add(1)-1]
-			go crash(n)
+// watch calls f, in a goroutine of its own, with each request the nodes
+// send to the worker's drivers for op, as the bus carries it (on a
+// service connection of its own), until the test ends.
+func (c *cluster) watch(op string, f func(remote.Request)) {
+	c.t.Helper()
+	nc := c.watcher()
+	if _, err := nc.Subscribe(remote.Subject("w1", op), func(m *nats.Msg) {
+		var req remote.Request
+		if err := json.Unmarshal(m.Data, &req); err == nil {
+			go f(req)
 		}
-	})
-	settled := c.converge(t, acks)
-	t.Logf("survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; %d nodes killed; settled in %s",
-		s, len(acks), complete, sandboxes, killed.Load(), settled.Round(time.Millisecond))
-	if complete != sandboxes {
-		t.Errorf("%d of %d sandboxes went through their cycle", complete, sandboxes)
+	}); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		c.t.Fatal(err)
 	}
 }
 
-// TestFaultWorkerRestarted: the worker's `torpor driver` is stopped while
-// sandboxes go through their cycle, and started again on the same data a
-// second later; the sagas ride it out.
+// watcher is a service connection of the test's own, to NATS directly.
+func (c *cluster) watcher() *nats.Conn {
+	c.t.Helper()
+	// The service's inbox: the worker answers no other.
+	nc, err := nats.Connect(c.url(), nats.UserCredentials(c.service), nats.CustomInboxPrefix(busauth.ServiceInbox), nats.Name("fault test"), nats.MaxReconnects(-1))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(nc.Close)
+	return nc
+}
+
+// effect waits, up to a second, until the worker observes done of the
+// sandbox of spec: the call's effect done, its answer not yet sent (the
+// sim holds it for inFlight). It says whether it saw it.
+func (c *cluster) effect(nc *nats.Conn, spec compute.Spec, done func(compute.Observation) bool) bool {
+	w := remote.NewClient(nc, "w1", "sim", remote.WithTimeout(time.Second))
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if o, err := w.Observe(context.Background(), spec); err == nil && done(o) {
+			return true
+		}
+	}
+	return false
+}
+
+// inFlight is how long the sim holds each answer after its effect is done
+// in the tests that crash something mid-call: a crash as a request is on
+// the bus lands before its answer.
+const inFlight = "500ms"
+
+// holder is the node that holds the lease of w1's sagas (the one whose
+// runner drives the worker's sandboxes), or nil when the lease names none
+// of the nodes still connected (its holder died, and nobody took it over
+// yet).
+func (c *cluster) holder(nc *nats.Conn) *Node {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil
+	}
+	kv, err := js.KeyValue(ctx, jsstore.LeaseBucket)
+	if err != nil {
+		return nil
+	}
+	e, err := kv.Get(ctx, sagas.PositionKey("w1"))
+	if err != nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.nodes {
+		if n.Conn().IsConnected() && string(e.Value()) == leaseHolder(n.data) {
+			return n
+		}
+	}
+	return nil
+}
+
+// TestFaultNodeKilled: three nodes; while sandboxes suspend and resume
+// through random nodes, the node that holds the lease of the worker's
+// sagas is killed twice, spaced apart: mid-suspend (a suspend on the bus,
+// its effect done, its answer held back by the sim), and, once another
+// node took the lease over, mid-resume likewise. The node left finishes
+// what they left.
+func TestFaultNodeKilled(t *testing.T) {
+	s := seed(t)
+	c := newCluster(t, 3, 3, nil, func(c *cluster) { c.options = map[string]string{"answer_delay": inFlight} })
+	rng := rand.New(rand.NewPCG(s, 2))
+	nc := c.watcher()
+	type kill struct {
+		op       string
+		node     string
+		effect   bool          // the call's effect was done when the node died
+		takeover time.Duration // until a live node held the lease again
+	}
+	var (
+		mu    sync.Mutex
+		kills []kill
+		armed = map[string]bool{"suspend": true} // the resume's kill is armed by the first takeover
+		both  = make(chan struct{})
+	)
+	// killMid kills w1's lease holder at the first request for op once
+	// armed, as soon as the worker observes the call's effect (done).
+	killMid := func(op string, done func(remote.Request) (compute.Spec, func(compute.Observation) bool)) func(remote.Request) {
+		return func(req remote.Request) {
+			mu.Lock()
+			if !armed[op] {
+				mu.Unlock()
+				return
+			}
+			armed[op] = false
+			mu.Unlock()
+			n := c.holder(nc)
+			if n == nil {
+				t.Errorf("a %s on the bus, and no live node holds w1's lease", op)
+				return
+			}
+			spec, ok := done(req)
+			k := kill{op: op, node: n.Name(), effect: c.effect(nc, spec, ok)}
+			began := time.Now()
+			crash(n)
+			for time.Since(began) < 30*time.Second {
+				if c.holder(nc) != nil {
+					k.takeover = time.Since(began)
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			kills = append(kills, k)
+			if op == "suspend" {
+				armed["resume"] = true
+			} else {
+				close(both)
+			}
+		}
+	}
+	c.watch("suspend", killMid("suspend", func(req remote.Request) (compute.Spec, func(compute.Observation) bool) {
+		return req.Target.Spec, func(o compute.Observation) bool {
+			return o.State == compute.StateFrozen && o.Generation == req.Target.Generation
+		}
+	}))
+	c.watch("resume", killMid("resume", func(req remote.Request) (compute.Spec, func(compute.Observation) bool) {
+		return req.Resume.Spec, func(o compute.Observation) bool {
+			return o.State == compute.StateRunning && o.Generation == req.Resume.Generation
+		}
+	}))
+	const sandboxes = 12
+	acks, complete := c.load(t, rng, sandboxes, nil)
+	select {
+	case <-both:
+	case <-time.After(30 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("nodes killed: %+v; want one mid-suspend, then one mid-resume", kills)
+	}
+	settled := c.converge(t, acks)
+	mu.Lock()
+	defer mu.Unlock()
+	var what []string
+	for _, k := range kills {
+		what = append(what, fmt.Sprintf("%s (w1's lease holder) mid-%s, its effect done: %t, the lease taken over in %s", k.node, k.op, k.effect, k.takeover.Round(time.Millisecond)))
+	}
+	survived(t, "survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; killed %s; %d commands failed honestly and were sent again; settled in %s",
+		s, len(acks), complete, sandboxes, strings.Join(what, ", then "), c.again.Load(), settled.Round(time.Millisecond))
+	if complete != sandboxes {
+		t.Errorf("%d of %d sandboxes went through their cycle", complete, sandboxes)
+	}
+	for _, k := range kills {
+		if k.takeover == 0 {
+			t.Errorf("nobody took w1's lease over after %s died", k.node)
+		}
+	}
+}
+
+// TestFaultWorkerRestarted: the worker's `torpor driver` crashes (its NATS
+// connection closed first, as a killed process's) while a suspend's answer
+// is in flight, as sandboxes go through their cycle, and starts again on
+// the same data a second later; the sagas ride it out.
 func TestFaultWorkerRestarted(t *testing.T) {
 	s := seed(t)
-	c := newCluster(t, 3, 3, nil)
+	c := newCluster(t, 3, 3, nil, func(c *cluster) { c.options = map[string]string{"answer_delay": inFlight} })
 	rng := rand.New(rand.NewPCG(s, 3))
 	var once sync.Once
-	const sandboxes = 12
-	acks, complete := c.load(t, rng, sandboxes, func(i, step int) {
-		if step != 1 {
-			return
-		}
+	crashed := make(chan struct{})
+	var frozen bool // the suspend's effect was done when the worker crashed
+	nc := c.watcher()
+	c.watch("suspend", func(req remote.Request) {
 		once.Do(func() {
-			c.worker.stop()
+			defer close(crashed)
+			frozen = c.effect(nc, req.Target.Spec, func(o compute.Observation) bool {
+				return o.State == compute.StateFrozen && o.Generation == req.Target.Generation
+			})
+			c.worker.crash()
 			time.Sleep(time.Second) // the worker is away for this long
 			c.startWorker()
 		})
 	})
+	const sandboxes = 12
+	acks, complete := c.load(t, rng, sandboxes, nil)
+	select {
+	case <-crashed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no suspend went out: the worker never crashed")
+	}
 	settled := c.converge(t, acks)
-	t.Logf("survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; the worker restarted once; settled in %s",
-		s, len(acks), complete, sandboxes, settled.Round(time.Millisecond))
+	survived(t, "survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; the worker crashed once, a suspend's answer in flight (its effect done: %t), and restarted; %d commands failed honestly and were sent again; settled in %s",
+		s, len(acks), complete, sandboxes, frozen, c.again.Load(), settled.Round(time.Millisecond))
 	if complete != sandboxes {
 		t.Errorf("%d of %d sandboxes went through their cycle", complete, sandboxes)
 	}
@@ -880,7 +1103,7 @@ func TestFaultWorkerCutOff(t *testing.T) {
 	c.proxy.mu.Lock()
 	refused := c.proxy.refused
 	c.proxy.mu.Unlock()
-	t.Logf("survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; the worker cut off for %s (%d connections through the proxy cut, %d tried again while cut); %d detaches, %d attached again; settled in %s",
+	survived(t, "survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; the worker cut off for %s (%d connections through the proxy cut, %d tried again while cut); %d detaches, %d attached again; settled in %s",
 		s, len(acks), complete, sandboxes, cut, cutConns/2, refused, detached, reattached, settled.Round(time.Millisecond))
 	if complete != sandboxes {
 		t.Errorf("%d of %d sandboxes went through their cycle", complete, sandboxes)
@@ -895,13 +1118,14 @@ func TestFaultWorkerCutOff(t *testing.T) {
 }
 
 // TestFaultChaos: every fault at once, at random (CHAOS_SEED), for
-// CHAOS_DURATION (default 30s): appends failing once in ten, nodes killed
+// CHAOS_DURATION (default 60s: about a minute in CI, as issue 24 asks;
+// longer by env): appends failing once in ten, nodes killed
 // and replaced by fresh ones, the worker's driver restarted, the worker
 // cut off from NATS for a moment, while rounds of sandboxes go through
 // their cycle. Then everything must settle as in the tests above.
 func TestFaultChaos(t *testing.T) {
 	s := seed(t)
-	duration := 30 * time.Second
+	duration := time.Minute
 	if d := os.Getenv("CHAOS_DURATION"); d != "" {
 		var err error
 		if duration, err = time.ParseDuration(d); err != nil {
@@ -963,9 +1187,29 @@ func TestFaultChaos(t *testing.T) {
 	<-done
 	f.enabled.Store(false)
 	settled := c.converge(t, acks)
-	t.Logf("survived (seed %d, %s): %d rounds, %d commands answered OK, %d of %d sandboxes through their cycle; %d appends failed before, %d after storing; %d nodes killed and replaced, %d worker restarts, %d cuts; settled in %s",
+	survived(t, "survived (seed %d, %s): %d rounds, %d commands answered OK, %d of %d sandboxes through their cycle; %d appends failed before, %d after storing; %d nodes killed and replaced, %d worker restarts, %d cuts; settled in %s",
 		s, duration, rounds, len(acks), complete, started, f.before.Load(), f.after.Load(), kills, restarts, cuts, settled.Round(time.Millisecond))
 	if complete < started*9/10 {
 		t.Errorf("%d of %d sandboxes went through their cycle, want nine in ten at least", complete, started)
+	}
+}
+
+// TestSurvivedAppendsToFigures: each fault test's figures go to the file
+// TORPOR_FIGURES names, one line each, after what is there.
+func TestSurvivedAppendsToFigures(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "figures")
+	if err := os.WriteFile(file, []byte("before\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TORPOR_FIGURES", file)
+	t.Run("a", func(t *testing.T) { survived(t, "survived %d faults", 3) })
+	t.Run("b", func(t *testing.T) { survived(t, "survived %s", "a cut") })
+	got, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "before\nTestSurvivedAppendsToFigures/a: survived 3 faults\nTestSurvivedAppendsToFigures/b: survived a cut\n"
+	if string(got) != want {
+		t.Errorf("figures file:\n%s\nwant:\n%s", got, want)
 	}
 }

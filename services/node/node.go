@@ -332,9 +332,6 @@ type Node struct {
 	// adminMinted says this start minted the admin token.
 	adminMinted bool
 	sql         *sqlPart // nil without --projection-db
-	// stopFollow ends the follower of the KV view the waits are served
-	// from.
-	stopFollow context.CancelFunc
 	// auth is the bus's operator and accounts, from <data>/auth: made on
 	// the first start of the embedded server; with --nats-url, there when
 	// the directory is (so that this service mints its supervisors' users).
@@ -344,7 +341,9 @@ type Node struct {
 	user *busauth.User
 	// data is --data; name is --node.
 	data, name string
-	closeOnce  sync.Once
+	// parts names the long-running parts, in the order they start.
+	parts     []string
+	closeOnce sync.Once
 }
 
 // Start binds and starts every part of the service; they run until ctx ends
@@ -603,9 +602,9 @@ func startOnce(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, er
 	fwd := forward.New(sandboxes{svc: svc}, fwdIndex, forward.Config{Window: gcfg.ActivityWindow, WakeTimeout: cfg.WakeTimeout, MaxHeld: cfg.WakeMaxHeld, Metrics: m}, log.With().Str("part", "forwards").Logger())
 	// Every wait of this process (HTTP, SDKs) is served from one watch of
 	// the KV view, not a consumer per request.
-	var followCtx context.Context
-	followCtx, a.stopFollow = context.WithCancel(context.WithoutCancel(ctx))
-	kv := viewAdapter{v: view, f: view.Follow(followCtx)}
+	// It runs as the first part (below), so that it stops last.
+	follower := view.Follower()
+	kv := viewAdapter{v: view, f: follower}
 	var reads gateway.Views = kv
 	if cfg.ReadFrom == "sql" {
 		reads = sqlViews{kv: kv, sql: a.sql}
@@ -634,6 +633,7 @@ func startOnce(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, er
 	// The long-running parts, in the order they start; they stop in the
 	// reverse order (actors).
 	g := newActors(ctx)
+	g.add("kvfollow", follower.Run)
 	bus := gateway.NewBus(a.nc, svc, 0, log.With().Str("part", "bus").Logger())
 	busCtx := g.add("bus", bus.Run)
 	if err := bus.Listen(busCtx); err != nil {
@@ -720,6 +720,9 @@ func startOnce(ctx context.Context, cfg Config, log zerolog.Logger) (a *Node, er
 		}
 		return err
 	})
+	for _, p := range g.list {
+		a.parts = append(a.parts, p.name)
+	}
 	var runCtx context.Context
 	runCtx, a.cancel = context.WithCancel(ctx)
 	a.done = make(chan struct{})
@@ -901,9 +904,9 @@ func (a *Node) Stop() error {
 }
 
 // Wait waits for every part to finish (they stop in the reverse order of
-// their start), then closes what they used, in the reverse order it was
-// opened: the view's follower, the sim, the NATS connection, the embedded
-// server, the SQL view's database.
+// their start, the view's follower last), then closes what they used, in
+// the reverse order it was opened: the sim, the NATS connection, the
+// embedded server, the SQL view's database.
 func (a *Node) Wait() error {
 	<-a.done
 	a.closeOnce.Do(a.close)
@@ -920,9 +923,6 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger) error {
 }
 
 func (a *Node) close() {
-	if a.stopFollow != nil {
-		a.stopFollow()
-	}
 	if a.driver != nil {
 		a.driver.Close()
 	}

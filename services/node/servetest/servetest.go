@@ -3,7 +3,9 @@
 // each scope, for the tests of what talks to torpor from outside Go: the
 // TypeScript and Python SDKs and the dashboard in a browser. It also finds
 // the programs those tests run (node, npm, python3, chromium): a program
-// missing fails the test under CI=true and skips it loudly elsewhere.
+// missing fails the test under CI=true and skips it loudly elsewhere. At
+// the test's end the invariant checker reads the node's log: every suite
+// that ran against it is judged by events/check too.
 package servetest
 
 import (
@@ -20,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/torpor/torpor/events"
+	"github.com/torpor/torpor/events/check"
 	"github.com/torpor/torpor/events/jsstore"
 	torpor "github.com/torpor/torpor/sdk/go"
 	"github.com/torpor/torpor/services/node"
@@ -52,6 +55,10 @@ func Start(t testing.TB) *Server {
 	}
 	t.Cleanup(func() { _ = n.Stop() })
 	s := &Server{URL: "http://" + n.HTTPAddr(), Admin: n.AdminToken(), Deadline: Deadline, Node: n}
+	// Registered after the stop, so it runs before it: the independent
+	// checker over the whole log the test (a suite in another language)
+	// produced; a violation fails t.
+	t.Cleanup(func() { s.check(t) })
 	admin := torpor.New(n.HTTPAddr(), nil).WithToken(s.Admin)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -67,6 +74,20 @@ func Start(t testing.TB) *Server {
 		*to = tok.Token
 	}
 	return s
+}
+
+// check runs the invariant checker (events/check) over s's log, stays
+// and clean-ups judged against its deadline, and fails t for each
+// violation.
+func (s *Server) check(t testing.TB) {
+	t.Helper()
+	vs, err := check.Replay(context.Background(), s.Node.Store(), check.Options{Deadline: s.Deadline, Slack: 10 * time.Second, Now: time.Now()})
+	if err != nil {
+		t.Errorf("check the log: %v", err)
+	}
+	for _, v := range vs {
+		t.Errorf("the log breaks an invariant: %v", v)
+	}
 }
 
 // Env is s as the environment the external suites read: TORPOR_URL,

@@ -114,7 +114,23 @@ func (l *logged) outcome(a action, caps compute.Capabilities) []events.Event {
 	if err != nil {
 		return nil
 	}
+	if to, ok := l.accepted(evs); ok && to == events.PhaseError && deadline(evs) {
+		// A deadline that ends the sandbox in error asks for the driver's
+		// clean-up in the same append, as the deadline saga writes it
+		// (sagas/deadline.go; the checker's clean-up rule).
+		evs = append(evs, &events.CleanupRequested{Generation: l.sb.Generation, Action: events.CleanupStop})
+	}
 	return evs
+}
+
+// deadline says whether evs record a passed deadline.
+func deadline(evs []events.Event) bool {
+	for _, e := range evs {
+		if _, ok := e.(*events.DeadlinePassed); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // weight makes the walk go deep: what moves the phase on is drawn most,

@@ -29,7 +29,7 @@ type Cluster struct {
 	// servers[i] is nil while server i is down.
 	servers []*server.Server
 	// proxies[i][j] carries server i's route to server j (Isolate).
-	proxies [][]*routeProxy
+	proxies [][]*Proxy
 }
 
 // StartCluster runs n servers in one cluster (n ≥ 3 for a quorum that

@@ -3,8 +3,6 @@ package natstest
 import (
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"sync"
 	"time"
 
@@ -26,107 +24,33 @@ import (
 // nothing listens on port 1.
 const noRoute = "127.0.0.1:1"
 
-// routeProxy forwards the route connections of one pair of servers, one
-// direction, and cuts them on demand.
-type routeProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-	down   bool
-}
-
-func newRouteProxy(target string) (*routeProxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	p := &routeProxy{ln: ln, target: target}
-	go p.serve()
-	return p, nil
-}
-
-func (p *routeProxy) serve() {
-	for {
-		in, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		down := p.down
-		p.mu.Unlock()
-		if down {
-			_ = in.Close()
-			continue
-		}
-		out, err := net.DialTimeout("tcp", p.target, 5*time.Second)
-		if err != nil {
-			_ = in.Close()
-			continue
-		}
-		p.mu.Lock()
-		if p.down {
-			p.mu.Unlock()
-			_ = in.Close()
-			_ = out.Close()
-			continue
-		}
-		p.conns = append(p.conns, in, out)
-		p.mu.Unlock()
-		go func() { _, _ = io.Copy(out, in); _ = out.Close() }()
-		go func() { _, _ = io.Copy(in, out); _ = in.Close() }()
-	}
-}
-
-// cut closes every connection through p and refuses new ones until heal.
-func (p *routeProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = true
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *routeProxy) heal() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = false
-}
-
-func (p *routeProxy) close() {
-	_ = p.ln.Close()
-	p.cut()
-}
-
 // proxyRoutes puts a proxy on every route of cfgs (a cluster LayCluster
 // laid out): proxies[i][j] carries server i's route to server j.
-func proxyRoutes(cfgs []embedded.Config) ([][]*routeProxy, error) {
-	proxies := make([][]*routeProxy, len(cfgs))
+func proxyRoutes(cfgs []embedded.Config) ([][]*Proxy, error) {
+	proxies := make([][]*Proxy, len(cfgs))
 	var err error
 	for i := range cfgs {
-		proxies[i] = make([]*routeProxy, len(cfgs))
+		proxies[i] = make([]*Proxy, len(cfgs))
 		cfgs[i].Routes, cfgs[i].ClusterAdvertise = nil, noRoute
 		for j := range cfgs {
 			if j == i {
 				continue
 			}
-			if proxies[i][j], err = newRouteProxy(cfgs[j].ClusterListen); err != nil {
+			if proxies[i][j], err = NewProxy(cfgs[j].ClusterListen); err != nil {
 				closeProxies(proxies)
 				return nil, err
 			}
-			cfgs[i].Routes = append(cfgs[i].Routes, "nats-route://"+proxies[i][j].ln.Addr().String())
+			cfgs[i].Routes = append(cfgs[i].Routes, "nats-route://"+proxies[i][j].Addr())
 		}
 	}
 	return proxies, nil
 }
 
-func closeProxies(proxies [][]*routeProxy) {
+func closeProxies(proxies [][]*Proxy) {
 	for _, row := range proxies {
 		for _, p := range row {
 			if p != nil {
-				p.close()
+				p.Close()
 			}
 		}
 	}
@@ -136,14 +60,14 @@ func closeProxies(proxies [][]*routeProxy) {
 // its routes through proxies, starts its servers at once and waits for
 // their meta leader (embedded.WaitMeta); a port taken between the layout
 // and the start is laid out again, as embedded.StartCluster does.
-func startProxied(name string, dirs []string, base embedded.Config, within time.Duration) ([]embedded.Config, []*server.Server, [][]*routeProxy, error) {
+func startProxied(name string, dirs []string, base embedded.Config, within time.Duration) ([]embedded.Config, []*server.Server, [][]*Proxy, error) {
 	var err error
 	for range 3 {
 		var cfgs []embedded.Config
 		if cfgs, err = embedded.LayCluster(name, dirs, base); err != nil {
 			return nil, nil, nil, err
 		}
-		var proxies [][]*routeProxy
+		var proxies [][]*Proxy
 		if proxies, err = proxyRoutes(cfgs); err != nil {
 			return nil, nil, nil, err
 		}
@@ -184,8 +108,8 @@ func startProxied(name string, dirs []string, base embedded.Config, within time.
 func (c *Cluster) Isolate(i int) {
 	for j := range c.proxies {
 		if j != i {
-			c.proxies[i][j].cut()
-			c.proxies[j][i].cut()
+			c.proxies[i][j].Cut()
+			c.proxies[j][i].Cut()
 		}
 	}
 }
@@ -194,8 +118,8 @@ func (c *Cluster) Isolate(i int) {
 func (c *Cluster) Heal(i int) {
 	for j := range c.proxies {
 		if j != i {
-			c.proxies[i][j].heal()
-			c.proxies[j][i].heal()
+			c.proxies[i][j].Heal()
+			c.proxies[j][i].Heal()
 		}
 	}
 }

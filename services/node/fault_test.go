@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,7 +62,7 @@ type cluster struct {
 	// process makes the worker serve the process driver (supervisors that
 	// heartbeat) through proxy, in place of the sim.
 	process bool
-	proxy   *proxy
+	proxy   *natstest.Proxy
 	// proxied puts the worker behind proxy whatever its driver.
 	proxied bool
 	// deadline and limit are the nodes' --deadline and --heartbeat-limit.
@@ -199,14 +197,14 @@ func (c *cluster) startWorker() {
 		c.proxy = newProxy(c.t, c.ns.Addr().String())
 	}
 	if c.proxy != nil {
-		cfg.NATSURL = "nats://" + c.proxy.addr()
+		cfg.NATSURL = "nats://" + c.proxy.Addr()
 	}
 	if c.process {
 		if c.proxy == nil {
 			c.proxy = newProxy(c.t, c.ns.Addr().String())
 			c.t.Cleanup(func() { deleteProcessSandboxes(c.t, data) })
 		}
-		cfg.Drivers, cfg.NATSURL, cfg.Torpor, cfg.Heartbeat = []string{"process"}, "nats://"+c.proxy.addr(), torporBinary(c.t), c.limit/3
+		cfg.Drivers, cfg.NATSURL, cfg.Torpor, cfg.Heartbeat = []string{"process"}, "nats://"+c.proxy.Addr(), torporBinary(c.t), c.limit/3
 	}
 	go func() {
 		w.done <- RunDriver(ctx, cfg, writerFunc(func(p []byte) { close(up) }), zerolog.Nop())
@@ -915,79 +913,16 @@ func TestFaultWorkerRestarted(t *testing.T) {
 	}
 }
 
-// proxy is a TCP proxy to the NATS server that cuts every connection
-// through it at once and refuses new ones until healed, as a network
-// partition of the worker would.
-type proxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-	down   bool
-	cuts   int
-	// refused counts the connections tried while down.
-	refused int
-}
-
-func newProxy(t *testing.T, target string) *proxy {
+// newProxy is a proxy to the NATS server at target, closed with the test:
+// cut, it partitions the worker behind it.
+func newProxy(t *testing.T, target string) *natstest.Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := natstest.NewProxy(target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{ln: ln, target: target}
-	t.Cleanup(func() { _ = ln.Close(); p.cut() })
-	go p.serve()
+	t.Cleanup(p.Close)
 	return p
-}
-
-func (p *proxy) addr() string { return p.ln.Addr().String() }
-
-func (p *proxy) serve() {
-	for {
-		in, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		down := p.down
-		p.mu.Unlock()
-		if down {
-			p.mu.Lock()
-			p.refused++
-			p.mu.Unlock()
-			_ = in.Close()
-			continue
-		}
-		out, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = in.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, in, out)
-		p.mu.Unlock()
-		go func() { _, _ = io.Copy(out, in); _ = out.Close() }()
-		go func() { _, _ = io.Copy(in, out); _ = in.Close() }()
-	}
-}
-
-// cut closes every connection and refuses new ones until heal.
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = true
-	p.cuts++
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *proxy) heal() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = false
 }
 
 // torporBinary is the torpor binary the process driver's supervisors run,
@@ -1065,12 +1000,10 @@ func TestFaultWorkerCutOff(t *testing.T) {
 			// watched from its attach (compute.Report.Beats), not from
 			// its first beat.
 			cut = 2 * c.limit
-			c.proxy.mu.Lock()
-			cutConns = len(c.proxy.conns)
-			c.proxy.mu.Unlock()
-			c.proxy.cut()
+			cutConns, _, _ = c.proxy.Stats()
+			c.proxy.Cut()
 			time.Sleep(cut) // the partition lasts this long
-			c.proxy.heal()
+			c.proxy.Heal()
 			// Detached meanwhile, the supervisors attach again: the
 			// sandboxes go on once none is provisioning.
 			for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
@@ -1100,9 +1033,7 @@ func TestFaultWorkerCutOff(t *testing.T) {
 			}
 		}
 	}
-	c.proxy.mu.Lock()
-	refused := c.proxy.refused
-	c.proxy.mu.Unlock()
+	_, _, refused := c.proxy.Stats()
 	survived(t, "survived (seed %d): %d commands answered OK, %d of %d sandboxes through their cycle; the worker cut off for %s (%d connections through the proxy cut, %d tried again while cut); %d detaches, %d attached again; settled in %s",
 		s, len(acks), complete, sandboxes, cut, cutConns/2, refused, detached, reattached, settled.Round(time.Millisecond))
 	if complete != sandboxes {
@@ -1170,9 +1101,9 @@ func TestFaultChaos(t *testing.T) {
 				c.startWorker()
 				restarts++
 			case 2:
-				c.proxy.cut()
+				c.proxy.Cut()
 				time.Sleep(time.Duration(200+chaos.IntN(1000)) * time.Millisecond)
-				c.proxy.heal()
+				c.proxy.Heal()
 				cuts++
 			}
 		}

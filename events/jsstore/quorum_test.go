@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/jsstore"
 	"github.com/torpor/torpor/events/natstest"
@@ -24,15 +21,7 @@ import (
 // leader steps down, not at its own timeout.
 func TestAppendWithoutQuorum(t *testing.T) {
 	c := natstest.StartCluster(t, 3, nil)
-	nc, err := nats.Connect(c.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := c.JetStream(t, -1)
 	if _, err := jsstore.New(context.Background(), js, jsstore.Config{Replicas: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -45,15 +34,7 @@ func TestAppendWithoutQuorum(t *testing.T) {
 	}
 	// The store talks to the leader, which keeps the stream after the
 	// others are gone (until it finds its quorum lost, about 10 s).
-	lnc, err := nats.Connect(c.Server(leader).ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(lnc.Close)
-	ljs, err := jetstream.New(lnc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ljs := c.JetStream(t, leader)
 	s, err := jsstore.Bind(context.Background(), ljs, jsstore.DefaultStream)
 	if err != nil {
 		t.Fatal(err)

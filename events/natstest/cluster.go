@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/torpor/torpor/internal/busauth"
 	"github.com/torpor/torpor/internal/embedded"
@@ -74,6 +76,35 @@ func (c *Cluster) start(i int) error {
 // URL is every server's client URL, comma-separated, as nats.Connect and
 // --nats-url take a cluster.
 func (c *Cluster) URL() string { return embedded.ClusterURL(c.cfgs) }
+
+// JetStream is a JetStream client of a cluster without auth, its
+// connection closed with the test: through any of its servers (i < 0), or
+// through server i alone (say the leader of a stream that keeps it after
+// the others are gone).
+func (c *Cluster) JetStream(t testing.TB, i int) jetstream.JetStream {
+	t.Helper()
+	if c.auth != nil {
+		t.Fatal("natstest: Cluster.JetStream connects without credentials; this cluster has auth")
+	}
+	url := c.URL()
+	if i >= 0 {
+		s := c.Server(i)
+		if s == nil {
+			t.Fatalf("natstest: server %d is down", i)
+		}
+		url = s.ClientURL()
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
 
 // Server is server i, nil while it is down.
 func (c *Cluster) Server(i int) *server.Server {

@@ -5,9 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/torpor/torpor/events"
 	"github.com/torpor/torpor/events/natstest"
 )
@@ -20,15 +17,7 @@ import (
 // commands answer UNAVAILABLE quickly while a bucket has no leader).
 func TestNamesWithoutQuorum(t *testing.T) {
 	c := natstest.StartCluster(t, 3, nil)
-	nc, err := nats.Connect(c.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := c.JetStream(t, -1)
 	if _, err := NewKVNames(context.Background(), js, 3); err != nil {
 		t.Fatal(err)
 	}
@@ -49,15 +38,7 @@ func TestNamesWithoutQuorum(t *testing.T) {
 			cancel()
 		}
 	}
-	lnc, err := nats.Connect(c.Server(leader).ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(lnc.Close)
-	ljs, err := jetstream.New(lnc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ljs := c.JetStream(t, leader)
 	names, err := NewKVNames(context.Background(), ljs, 3)
 	if err != nil {
 		t.Fatal(err)

@@ -725,8 +725,11 @@ func TestSandboxesRunInParallel(t *testing.T) {
 	// One sandbox's suspend hangs until the runner stops; another's create
 	// goes through meanwhile.
 	drv := newCounting(h.sim, "suspend")
-	h.run(drv)
+	// Laid before the runner starts: laid while it runs, its create saga
+	// could record started before the harness does, which answers the
+	// create twice (the checker's invariant 4, seen in CI under load).
 	slow := h.ready(nil)
+	h.run(drv)
 	slow.when(&events.SuspendRequested{Generation: 1})
 	<-drv.entered
 	sb, created := h.create(node, nil)
